@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds topotrain and runs the main job on the embedded default: 4 CPU ranks, no GPU.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/launch/build.sh"
+source "$root/launch/env.sh"
+cd "$root"
+mpirun --oversubscribe -np 4 moe_train topology/cpu4.toml --dry-run

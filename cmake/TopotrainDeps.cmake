@@ -1,0 +1,54 @@
+# Third-party dependencies and the TOPOTRAIN_CUDA switch.
+#
+# TOPOTRAIN_CUDA is on exactly when the LibTorch that was found was built with CUDA
+# (pip torch on a GPU machine); Debian's libtorch-dev is CPU only. NCCL and CUDA code
+# compile only when it is on.
+
+find_package(Torch REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(tomlplusplus REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(Threads REQUIRED)
+find_package(CLI11 REQUIRED)
+
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(TOPOTRAIN_CUDA ON)
+else()
+  set(TOPOTRAIN_CUDA OFF)
+endif()
+message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, TOPOTRAIN_CUDA=${TOPOTRAIN_CUDA}")
+
+if(TOPOTRAIN_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
+  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
+  add_library(topotrain_nccl INTERFACE)
+  target_include_directories(topotrain_nccl INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(topotrain_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)
+endif()
+
+# Flags shared by all of our targets. Third-party headers come in as SYSTEM includes so
+# that -Wall -Wextra judge our code only.
+add_library(topotrain_flags INTERFACE)
+target_compile_options(topotrain_flags INTERFACE -Wall -Wextra -Wno-unused-parameter)
+target_include_directories(topotrain_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
+# We use MPI's C API only; its deprecated C++ bindings would need libmpi_cxx.
+target_compile_definitions(topotrain_flags INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
+if(TOPOTRAIN_CUDA)
+  target_compile_definitions(topotrain_flags INTERFACE TOPOTRAIN_CUDA=1)
+endif()
+
+# Everything a LibTorch translation unit of ours needs; the precompiled header is built
+# with exactly these settings so that every consumer can reuse it.
+add_library(topotrain_torch INTERFACE)
+target_link_libraries(topotrain_torch INTERFACE topotrain_flags ${TORCH_LIBRARIES} MPI::MPI_C Threads::Threads)
+target_include_directories(topotrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+if(TOPOTRAIN_CUDA)
+  target_link_libraries(topotrain_torch INTERFACE topotrain_nccl)
+endif()
+
+add_library(topotrain_hdf5 INTERFACE)
+target_include_directories(topotrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
+target_link_libraries(topotrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES})
+target_compile_definitions(topotrain_hdf5 INTERFACE ${HDF5_C_DEFINITIONS})

@@ -1,0 +1,13 @@
+# One precompiled LibTorch header for the whole build: a LibTorch translation unit spends
+# most of its compile time in torch's headers, so every torch-using target reuses this one.
+#
+#   topotrain_use_torch(target)   links LibTorch and reuses the shared precompiled header
+
+add_library(topotrain_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+target_link_libraries(topotrain_pch PUBLIC topotrain_torch)
+target_precompile_headers(topotrain_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/torch_pch.h)
+
+function(topotrain_use_torch target)
+  target_link_libraries(${target} PUBLIC topotrain_torch)
+  target_precompile_headers(${target} REUSE_FROM topotrain_pch)
+endfunction()

@@ -1,0 +1,1 @@
+// Compiles cmake/torch_pch.h once; other targets reuse the result (cmake/TopotrainPch.cmake).

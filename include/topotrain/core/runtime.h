@@ -1,0 +1,71 @@
+// The MPI runtime of one rank: init/finalize, the node-local rank, this rank's role and
+// device from the topology, and a communicator per role group.
+//
+// Invariant: every collective here is entered by all ranks of the communicator in the
+// same order. Errors are therefore never thrown between two collectives on some ranks
+// only: a rank that fails either aborts the whole job (abort) or reports through
+// first_error, which every rank enters.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "topotrain/core/topology.h"
+
+namespace topotrain {
+
+class Runtime {
+ public:
+  Runtime(int* argc, char*** argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }  // among ranks on this node
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+  MPI_Comm world() const { return MPI_COMM_WORLD; }
+
+  // Collective over the world: takes this rank's role and device from the validated
+  // topology, selects the CUDA device, and splits one communicator per role.
+  void bind(const Topology& topology);
+  const std::string& role() const { return role_; }
+  int role_rank() const { return role_rank_; }
+  int role_size() const { return role_size_; }
+  MPI_Comm role_comm() const { return role_comm_; }
+  const Device& device() const { return device_; }
+
+  // Collective: the message of the lowest rank whose `local_error` is non-empty, on every
+  // rank, or "" when no rank has one. Lets every rank leave together on bad input.
+  std::string first_error(const std::string& local_error) const;
+
+  // Collective: true on every rank when SIGINT/SIGTERM reached any rank.
+  bool agree_stop() const;
+
+  // Collective: "rank role device host" lines of all ranks, on rank 0 ("" elsewhere).
+  std::string placement_table() const;
+
+  // Prints "[rank N role] message" to stderr and takes every rank down (MPI_Abort).
+  [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
+
+  // GPUs visible to this process (0 in CPU builds).
+  static int gpus_present();
+
+ private:
+  bool owns_mpi_ = true;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::string host_;
+  std::string role_;
+  int role_rank_ = 0;
+  int role_size_ = 1;
+  MPI_Comm role_comm_ = MPI_COMM_NULL;
+  Device device_;
+};
+
+}  // namespace topotrain

@@ -1,0 +1,67 @@
+// Run settings: the [model] [data] [train] [checkpoint] [log] tables of a run file,
+// then `--config FILE` files, then `--set key=value` overrides, later ones winning.
+//
+// Every key is declared once in the schema (settings_schema.cpp) with its type, default
+// and a line of help; a key outside the schema is an error that suggests the nearest
+// known key, and a value of the wrong type is an error naming the key and the type.
+// Components never read Settings themselves: train/ maps settings onto each component's
+// own small config struct.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace topotrain {
+
+// std::monostate means "not set" (only keys declared without a default may be unset).
+using SettingValue = std::variant<std::monostate, bool, std::int64_t, double, std::string>;
+
+enum class SettingType { boolean, integer, real, string };
+const char* to_string(SettingType type);
+
+struct SettingSpec {
+  std::string key;  // "train.token_budget"
+  SettingType type;
+  SettingValue default_value;
+  std::string help;
+};
+
+// The schema, in the order settings are printed.
+const std::vector<SettingSpec>& setting_specs();
+const SettingSpec* find_setting(const std::string& key);
+
+class Settings {
+ public:
+  Settings();  // every key at its default
+
+  // Sets a key, checking that it exists and that the value has its type (an integer is
+  // accepted for a real). `origin` says where the value came from, for messages and the
+  // resolved print-out: "topology/cpu4.toml", "--set".
+  void set(const std::string& key, const SettingValue& value, const std::string& origin);
+  // "key=value" from the command line; the value is parsed as the key's type.
+  void set_from_assignment(const std::string& assignment);
+
+  bool has(const std::string& key) const;
+  std::int64_t integer(const std::string& key) const;
+  double real(const std::string& key) const;
+  bool boolean(const std::string& key) const;
+  const std::string& string(const std::string& key) const;
+  const std::string& origin(const std::string& key) const;
+
+  // The resolved settings as TOML, one table per section, non-default values marked with
+  // where they came from. Printed once at start and stored in every checkpoint.
+  std::string to_toml() const;
+
+ private:
+  struct Entry {
+    SettingValue value;
+    std::string origin;
+  };
+  const Entry& entry(const std::string& key, SettingType type) const;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace topotrain

@@ -1,0 +1,14 @@
+// SIGINT/SIGTERM as a request for an orderly stop. The handler only sets a flag; the
+// trainer polls it at step boundaries, agrees on it across ranks (Runtime::agree_stop)
+// so that every rank stops after the same step, checkpoints, and exits 0. A second
+// signal while the stop is pending ends the process at once.
+#pragma once
+
+namespace topotrain {
+
+void install_stop_handlers();
+bool stop_requested();
+void request_stop();  // what the handler does; also for tests
+void clear_stop();
+
+}  // namespace topotrain

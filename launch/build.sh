@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Configures and builds topotrain into BUILD_DIR (default: build), finding LibTorch by
+# itself: the pip torch's when python3 can import torch (GPU machines), else the system's
+# (Debian's libtorch-dev). toml++ unpacked into .deps/root (see launch/README.md) is used
+# when present.
+#   launch/build.sh [extra cmake args...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+prefix=()
+if torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  prefix+=("$torch_prefix")
+fi
+if [[ -d $root/.deps/root/usr ]]; then prefix+=("$root/.deps/root/usr"); fi
+joined=$(IFS=';'; echo "${prefix[*]:-}")
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
+fi
+cmake --build "$build" -j "${JOBS:-$(nproc)}"

@@ -1,0 +1,19 @@
+# Source this before running topotrain with mpirun: library paths and MPI settings that
+# every launch needs.   source launch/env.sh
+_tt_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -d $_tt_root/.deps/root/usr/lib/x86_64-linux-gnu ]]; then
+  export LD_LIBRARY_PATH=$_tt_root/.deps/root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+if _tt_torch=$(python3 -c 'import torch, os; print(os.path.dirname(torch.__file__) + "/lib")' 2>/dev/null); then
+  export LD_LIBRARY_PATH=$_tt_torch:$LD_LIBRARY_PATH
+fi
+# One intra-op thread per rank: ranks share the cores; GPU ranks need no CPU threads.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Open MPI refuses to run as root unless told; containers often run as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# NVLink SHARP (multicast) off: not needed for our collectives and fragile in containers.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+# Give ranks time to checkpoint after SIGINT/SIGTERM before mpirun kills them.
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
+export PATH=$_tt_root/${BUILD_DIR_NAME:-build}/bin:$PATH
+unset _tt_root _tt_torch

@@ -1,0 +1,185 @@
+#include "topotrain/core/settings.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/suggest.h"
+
+namespace topotrain {
+namespace {
+
+std::vector<std::string> all_keys() {
+  std::vector<std::string> keys;
+  for (const auto& spec : setting_specs()) keys.push_back(spec.key);
+  return keys;
+}
+
+std::string unknown_key_message(const std::string& key, const std::string& origin) {
+  std::string hint = did_you_mean(key, all_keys());
+  if (hint.empty()) {
+    // "token_budget" without its table, or under the wrong table.
+    std::string leaf = key.substr(key.find('.') + 1);
+    for (const auto& spec : setting_specs())
+      if (spec.key.substr(spec.key.find('.') + 1) == leaf) hint = " (did you mean '" + spec.key + "'?)";
+  }
+  return cat(origin, ": unknown setting '", key, "'", hint, "; `--help-settings` lists every key");
+}
+
+std::string render(const SettingValue& value) {
+  std::ostringstream out;
+  if (std::holds_alternative<bool>(value)) out << (std::get<bool>(value) ? "true" : "false");
+  if (std::holds_alternative<std::int64_t>(value)) out << std::get<std::int64_t>(value);
+  if (std::holds_alternative<double>(value)) {
+    double v = std::get<double>(value);
+    out << std::setprecision(10) << v;
+    if (std::floor(v) == v && std::fabs(v) < 1e15 && out.str().find_first_of(".e") == std::string::npos)
+      out << ".0";
+  }
+  if (std::holds_alternative<std::string>(value)) out << std::quoted(std::get<std::string>(value));
+  return out.str();
+}
+
+// Parses command-line text as the key's type. Integers accept '_' separators and
+// exact scientific notation ("1e9" tokens), as users write large token counts that way.
+SettingValue parse_as(const SettingSpec& spec, std::string text, const std::string& origin) {
+  auto fail = [&]() -> SettingValue {
+    throw ConfigError(cat(origin, ": setting '", spec.key, "' takes ", to_string(spec.type), ", got '", text, "'"));
+  };
+  switch (spec.type) {
+    case SettingType::string:
+      if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
+        text = text.substr(1, text.size() - 2);
+      return text;
+    case SettingType::boolean:
+      if (text == "true" || text == "1") return true;
+      if (text == "false" || text == "0") return false;
+      return fail();
+    case SettingType::integer:
+    case SettingType::real: {
+      std::string digits;
+      for (char c : text)
+        if (c != '_') digits += c;
+      if (digits.empty()) return fail();
+      errno = 0;
+      char* end = nullptr;
+      double v = std::strtod(digits.c_str(), &end);
+      if (*end != '\0' || errno == ERANGE || !std::isfinite(v)) return fail();
+      if (spec.type == SettingType::real) return v;
+      if (std::floor(v) != v || std::fabs(v) > 9.0e18) return fail();
+      return static_cast<std::int64_t>(v);
+    }
+  }
+  return fail();
+}
+
+bool has_type(const SettingValue& value, SettingType type) {
+  switch (type) {
+    case SettingType::boolean: return std::holds_alternative<bool>(value);
+    case SettingType::integer: return std::holds_alternative<std::int64_t>(value);
+    case SettingType::real: return std::holds_alternative<double>(value);
+    case SettingType::string: return std::holds_alternative<std::string>(value);
+  }
+  return false;
+}
+
+}  // namespace
+
+const char* to_string(SettingType type) {
+  switch (type) {
+    case SettingType::boolean: return "a boolean (true/false)";
+    case SettingType::integer: return "an integer";
+    case SettingType::real: return "a number";
+    case SettingType::string: return "a string";
+  }
+  return "?";
+}
+
+const SettingSpec* find_setting(const std::string& key) {
+  for (const auto& spec : setting_specs())
+    if (spec.key == key) return &spec;
+  return nullptr;
+}
+
+Settings::Settings() {
+  for (const auto& spec : setting_specs()) entries_[spec.key] = Entry{spec.default_value, "default"};
+}
+
+void Settings::set(const std::string& key, const SettingValue& value, const std::string& origin) {
+  const SettingSpec* spec = find_setting(key);
+  if (!spec) throw ConfigError(unknown_key_message(key, origin));
+  SettingValue v = value;
+  if (spec->type == SettingType::real && std::holds_alternative<std::int64_t>(v))
+    v = static_cast<double>(std::get<std::int64_t>(v));
+  if (!has_type(v, spec->type))
+    throw ConfigError(cat(origin, ": setting '", key, "' takes ", to_string(spec->type), ", got ", render(value)));
+  entries_[key] = Entry{v, origin};
+}
+
+void Settings::set_from_assignment(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(cat("--set ", assignment, ": expected key=value, e.g. --set train.token_budget=32768"));
+  std::string key = assignment.substr(0, eq);
+  const SettingSpec* spec = find_setting(key);
+  if (!spec) throw ConfigError(unknown_key_message(key, "--set"));
+  set(key, parse_as(*spec, assignment.substr(eq + 1), "--set"), "--set");
+}
+
+const Settings::Entry& Settings::entry(const std::string& key, SettingType type) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) throw std::logic_error("setting '" + key + "' is not in the schema");
+  const SettingSpec* spec = find_setting(key);
+  if (spec->type != type)
+    throw std::logic_error(cat("setting '", key, "' is ", to_string(spec->type), ", read as ", to_string(type)));
+  if (std::holds_alternative<std::monostate>(it->second.value))
+    throw ConfigError(cat("setting '", key, "' is not set; set it in the run file or with --set ", key, "=..."));
+  return it->second;
+}
+
+bool Settings::has(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it != entries_.end() && !std::holds_alternative<std::monostate>(it->second.value);
+}
+
+std::int64_t Settings::integer(const std::string& key) const {
+  return std::get<std::int64_t>(entry(key, SettingType::integer).value);
+}
+double Settings::real(const std::string& key) const { return std::get<double>(entry(key, SettingType::real).value); }
+bool Settings::boolean(const std::string& key) const { return std::get<bool>(entry(key, SettingType::boolean).value); }
+const std::string& Settings::string(const std::string& key) const {
+  return std::get<std::string>(entry(key, SettingType::string).value);
+}
+
+const std::string& Settings::origin(const std::string& key) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) throw std::logic_error("setting '" + key + "' is not in the schema");
+  return it->second.origin;
+}
+
+std::string Settings::to_toml() const {
+  std::ostringstream out;
+  std::string table;
+  for (const auto& spec : setting_specs()) {
+    std::string section = spec.key.substr(0, spec.key.find('.'));
+    if (section != table) {
+      out << (table.empty() ? "" : "\n") << '[' << section << "]\n";
+      table = section;
+    }
+    const Entry& e = entries_.at(spec.key);
+    std::string name = spec.key.substr(section.size() + 1);
+    if (std::holds_alternative<std::monostate>(e.value)) {
+      out << "# " << name << " is unset\n";
+      continue;
+    }
+    out << name << " = " << render(e.value);
+    if (e.origin != "default") out << "  # " << e.origin;
+    out << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace topotrain

@@ -1,0 +1,133 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/run_file.h"
+#include "topotrain/core/settings.h"
+
+using namespace topotrain;
+
+namespace {
+
+template <typename Fn>
+std::string error_of(Fn fn) {
+  try {
+    fn();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Settings, DefaultsComeFromTheSchema) {
+  Settings s;
+  EXPECT_EQ(s.integer("train.grad_accum"), 1);
+  EXPECT_DOUBLE_EQ(s.real("train.bucket_mb"), 25.0);
+  EXPECT_FALSE(s.boolean("log.all_ranks"));
+  EXPECT_EQ(s.string("checkpoint.dir"), "checkpoints");
+  EXPECT_FALSE(s.has("data.path"));
+  EXPECT_EQ(s.origin("train.lr"), "default");
+  EXPECT_NE(error_of([&] { s.string("data.path"); }).find("'data.path' is not set"), std::string::npos);
+}
+
+TEST(Settings, RunFileTablesThenOverrides) {
+  Settings s;
+  merge_settings("[train]\ntoken_budget = 4096\nlr = 1\n[log]\nall_ranks = true\n", "run.toml", s);
+  EXPECT_EQ(s.integer("train.token_budget"), 4096);
+  EXPECT_DOUBLE_EQ(s.real("train.lr"), 1.0);  // an integer is accepted for a real
+  EXPECT_TRUE(s.boolean("log.all_ranks"));
+  EXPECT_EQ(s.origin("train.token_budget"), "run.toml:2:16");
+  s.set_from_assignment("train.token_budget=32_768");
+  s.set_from_assignment("train.max_tokens=1e9");
+  s.set_from_assignment("data.path=\"/data/x.h5\"");
+  s.set_from_assignment("train.lr=6e-4");
+  EXPECT_EQ(s.integer("train.token_budget"), 32768);
+  EXPECT_EQ(s.integer("train.max_tokens"), 1000000000);
+  EXPECT_EQ(s.string("data.path"), "/data/x.h5");
+  EXPECT_DOUBLE_EQ(s.real("train.lr"), 6e-4);
+  EXPECT_EQ(s.origin("train.token_budget"), "--set");
+}
+
+TEST(Settings, UnknownKeySuggestsNearest) {
+  Settings s;
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budgt=1"); })
+                .find("unknown setting 'train.token_budgt' (did you mean 'train.token_budget'?)"),
+            std::string::npos);
+  // The right key under the wrong table, or no table at all.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("token_budget=1"); })
+                .find("did you mean 'train.token_budget'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[data]\ngrad_accum = 2\n", "run.toml", s); })
+                .find("run.toml:2:14: unknown setting 'data.grad_accum' (did you mean 'train.grad_accum'?)"),
+            std::string::npos);
+}
+
+TEST(Settings, WrongTypesNameKeyAndType) {
+  Settings s;
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.grad_accum=ten"); })
+                .find("setting 'train.grad_accum' takes an integer, got 'ten'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.grad_accum=2.5"); }).find("takes an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("log.all_ranks=yes"); }).find("takes a boolean"), std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\ntoken_budget = \"big\"\n", "run.toml", s); })
+                .find("run.toml:2:16: setting 'train.token_budget' takes an integer, got \"big\""),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nlr = [1, 2]\n", "run.toml", s); })
+                .find("'train.lr' takes a number, not a list"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr"); }).find("expected key=value"), std::string::npos);
+}
+
+TEST(Settings, ConfigFilesCannotCarryTopology) {
+  const char* path = "settings_test_config.toml";
+  {
+    std::ofstream out(path);
+    out << "[[roles]]\nrole = \"trainer\"\nranks = [0]\n";
+  }
+  std::string topology = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu4.toml";
+  EXPECT_NE(error_of([&] { load_run(topology, {path}, {}); }).find("belongs in the topology file"),
+            std::string::npos);
+  std::remove(path);
+}
+
+TEST(Settings, LoadRunAppliesFileThenConfigThenSet) {
+  const char* path = "settings_test_config.toml";
+  {
+    std::ofstream out(path);
+    out << "[train]\ngrad_accum = 5\ntoken_budget = 512\n";
+  }
+  std::string topology = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu4.toml";
+  RunFile run = load_run(topology, {path}, {"train.token_budget=256"});
+  EXPECT_EQ(run.topology.name, "cpu4");
+  EXPECT_EQ(run.settings.integer("train.max_steps"), 200);  // from the topology file
+  EXPECT_EQ(run.settings.integer("train.grad_accum"), 5);   // --config wins over the file
+  EXPECT_EQ(run.settings.integer("train.token_budget"), 256);  // --set wins over both
+  EXPECT_NE(run.topology_text.find("[[roles]]"), std::string::npos);
+  std::remove(path);
+}
+
+TEST(Settings, ResolvedTextRoundTrips) {
+  Settings s;
+  s.set_from_assignment("train.token_budget=777");
+  s.set_from_assignment("train.lr=0.5");
+  s.set_from_assignment("model.preset=qwen3-0.6b");
+  std::string text = s.to_toml();
+  EXPECT_NE(text.find("token_budget = 777  # --set"), std::string::npos) << text;
+  Settings back;
+  merge_settings(text, "resolved", back);
+  for (const auto& spec : setting_specs()) {
+    EXPECT_EQ(back.has(spec.key), s.has(spec.key)) << spec.key;
+    if (!s.has(spec.key)) continue;
+    switch (spec.type) {
+      case SettingType::integer: EXPECT_EQ(back.integer(spec.key), s.integer(spec.key)) << spec.key; break;
+      case SettingType::real: EXPECT_DOUBLE_EQ(back.real(spec.key), s.real(spec.key)) << spec.key; break;
+      case SettingType::boolean: EXPECT_EQ(back.boolean(spec.key), s.boolean(spec.key)) << spec.key; break;
+      case SettingType::string: EXPECT_EQ(back.string(spec.key), s.string(spec.key)) << spec.key; break;
+    }
+  }
+}
