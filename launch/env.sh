@@ -13,7 +13,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # NVLink SHARP (multicast) off: not needed for our collectives and fragile in containers.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
-# Give ranks time to checkpoint after SIGINT/SIGTERM before mpirun kills them.
-export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-60}
 export PATH=$_tt_root/${BUILD_DIR_NAME:-build}/bin:$PATH
 unset _tt_root _tt_torch
