@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/run_file.h"
@@ -130,4 +131,11 @@ TEST(Settings, ResolvedTextRoundTrips) {
       case SettingType::string: EXPECT_EQ(back.string(spec.key), s.string(spec.key)) << spec.key; break;
     }
   }
+}
+
+TEST(Settings, ReadmeDocumentsEveryKey) {
+  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/README.md");
+  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const auto& spec : setting_specs())
+    EXPECT_NE(readme.find("| " + spec.key + " |"), std::string::npos) << spec.key << " is missing from README.md";
 }
