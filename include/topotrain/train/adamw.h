@@ -1,0 +1,53 @@
+// AdamW over named fp32 master parameters, with state we own (so checkpoints store it by
+// parameter name): exp_avg and exp_avg_sq per parameter, one step count.
+//
+// Weight decay applies to matrices only (dim >= 2): norms' gains are left undecayed, as
+// in most LM recipes. On CUDA builds the whole update is one fused kernel per dtype
+// group (at::_fused_adamw_, torch >= 2.0); elsewhere a per-tensor loop of in-place ops.
+#pragma once
+
+#include <torch/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace topotrain {
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig config);
+
+  // One update at learning rate `lr` from the parameters' current .grad().
+  void step(double lr);
+
+  std::int64_t steps() const { return steps_; }
+  // State by name for checkpoints: "exp_avg/<param>", "exp_avg_sq/<param>".
+  std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  // Restores what state() returned (same names and shapes) and the step count.
+  void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, std::int64_t steps);
+
+ private:
+  void step_fused(double lr);
+  void step_loop(double lr);
+
+  struct Slot {
+    std::string name;
+    torch::Tensor param;
+    torch::Tensor exp_avg;
+    torch::Tensor exp_avg_sq;
+    bool decay;
+  };
+  std::vector<Slot> slots_;
+  AdamWConfig config_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace topotrain
