@@ -16,12 +16,10 @@ std::string shape_text(c10::IntArrayRef shape) { return cat(shape); }
 
 }  // namespace
 
-NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model) {
+NamedTensors to_hf_layout(const NamedTensors& stacked) {
   const std::string gate_up = "experts.gate_up_proj", down = "experts.down_proj";
   NamedTensors views;
-  for (const auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    const torch::Tensor& p = item.value();
+  for (const auto& [name, p] : stacked) {
     if (ends_with(name, gate_up)) {
       const std::string prefix = name.substr(0, name.size() - gate_up.size()) + "experts.";
       const int64_t intermediate = p.size(1) / 2;
@@ -37,6 +35,12 @@ NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model) {
     }
   }
   return views;
+}
+
+NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model) {
+  NamedTensors parameters;
+  for (const auto& item : model.named_parameters()) parameters.emplace_back(item.key(), item.value());
+  return to_hf_layout(parameters);
 }
 
 void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {

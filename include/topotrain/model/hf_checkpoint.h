@@ -13,8 +13,10 @@
 
 namespace topotrain::model {
 
-// Every HF tensor of the model with a view into the parameter that holds it (a slice of
-// the stacked experts, or the whole parameter).
+// Maps tensors named and shaped like the model's parameters (the parameters themselves,
+// or their gradients) to HF names: each stacked expert tensor becomes per-expert views.
+NamedTensors to_hf_layout(const NamedTensors& stacked);
+// to_hf_layout of the model's parameters: views that share their storage.
 NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model);
 
 // Loads a checkpoint (file, index or directory) into the model's parameters. F32, BF16
