@@ -24,6 +24,7 @@ constexpr bool kCudaBuild =
 
 }  // namespace topotrain::compat
 
+<<<<<<< HEAD
 // ---- optimizer -------------------------------------------------------------------------
 #include <ATen/ATen.h>
 
@@ -51,4 +52,29 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
 #endif
 }
 
+=======
+// ---------------------------------------------------------------------------------------
+// Model kernels (src/model). Both are CUDA-only and differentiable in the versions named.
+//
+// TOPOTRAIN_HAS_FLASH_VARLEN: at::_flash_attention_forward takes packed [T, heads, dim]
+//   tensors with cu_seqlens (FlashAttention-2 varlen, GQA without repeating k/v), accepts
+//   `scale` and the window arguments from 2.5 on, and has an autograd formula.
+// TOPOTRAIN_HAS_GROUPED_MM: at::_grouped_mm (2.8+) multiplies row groups of a 2-D matrix by
+//   a stack of matrices in one launch (bf16, CUTLASS on sm90), with an autograd formula.
+#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 5)
+#define TOPOTRAIN_HAS_FLASH_VARLEN 1
+#else
+#define TOPOTRAIN_HAS_FLASH_VARLEN 0
+#endif
+
+#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 8)
+#define TOPOTRAIN_HAS_GROUPED_MM 1
+#else
+#define TOPOTRAIN_HAS_GROUPED_MM 0
+#endif
+
+namespace topotrain::compat {
+constexpr bool kHasFlashVarlen = TOPOTRAIN_HAS_FLASH_VARLEN;
+constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
+>>>>>>> issue-4
 }  // namespace topotrain::compat

@@ -1,0 +1,99 @@
+// Compares topotrain's Qwen3 with HF transformers on the reference written by
+// hf_parity.py: logits (max |a - b| / max |b|) and the gradients of one backward
+// (||a - b|| / ||b|| per tensor), in fp32 and in the bf16 training configuration.
+//
+//   hf_parity CASE_DIR     (CASE_DIR holds model/ and reference.safetensors)
+//
+// Exit status 0 when every comparison is within its bound.
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <string>
+
+#include "topotrain/model/hf_checkpoint.h"
+#include "topotrain/model/lm_loss.h"
+#include "topotrain/model/qwen3.h"
+#include "topotrain/model/safetensors.h"
+
+namespace mdl = topotrain::model;
+
+namespace {
+
+struct Bounds {
+  double logits, grads;
+};
+
+double max_relative(const torch::Tensor& a, const torch::Tensor& b) {
+  auto a64 = a.to(torch::kCPU, torch::kFloat64), b64 = b.to(torch::kCPU, torch::kFloat64);
+  return ((a64 - b64).abs().max() / b64.abs().max()).item<double>();
+}
+
+double norm_relative(const torch::Tensor& a, const torch::Tensor& b) {
+  auto a64 = a.to(torch::kCPU, torch::kFloat64), b64 = b.to(torch::kCPU, torch::kFloat64);
+  return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
+}
+
+// One forward and backward in `dtype` on `device`; returns false when out of bounds.
+bool compare(const std::string& dir, const mdl::SafetensorsCheckpoint& ref, const torch::Device& device,
+             torch::ScalarType dtype, bool reference_kernels, const Bounds& bounds) {
+  mdl::Qwen3CausalLM model(mdl::ModelConfig::from_json_file(dir + "/model/config.json"));
+  mdl::load_hf_checkpoint(*model, dir + "/model");
+  model->to(device);
+  model->set_compute_dtype(dtype);
+  if (reference_kernels) {
+    model->force_attention_backend(mdl::AttentionBackend::math_per_document);
+    model->force_expert_backend(mdl::ExpertBackend::sorted_loop);
+  }
+  mdl::PackedBatch batch;
+  batch.tokens = ref.load("tokens");
+  batch.positions = ref.load("positions");
+  batch.cu_seqlens = ref.load("cu_seqlens");
+  auto cu = batch.cu_seqlens.to(torch::kInt64);
+  batch.max_seqlen = (cu.slice(0, 1) - cu.slice(0, 0, -1)).max().item<int64_t>();
+  batch = batch.to(device);
+
+  auto out = model->forward_backbone(batch);
+  auto all_rows = torch::arange(batch.num_tokens(), batch.tokens.options());
+  const double logits_err = max_relative(model->logits_at(out.hidden, all_rows), ref.load("logits"));
+  auto lm = mdl::lm_loss(*model, out.hidden, batch);
+  auto loss = lm.loss_sum + model->config().router_aux_loss_coef * out.aux_loss;
+  loss.backward();
+  const double ce_err = max_relative(lm.loss_sum, ref.load("ce_sum"));
+  const double aux_err = model->config().is_moe() ? max_relative(out.aux_loss, ref.load("aux_loss")) : 0.0;
+
+  mdl::NamedTensors grads;
+  for (const auto& item : model->named_parameters()) grads.emplace_back(item.key(), item.value().grad());
+  double worst_grad = 0.0;
+  std::string worst_name;
+  for (const auto& [name, grad] : mdl::to_hf_layout(grads)) {
+    const double err = norm_relative(grad, ref.load("grad." + name));
+    if (err > worst_grad) worst_grad = err, worst_name = name;
+  }
+  const bool ok = logits_err <= bounds.logits && worst_grad <= bounds.grads && ce_err <= bounds.logits &&
+                  aux_err <= bounds.logits;
+  std::printf("%-6s %-5s attention=%-44s experts=%-11s logits %.2e (<= %.0e)  ce %.2e  aux %.2e  "
+              "grads worst %.2e (<= %.0e, %s)  %s\n",
+              dir.substr(dir.find_last_of('/') + 1).c_str(), dtype == torch::kFloat32 ? "fp32" : "bf16",
+              mdl::to_string(model->attention_backend()).c_str(),
+              model->config().is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-", logits_err,
+              bounds.logits, ce_err, aux_err, worst_grad, bounds.grads, worst_name.c_str(), ok ? "OK" : "FAIL");
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s CASE_DIR (written by bench/models/hf_parity.py)\n", argv[0]);
+    return 2;
+  }
+  const std::string dir = argv[1];
+  const mdl::SafetensorsCheckpoint ref(dir + "/reference.safetensors");
+  const torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  bool ok = compare(dir, ref, device, torch::kFloat32, false, {1e-4, 1e-4});
+  if (device.is_cuda()) {
+    ok &= compare(dir, ref, device, torch::kBFloat16, false, {2e-2, 5e-2});  // flash + grouped_mm
+    ok &= compare(dir, ref, device, torch::kBFloat16, true, {2e-2, 5e-2});   // math + sorted loop
+  }
+  return ok ? 0 : 1;
+}

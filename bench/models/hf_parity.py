@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Reference outputs from HF transformers for topotrain's Qwen3 parity check.
+
+For a small random Qwen3 (dense) and Qwen3-MoE config this builds the model with
+transformers, writes it with save_pretrained into OUT/<name>/model, and writes
+OUT/<name>/reference.safetensors holding a packed batch (tokens, positions, cu_seqlens),
+HF's fp32 logits for it, the loss and the gradient of every weight under HF's names.
+
+Documents are run one by one through HF (its eager attention, fp32), so the reference
+never depends on HF's own packing support. The loss is
+    sum of next-token cross-entropies within documents + router_aux_loss_coef * aux,
+with aux = transformers' load_balancing_loss_func over the router logits of all
+documents (concatenated per layer, as one packed batch would give them).
+
+    python3 bench/models/hf_parity.py OUT_DIR
+"""
+import argparse
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.models.qwen3_moe import modeling_qwen3_moe
+
+COMMON = dict(vocab_size=1024, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rms_norm_eps=1e-6)
+CASES = {
+    "dense": (Qwen3Config, Qwen3ForCausalLM, dict(COMMON, intermediate_size=256, tie_word_embeddings=True)),
+    # moe_intermediate_size 48 keeps 2*I != hidden, so fused expert layouts are unambiguous.
+    "moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+            dict(COMMON, intermediate_size=256, moe_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+                 norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.01,
+                 tie_word_embeddings=False)),
+}
+DOC_LENGTHS = [37, 64, 5, 90]
+
+
+def hf_expert_layout(tensors, cfg):
+    """Per-expert names for any fused expert tensors (newer transformers keep experts
+    stacked as experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I])."""
+    out = {}
+    inter, hidden = getattr(cfg, "moe_intermediate_size", 0), cfg.hidden_size
+    for name, t in tensors.items():
+        if name.endswith("experts.gate_up_proj"):
+            prefix = name[: -len("gate_up_proj")]
+            if t.shape[1:] == (hidden, 2 * inter):
+                t = t.transpose(1, 2)
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.gate_proj.weight"] = t[e, :inter].contiguous()
+                out[f"{prefix}{e}.up_proj.weight"] = t[e, inter:].contiguous()
+        elif name.endswith("experts.down_proj"):
+            prefix = name[: -len("down_proj")]
+            if t.shape[1:] == (inter, hidden):
+                t = t.transpose(1, 2)
+            for e in range(t.shape[0]):
+                out[f"{prefix}{e}.down_proj.weight"] = t[e].contiguous()
+        else:
+            out[name] = t.contiguous()
+    return out
+
+
+def build_case(name, out_dir, seed):
+    config_cls, model_cls, fields = CASES[name]
+    torch.manual_seed(seed)
+    cfg = config_cls(**fields)
+    cfg._attn_implementation = "eager"
+    model = model_cls(cfg).float().eval()
+    model_dir = os.path.join(out_dir, name, "model")
+    model.save_pretrained(model_dir, safe_serialization=True)
+    # Whatever layout this transformers release saves, leave per-expert HF names on disk.
+    for file in sorted(os.listdir(model_dir)):
+        if file.endswith(".safetensors"):
+            path = os.path.join(model_dir, file)
+            save_file(hf_expert_layout(load_file(path), cfg), path, metadata={"format": "pt"})
+
+    docs = [torch.randint(cfg.vocab_size, (n,)) for n in DOC_LENGTHS]
+    is_moe = name == "moe"
+    logits, router = [], []
+    ce_sum = torch.zeros(())
+    for doc in docs:
+        kwargs = dict(output_router_logits=True) if is_moe else {}
+        out = model(input_ids=doc[None], **kwargs)
+        lg = out.logits[0].float()
+        logits.append(lg)
+        ce_sum = ce_sum + torch.nn.functional.cross_entropy(lg[:-1], doc[1:], reduction="sum")
+        if is_moe:
+            router.append([r.reshape(-1, cfg.num_experts) for r in out.router_logits if r is not None])
+    loss = ce_sum
+    aux = torch.zeros(())
+    if is_moe:
+        per_layer = tuple(torch.cat([doc_router[l] for doc_router in router]) for l in range(len(router[0])))
+        aux = modeling_qwen3_moe.load_balancing_loss_func(per_layer, cfg.num_experts, cfg.num_experts_per_tok, None)
+        loss = loss + cfg.router_aux_loss_coef * aux
+    loss.backward()
+
+    grads = {f"grad.{k}": v for k, v in
+             hf_expert_layout({n: p.grad.detach() for n, p in model.named_parameters() if p.grad is not None},
+                              cfg).items()}
+    cu = [0]
+    for d in docs:
+        cu.append(cu[-1] + len(d))
+    reference = {
+        "tokens": torch.cat(docs).to(torch.int64),
+        "positions": torch.cat([torch.arange(len(d)) for d in docs]).to(torch.int64),
+        "cu_seqlens": torch.tensor(cu, dtype=torch.int32),
+        "logits": torch.cat(logits).detach(),
+        "ce_sum": ce_sum.detach().reshape(()),
+        "aux_loss": aux.detach().reshape(()),
+        **grads,
+    }
+    save_file(reference, os.path.join(out_dir, name, "reference.safetensors"))
+    print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, {cu[-1]} tokens, "
+          f"ce_sum {ce_sum.item():.6f}, aux {aux.item():.6f} -> {os.path.join(out_dir, name)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir")
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args()
+    for name in CASES:
+        build_case(name, args.out_dir, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Model checks and throughput on one GPU (an H200): HF parity (fp32 and bf16 logits and
+# gradients against transformers), then forward+backward tokens/s and MFU at a 16K-token
+# micro-batch for moe-500m and qwen3-0.6b. Results go to stdout and, if set, "$OUT".
+#   bench/models/run.sh            (from the project root; builds into build-gpu)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export BUILD_DIR=${BUILD_DIR:-$root/build-gpu} BUILD_TYPE=${BUILD_TYPE:-Release}
+source launch/env.sh
+cmake_args=()
+[[ -f $BUILD_DIR/CMakeCache.txt ]] || cmake_args=(-DTOPOTRAIN_BUILD_TESTS=OFF)
+JOBS=${JOBS:-$(nproc)} launch/build.sh "${cmake_args[@]}" >/dev/null
+bin=$BUILD_DIR/bin
+results=${OUT:-$(mktemp -d)}
+mkdir -p "$results"
+log=$results/models.txt
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+{
+  echo "# bench/models/run.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  python3 bench/models/hf_parity.py "$work"
+  status=0
+  for case in dense moe; do "$bin/hf_parity" "$work/$case" || status=1; done
+  for preset in moe-500m qwen3-0.6b; do "$bin/model_bench" "$preset" 16384 2048 10; done
+  exit $status
+} 2>&1 | tee "$log"

@@ -1,0 +1,80 @@
+// Shape of a Qwen3 dense or Qwen3-MoE model, with the field names of HF's config.json so
+// that a checkpoint directory's config.json loads as is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace topotrain::model {
+
+struct ModelConfig {
+  // Where this config came from ("preset tiny-moe", "/path/config.json"): error messages
+  // name it so that the user knows which file or setting to fix.
+  std::string source = "default";
+
+  int64_t vocab_size = 151936;
+  int64_t hidden_size = 1024;
+  int64_t intermediate_size = 3072;
+  int64_t num_hidden_layers = 28;
+  int64_t num_attention_heads = 16;
+  int64_t num_key_value_heads = 8;
+  int64_t head_dim = 128;
+  double rope_theta = 1000000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+  int64_t max_position_embeddings = 40960;
+  double initializer_range = 0.02;
+
+  // Mixture of experts; num_experts == 0 means a dense model.
+  int64_t num_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  double router_aux_loss_coef = 0.001;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  bool is_moe() const { return num_experts > 0; }
+  // HF's rule: a layer is sparse unless listed in mlp_only_layers, and only every
+  // decoder_sparse_step-th layer (1-based) is.
+  bool is_moe_layer(int64_t layer) const;
+  int64_t num_moe_layers() const;
+
+  // Throws ConfigError naming `source` and the offending field.
+  void validate() const;
+
+  // HF config.json (model_type qwen3 or qwen3_moe). Unsupported features (attention
+  // biases, rope scaling, sliding windows, activations other than silu) are refused.
+  static ModelConfig from_json_file(const std::string& path);
+  static ModelConfig from_json_text(const std::string& text, const std::string& source);
+  std::string to_json_text() const;  // an HF-loadable config.json
+  void write_json_file(const std::string& path) const;
+
+  // moe-500m, qwen3-0.6b, qwen3-8b, tiny-dense, tiny-moe.
+  static ModelConfig preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+};
+
+struct ParameterCounts {
+  int64_t total = 0;
+  int64_t active = 0;     // touched by one token: shared weights + top-k experts per layer
+  int64_t embedding = 0;  // embed_tokens (+ lm_head when untied)
+};
+ParameterCounts count_parameters(const ModelConfig& config);
+
+// Bytes of training state that do not scale with the batch: fp32 master weights, fp32
+// gradients, fp32 Adam moments, and the bf16 weight copies made during forward/backward.
+struct TrainingMemory {
+  int64_t master_weights = 0;
+  int64_t gradients = 0;
+  int64_t adam_moments = 0;
+  int64_t bf16_weight_copies = 0;
+  int64_t total() const { return master_weights + gradients + adam_moments + bf16_weight_copies; }
+};
+TrainingMemory estimate_training_memory(const ModelConfig& config);
+
+// One line for the start-of-run log: parameters (total/active) and the memory estimate.
+std::string describe(const ModelConfig& config);
+
+}  // namespace topotrain::model

@@ -1,0 +1,34 @@
+// HF-format import and export of a Qwen3CausalLM: tensor names as on the Hub, MoE experts
+// unstacked into mlp.experts.N.{gate,up,down}_proj.weight.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "topotrain/model/qwen3.h"
+#include "topotrain/model/safetensors.h"
+
+namespace topotrain::model {
+
+// Maps tensors named and shaped like the model's parameters (the parameters themselves,
+// or their gradients) to HF names: each stacked expert tensor becomes per-expert views.
+NamedTensors to_hf_layout(const NamedTensors& stacked);
+// to_hf_layout of the model's parameters: views that share their storage.
+NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model);
+
+// Loads a checkpoint (file, index or directory) into the model's parameters. F32, BF16
+// and F16 tensors are accepted (the upcast to the fp32 masters is exact). Throws
+// ConfigError naming the checkpoint file and tensor on a missing tensor, an unexpected
+// tensor, a shape or dtype mismatch; lm_head.weight is ignored when embeddings are tied
+// (HF ties it to the embedding the same way).
+void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path);
+
+// Writes config.json and the weights in `dtype` (kFloat32 or kBFloat16) to `directory`,
+// sharded above max_shard_bytes, in the layout load_hf_checkpoint and transformers read.
+void save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+                        torch::ScalarType dtype = torch::kFloat32, int64_t max_shard_bytes = int64_t{5} << 30);
+
+}  // namespace topotrain::model

@@ -1,0 +1,80 @@
+// Building blocks of a Qwen3 decoder layer, parameter names as in HF transformers.
+//
+// Precision: parameters stay fp32 (the optimizer's master copy); every block computes in
+// the dtype of its input activations, casting each weight to that dtype where it is used.
+// The cast is part of the autograd graph, so gradients arrive in fp32 on the parameters
+// and no separate bf16 model copy or autocast state exists. The caller picks the compute
+// dtype once, by the dtype the embedding output is cast to (see Qwen3CausalLM).
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+#include "topotrain/model/attention.h"
+#include "topotrain/model/config.h"
+
+namespace topotrain::model {
+
+// A bias-free linear map, y = x W^T, W [out, in] (HF nn.Linear(bias=False) layout).
+class ProjectionImpl : public torch::nn::Module {
+ public:
+  ProjectionImpl(int64_t in_features, int64_t out_features, double init_std);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Projection);
+
+// RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+// cos/sin of rotate-half RoPE for each token's position, [T, 1, head_dim] in `dtype`
+// (computed in fp32 first, as HF does).
+struct RotaryTables {
+  torch::Tensor cos, sin;
+};
+RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype);
+torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables);  // x [T, heads, head_dim]
+
+// What every layer of one forward shares.
+struct LayerContext {
+  RotaryTables rotary;
+  torch::Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
+  AttentionBackend attention = AttentionBackend::math_per_document;
+};
+
+// GQA self-attention with per-head q_norm/k_norm before RoPE.
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const ModelConfig& config);
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& context);  // x [T, hidden]
+
+  Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+class DenseMlpImpl : public torch::nn::Module {
+ public:
+  DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(DenseMlp);
+
+}  // namespace topotrain::model

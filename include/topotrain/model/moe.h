@@ -1,0 +1,70 @@
+// Qwen3-MoE sparse block: router softmax -> top-k -> optional renormalisation, dropless
+// experts stored stacked, and HF's load-balancing auxiliary loss.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "topotrain/model/config.h"
+#include "topotrain/model/layers.h"
+
+namespace topotrain::model {
+
+enum class ExpertBackend {
+  // Tokens sorted by expert, one matmul pair per expert (any device and dtype; reads the
+  // per-expert counts back to the host).
+  sorted_loop,
+  // Tokens sorted by expert, one at::_grouped_mm per projection (CUDA bf16,
+  // TOPOTRAIN_HAS_GROUPED_MM); no host synchronisation.
+  grouped_mm,
+};
+
+std::string to_string(ExpertBackend backend);
+ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& config);
+
+// Router statistics summed over tokens and MoE layers. HF's load_balancing_loss_func
+// concatenates the router logits of all layers before taking means, which equals these
+// sums divided by the total row count: keeping sums avoids holding every layer's logits.
+struct RouterLoad {
+  torch::Tensor expert_counts;      // fp32 [E]: top-k selections per expert (no gradient)
+  torch::Tensor probability_sums;   // fp32 [E]: sum of router softmax probabilities
+  int64_t rows = 0;                 // tokens x layers summed
+
+  // probs: fp32 router softmax [T, E]; selected: the top-k expert ids [T, k].
+  void add(const torch::Tensor& probs, const torch::Tensor& selected);
+};
+
+// num_experts * sum_e (counts_e / rows) * (probability_sums_e / rows); zero when empty.
+// This is HF's aux loss before router_aux_loss_coef is applied.
+torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts);
+
+// The stacked expert weights, HF's per-expert Linear layouts stacked on dim 0:
+// gate_up_proj [E, 2*I, H] (gate rows first, then up rows), down_proj [E, H, I].
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, double init_std);
+  // x_sorted [N, H]: rows grouped by expert in expert order, counts int64 [E] (sum N).
+  torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend);
+
+  torch::Tensor gate_up_proj, down_proj;
+};
+TORCH_MODULE(Experts);
+
+class SparseMoeBlockImpl : public torch::nn::Module {
+ public:
+  explicit SparseMoeBlockImpl(const ModelConfig& config);
+  // x [T, H]; adds this layer's router statistics to `load` when it is given.
+  torch::Tensor forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load);
+
+  Projection gate{nullptr};
+  Experts experts{nullptr};
+
+ private:
+  int64_t top_k_;
+  bool norm_topk_prob_;
+};
+TORCH_MODULE(SparseMoeBlock);
+
+}  // namespace topotrain::model

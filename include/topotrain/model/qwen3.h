@@ -1,0 +1,102 @@
+// Qwen3 / Qwen3-MoE causal language model over packed micro-batches. Parameter names are
+// HF's (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...,
+// lm_head.weight) except the stacked experts, model.layers.N.mlp.experts.gate_up_proj
+// [E, 2I, H] and .down_proj [E, H, I]; hf_checkpoint.h maps those to HF's per-expert names.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "topotrain/model/attention.h"
+#include "topotrain/model/config.h"
+#include "topotrain/model/layers.h"
+#include "topotrain/model/moe.h"
+#include "topotrain/model/packed_batch.h"
+
+namespace topotrain::model {
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config, int64_t layer);
+  // x [T, hidden] in the compute dtype; router statistics go to `load` (MoE layers).
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
+                        RouterLoad* load);
+
+  Attention self_attn{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  DenseMlp dense_mlp{nullptr};        // registered as "mlp" in dense layers
+  SparseMoeBlock sparse_mlp{nullptr};  // registered as "mlp" in MoE layers
+};
+TORCH_MODULE(DecoderLayer);
+
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(int64_t vocab, int64_t hidden, double init_std);
+  torch::Tensor forward(const torch::Tensor& tokens);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// HF's Qwen3Model: embeddings, decoder layers, final norm.
+class BackboneImpl : public torch::nn::Module {
+ public:
+  explicit BackboneImpl(const ModelConfig& config);
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Backbone);
+
+struct BackboneOutput {
+  torch::Tensor hidden;             // [T, hidden] after the final norm, compute dtype
+  std::vector<torch::Tensor> taps;  // outputs of the requested decoder layers, in request order
+  torch::Tensor aux_loss;           // fp32 scalar: HF's load-balancing loss (0 for dense), not yet
+                                    // multiplied by router_aux_loss_coef
+};
+
+// bf16 on CUDA, fp32 elsewhere.
+torch::ScalarType default_compute_dtype(const torch::Device& device);
+
+class Qwen3CausalLMImpl : public torch::nn::Module {
+ public:
+  // Parameters are created fp32 on the CPU, initialised as HF does (normal(0,
+  // initializer_range), norms at one) from torch's global generator; move with to().
+  explicit Qwen3CausalLMImpl(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  torch::ScalarType compute_dtype() const { return compute_dtype_; }
+  void set_compute_dtype(torch::ScalarType dtype) { compute_dtype_ = dtype; }
+  // The kernels the next forward will use for the current parameter device and compute
+  // dtype; force_* pins one (e.g. the math path as a reference on GPU).
+  AttentionBackend attention_backend() const;
+  ExpertBackend expert_backend() const;
+  void force_attention_backend(std::optional<AttentionBackend> backend) { forced_attention_ = backend; }
+  void force_expert_backend(std::optional<ExpertBackend> backend) { forced_experts_ = backend; }
+
+  // Taps are decoder layer indices in [0, num_hidden_layers); tap i is the output of
+  // layer i (HF's hidden_states[i + 1]).
+  BackboneOutput forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps = {});
+  // lm_head at the given rows of `hidden` only: fp32 [rows, vocab].
+  torch::Tensor logits_at(const torch::Tensor& hidden, const torch::Tensor& rows);
+  // lm_head (or the embedding when tied) in the compute dtype, through the autograd graph.
+  torch::Tensor lm_head_weight();
+
+  // Pieces of forward_backbone, public so that a caller can run layers one by one.
+  LayerContext layer_context(const PackedBatch& batch) const;
+  DecoderLayer layer(int64_t index) const;
+
+  Backbone model{nullptr};
+  Projection lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  ModelConfig config_;
+  torch::ScalarType compute_dtype_ = torch::kFloat32;
+  std::optional<AttentionBackend> forced_attention_;
+  std::optional<ExpertBackend> forced_experts_;
+};
+TORCH_MODULE(Qwen3CausalLM);
+
+}  // namespace topotrain::model

@@ -1,0 +1,281 @@
+#include "topotrain/model/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain::model {
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+void read_field(const json& doc, const char* key, T& out, const std::string& source) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    throw ConfigError(cat(source, ": field '", key, "' has the wrong type (", it->dump(), ")"));
+  }
+}
+
+void refuse_if(bool unsupported, const std::string& source, const std::string& what) {
+  if (unsupported) {
+    throw ConfigError(cat(source, ": ", what, " is not supported by topotrain's Qwen3 model"));
+  }
+}
+
+double round_gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!is_moe()) return false;
+  if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
+
+int64_t ModelConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t layer = 0; layer < num_hidden_layers; ++layer) n += is_moe_layer(layer) ? 1 : 0;
+  return n;
+}
+
+void ModelConfig::validate() const {
+  auto positive = [&](int64_t value, const char* key) {
+    if (value <= 0) throw ConfigError(cat(source, ": ", key, " must be positive, got ", value));
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  if (head_dim % 2 != 0) throw ConfigError(cat(source, ": head_dim must be even for rotary embeddings, got ", head_dim));
+  if (num_attention_heads % num_key_value_heads != 0) {
+    throw ConfigError(cat(source, ": num_attention_heads (", num_attention_heads,
+                          ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")"));
+  }
+  if (rope_theta <= 0 || rms_norm_eps <= 0) {
+    throw ConfigError(cat(source, ": rope_theta and rms_norm_eps must be positive"));
+  }
+  if (num_experts < 0) throw ConfigError(cat(source, ": num_experts must be >= 0, got ", num_experts));
+  bool any_dense_layer = false;
+  for (int64_t layer = 0; layer < num_hidden_layers; ++layer) any_dense_layer |= !is_moe_layer(layer);
+  if (any_dense_layer) positive(intermediate_size, "intermediate_size");
+  if (is_moe()) {
+    positive(moe_intermediate_size, "moe_intermediate_size");
+    positive(decoder_sparse_step, "decoder_sparse_step");
+    if (num_experts_per_tok <= 0 || num_experts_per_tok > num_experts) {
+      throw ConfigError(cat(source, ": num_experts_per_tok must be in [1, num_experts = ", num_experts, "], got ",
+                            num_experts_per_tok));
+    }
+    for (int64_t layer : mlp_only_layers) {
+      if (layer < 0 || layer >= num_hidden_layers) {
+        throw ConfigError(cat(source, ": mlp_only_layers lists layer ", layer, " but the model has ",
+                              num_hidden_layers, " layers"));
+      }
+    }
+  }
+}
+
+ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(cat(source, ": not valid JSON (", e.what(), ")"));
+  }
+  if (!doc.is_object()) throw ConfigError(cat(source, ": expected a JSON object"));
+  std::string model_type;
+  read_field(doc, "model_type", model_type, source);
+  if (!model_type.empty() && model_type != "qwen3" && model_type != "qwen3_moe") {
+    throw ConfigError(cat(source, ": model_type '", model_type, "' is not a Qwen3 model (expected qwen3 or qwen3_moe)"));
+  }
+
+  ModelConfig c;
+  c.source = source;
+  read_field(doc, "vocab_size", c.vocab_size, source);
+  read_field(doc, "hidden_size", c.hidden_size, source);
+  read_field(doc, "intermediate_size", c.intermediate_size, source);
+  read_field(doc, "num_hidden_layers", c.num_hidden_layers, source);
+  read_field(doc, "num_attention_heads", c.num_attention_heads, source);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_field(doc, "num_key_value_heads", c.num_key_value_heads, source);
+  c.head_dim = 0;
+  read_field(doc, "head_dim", c.head_dim, source);
+  if (c.head_dim == 0 && c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+  read_field(doc, "rope_theta", c.rope_theta, source);
+  read_field(doc, "rms_norm_eps", c.rms_norm_eps, source);
+  read_field(doc, "tie_word_embeddings", c.tie_word_embeddings, source);
+  read_field(doc, "max_position_embeddings", c.max_position_embeddings, source);
+  read_field(doc, "initializer_range", c.initializer_range, source);
+  if (model_type == "qwen3_moe" || doc.contains("num_experts")) {
+    read_field(doc, "num_experts", c.num_experts, source);
+    read_field(doc, "num_experts_per_tok", c.num_experts_per_tok, source);
+    read_field(doc, "moe_intermediate_size", c.moe_intermediate_size, source);
+    read_field(doc, "norm_topk_prob", c.norm_topk_prob, source);
+    read_field(doc, "router_aux_loss_coef", c.router_aux_loss_coef, source);
+    read_field(doc, "decoder_sparse_step", c.decoder_sparse_step, source);
+    read_field(doc, "mlp_only_layers", c.mlp_only_layers, source);
+  }
+
+  // Newer transformers releases nest the RoPE settings under rope_parameters.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) continue;
+    std::string rope_type = it->value("rope_type", it->value("type", std::string("default")));
+    refuse_if(rope_type != "default", source, cat(key, ".rope_type = '", rope_type, "'"));
+    read_field(*it, "rope_theta", c.rope_theta, source);
+  }
+  std::string act = "silu";
+  read_field(doc, "hidden_act", act, source);
+  refuse_if(act != "silu", source, cat("hidden_act = '", act, "'"));
+  bool flag = false;
+  read_field(doc, "attention_bias", flag, source);
+  refuse_if(flag, source, "attention_bias = true");
+  flag = false;
+  read_field(doc, "use_sliding_window", flag, source);
+  refuse_if(flag, source, "use_sliding_window = true");
+  c.validate();
+  return c;
+}
+
+ModelConfig ModelConfig::from_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(cat("cannot open model config '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json_text(text.str(), path);
+}
+
+std::string ModelConfig::to_json_text() const {
+  json doc = {
+      {"model_type", is_moe() ? "qwen3_moe" : "qwen3"},
+      {"architectures", {is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"rope_theta", rope_theta},
+      {"rms_norm_eps", rms_norm_eps},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"max_position_embeddings", max_position_embeddings},
+      {"initializer_range", initializer_range},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"use_sliding_window", false},
+      {"torch_dtype", "float32"},
+  };
+  if (is_moe()) {
+    doc["num_experts"] = num_experts;
+    doc["num_experts_per_tok"] = num_experts_per_tok;
+    doc["moe_intermediate_size"] = moe_intermediate_size;
+    doc["norm_topk_prob"] = norm_topk_prob;
+    doc["router_aux_loss_coef"] = router_aux_loss_coef;
+    doc["decoder_sparse_step"] = decoder_sparse_step;
+    doc["mlp_only_layers"] = mlp_only_layers;
+  }
+  return doc.dump(2);
+}
+
+void ModelConfig::write_json_file(const std::string& path) const {
+  std::ofstream out(path);
+  out << to_json_text() << "\n";
+  if (!out) throw std::runtime_error(cat("cannot write model config '", path, "'"));
+}
+
+std::vector<std::string> ModelConfig::preset_names() {
+  return {"moe-500m", "qwen3-0.6b", "qwen3-8b", "tiny-dense", "tiny-moe"};
+}
+
+ModelConfig ModelConfig::preset(const std::string& name) {
+  ModelConfig c;
+  c.source = cat("model preset '", name, "'");
+  if (name == "qwen3-0.6b") {
+    c.hidden_size = 1024, c.intermediate_size = 3072, c.num_hidden_layers = 28;
+    c.num_attention_heads = 16, c.num_key_value_heads = 8, c.head_dim = 128;
+    c.tie_word_embeddings = true;
+  } else if (name == "qwen3-8b") {
+    c.hidden_size = 4096, c.intermediate_size = 12288, c.num_hidden_layers = 36;
+    c.num_attention_heads = 32, c.num_key_value_heads = 8, c.head_dim = 128;
+  } else if (name == "moe-500m") {
+    // 497.7M total / 327.9M active: few, wide experts keep the grouped GEMMs large
+    // enough to run near peak on one GPU.
+    c.hidden_size = 768, c.intermediate_size = 2048, c.num_hidden_layers = 16;
+    c.num_attention_heads = 8, c.num_key_value_heads = 4, c.head_dim = 128;
+    c.num_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 768;
+  } else if (name == "tiny-dense" || name == "tiny-moe") {
+    // Byte-level demo vocabulary: 256 bytes + specials fit in 512.
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 128, c.num_hidden_layers = 3;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.max_position_embeddings = 4096;
+    c.tie_word_embeddings = name == "tiny-dense";
+    if (name == "tiny-moe") {
+      c.num_experts = 8, c.num_experts_per_tok = 2, c.moe_intermediate_size = 32;
+      c.mlp_only_layers = {1};
+    }
+  } else {
+    std::string known;
+    for (const auto& p : preset_names()) known += (known.empty() ? "" : ", ") + p;
+    throw ConfigError(cat("unknown model preset '", name, "' (known: ", known, ")"));
+  }
+  c.validate();
+  return c;
+}
+
+ParameterCounts count_parameters(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  const int64_t attention = h * c.num_attention_heads * c.head_dim * 2 + h * c.num_key_value_heads * c.head_dim * 2 +
+                            2 * c.head_dim /* q_norm, k_norm */ + 2 * h /* layer norms */;
+  ParameterCounts n;
+  n.embedding = c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2);
+  n.total = n.active = n.embedding + h /* final norm */;
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    n.total += attention, n.active += attention;
+    if (c.is_moe_layer(layer)) {
+      const int64_t expert = 3 * h * c.moe_intermediate_size;
+      n.total += c.num_experts * h + c.num_experts * expert;
+      n.active += c.num_experts * h + c.num_experts_per_tok * expert;
+    } else {
+      n.total += 3 * h * c.intermediate_size;
+      n.active += 3 * h * c.intermediate_size;
+    }
+  }
+  return n;
+}
+
+TrainingMemory estimate_training_memory(const ModelConfig& config) {
+  const int64_t params = count_parameters(config).total;
+  TrainingMemory m;
+  m.master_weights = params * 4;
+  m.gradients = params * 4;
+  m.adam_moments = params * 8;
+  m.bf16_weight_copies = params * 2;
+  return m;
+}
+
+std::string describe(const ModelConfig& config) {
+  const ParameterCounts n = count_parameters(config);
+  const TrainingMemory m = estimate_training_memory(config);
+  std::ostringstream out;
+  out.precision(1);
+  out << std::fixed << config.source << ": " << (config.is_moe() ? "Qwen3-MoE" : "Qwen3 dense") << ", "
+      << config.num_hidden_layers << " layers, hidden " << config.hidden_size << ", "
+      << static_cast<double>(n.total) / 1e6 << "M parameters (" << static_cast<double>(n.active) / 1e6
+      << "M active per token); training state " << round_gib(m.total()) << " GiB (fp32 master "
+      << round_gib(m.master_weights) << " + fp32 grads " << round_gib(m.gradients) << " + fp32 Adam "
+      << round_gib(m.adam_moments) << " + bf16 weight copies " << round_gib(m.bf16_weight_copies)
+      << ") before activations";
+  return out.str();
+}
+
+}  // namespace topotrain::model

@@ -1,0 +1,105 @@
+#include "topotrain/model/moe.h"
+
+#include <stdexcept>
+#include <vector>
+
+#include "topotrain/torch_compat.h"
+
+namespace topotrain::model {
+
+std::string to_string(ExpertBackend backend) {
+  return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
+}
+
+ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& c) {
+  // CUTLASS grouped GEMM wants 16-byte aligned rows in every operand.
+  const bool aligned = c.hidden_size % 8 == 0 && c.moe_intermediate_size % 8 == 0;
+  if (compat::kHasGroupedMm && device.is_cuda() && dtype == torch::kBFloat16 && aligned) {
+    return ExpertBackend::grouped_mm;
+  }
+  return ExpertBackend::sorted_loop;
+}
+
+void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selected) {
+  auto flat = selected.reshape({-1});
+  auto counts = torch::zeros({probs.size(1)}, probs.options())
+                    .index_add_(0, flat, torch::ones({flat.size(0)}, probs.options()));
+  auto sums = probs.sum(0);
+  expert_counts = expert_counts.defined() ? expert_counts + counts : counts;
+  probability_sums = probability_sums.defined() ? probability_sums + sums : sums;
+  rows += probs.size(0);
+}
+
+torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts) {
+  if (load.rows == 0) return torch::zeros({}, torch::kFloat32);
+  const double rows = static_cast<double>(load.rows);
+  return (load.expert_counts / rows * (load.probability_sums / rows)).sum() * static_cast<double>(num_experts);
+}
+
+ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, double init_std) {
+  gate_up_proj = register_parameter("gate_up_proj", torch::randn({num_experts, 2 * intermediate, hidden}) * init_std);
+  down_proj = register_parameter("down_proj", torch::randn({num_experts, hidden, intermediate}) * init_std);
+}
+
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend) {
+  const auto dtype = x_sorted.scalar_type();
+  const int64_t intermediate = down_proj.size(2);
+  auto gate_up = gate_up_proj.to(dtype);
+  auto down = down_proj.to(dtype);
+  auto swiglu = [intermediate](const torch::Tensor& gu) {
+    return torch::silu(gu.narrow(-1, 0, intermediate)) * gu.narrow(-1, intermediate, intermediate);
+  };
+  if (backend == ExpertBackend::grouped_mm) {
+#if TOPOTRAIN_HAS_GROUPED_MM
+    // offs holds each group's end row; weights go in as [E, in, out] views of the
+    // [E, out, in] storage, the column-major operand layout the kernel prefers.
+    auto offs = counts.cumsum(0).to(torch::kInt32);
+    auto hidden = swiglu(at::_grouped_mm(x_sorted, gate_up.transpose(1, 2), offs));
+    return at::_grouped_mm(hidden, down.transpose(1, 2), offs);
+#else
+    throw std::runtime_error("experts: this build has no at::_grouped_mm (needs CUDA LibTorch >= 2.8)");
+#endif
+  }
+  const auto host_counts = counts.to(torch::kCPU).to(torch::kInt64);
+  const auto* n = host_counts.data_ptr<int64_t>();
+  std::vector<torch::Tensor> outputs;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < host_counts.size(0); ++e) {
+    if (n[e] == 0) continue;
+    auto rows = x_sorted.narrow(0, begin, n[e]);
+    outputs.push_back(torch::matmul(swiglu(torch::matmul(rows, gate_up[e].t())), down[e].t()));
+    begin += n[e];
+  }
+  if (outputs.empty()) return torch::zeros({0, down.size(1)}, x_sorted.options());
+  return torch::cat(outputs, 0);
+}
+
+SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
+    : top_k_(c.num_experts_per_tok), norm_topk_prob_(c.norm_topk_prob) {
+  gate = register_module("gate", Projection(c.hidden_size, c.num_experts, c.initializer_range));
+  experts = register_module(
+      "experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, c.initializer_range));
+}
+
+torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
+  const int64_t tokens = x.size(0), hidden = x.size(1), num_experts = gate->weight.size(0);
+  auto router_logits = gate(x);
+  auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
+  auto [weights, selected] = probs.topk(top_k_, -1);
+  if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  weights = weights.to(x.scalar_type());
+  if (load != nullptr) load->add(probs, selected);
+
+  // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
+  auto flat = selected.reshape({-1});
+  auto order = flat.argsort();
+  auto counts = torch::bincount(flat, {}, num_experts);
+  auto x_sorted = x.index_select(0, order.div(top_k_, "floor"));
+  auto y_sorted = experts(x_sorted, counts, backend);
+  // Undo the sort with a gather instead of a scatter-add so that the sum over a token's
+  // k experts is deterministic.
+  auto y = y_sorted.index_select(0, order.argsort()).view({tokens, top_k_, hidden});
+  return (y * weights.unsqueeze(-1)).sum(1);
+}
+
+}  // namespace topotrain::model

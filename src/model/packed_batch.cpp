@@ -1,0 +1,66 @@
+#include "topotrain/model/packed_batch.h"
+
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain::model {
+
+PackedBatch PackedBatch::from_documents(const std::vector<std::vector<int64_t>>& documents) {
+  std::vector<int64_t> tokens, positions;
+  std::vector<int32_t> cu{0};
+  int64_t max_seqlen = 0;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const auto& doc = documents[d];
+    if (doc.empty()) throw std::invalid_argument(cat("packed batch: document ", d, " is empty"));
+    for (size_t i = 0; i < doc.size(); ++i) {
+      tokens.push_back(doc[i]);
+      positions.push_back(static_cast<int64_t>(i));
+    }
+    cu.push_back(static_cast<int32_t>(tokens.size()));
+    max_seqlen = std::max<int64_t>(max_seqlen, static_cast<int64_t>(doc.size()));
+  }
+  PackedBatch b;
+  b.tokens = torch::tensor(tokens, torch::kInt64);
+  b.positions = torch::tensor(positions, torch::kInt64);
+  b.cu_seqlens = torch::tensor(cu, torch::kInt32);
+  b.max_seqlen = max_seqlen;
+  return b;
+}
+
+PackedBatch PackedBatch::to(const torch::Device& device) const {
+  return {tokens.to(device), positions.to(device), cu_seqlens.to(device), max_seqlen};
+}
+
+void PackedBatch::check() const {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("packed batch: " + what); };
+  if (!tokens.defined() || tokens.dim() != 1 || tokens.scalar_type() != torch::kInt64) fail("tokens must be int64 [T]");
+  if (!positions.defined() || positions.sizes() != tokens.sizes() || positions.scalar_type() != torch::kInt64) {
+    fail("positions must be int64 with the shape of tokens");
+  }
+  if (!cu_seqlens.defined() || cu_seqlens.dim() != 1 || cu_seqlens.size(0) < 2 ||
+      cu_seqlens.scalar_type() != torch::kInt32) {
+    fail("cu_seqlens must be int32 [docs + 1] with at least one document");
+  }
+  if (!cu_seqlens.is_cpu()) return;  // reading a device tensor back would synchronise
+  auto cu = cu_seqlens.accessor<int32_t, 1>();
+  int64_t longest = 0;
+  if (cu[0] != 0) fail("cu_seqlens[0] must be 0");
+  for (int64_t d = 1; d < cu.size(0); ++d) {
+    if (cu[d] <= cu[d - 1]) fail(cat("document ", d - 1, " is empty or cu_seqlens is not increasing"));
+    longest = std::max<int64_t>(longest, cu[d] - cu[d - 1]);
+  }
+  if (cu[cu.size(0) - 1] != tokens.size(0)) fail("cu_seqlens must end at the number of tokens");
+  if (longest != max_seqlen) fail(cat("max_seqlen is ", max_seqlen, " but the longest document has ", longest, " tokens"));
+}
+
+NextTokenTargets next_token_targets(const PackedBatch& batch) {
+  const auto opts = batch.tokens.options();
+  auto has_target = torch::ones({batch.num_tokens()}, opts.dtype(torch::kBool));
+  auto last_of_document = batch.cu_seqlens.slice(0, 1).to(torch::kInt64) - 1;
+  has_target.index_fill_(0, last_of_document, false);
+  auto rows = has_target.nonzero().squeeze(1);
+  return {rows, batch.tokens.index_select(0, rows + 1)};
+}
+
+}  // namespace topotrain::model

@@ -1,0 +1,109 @@
+#include "topotrain/model/qwen3.h"
+
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain::model {
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
+  self_attn = register_module("self_attn", Attention(c));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+  if (c.is_moe_layer(layer)) {
+    sparse_mlp = register_module("mlp", SparseMoeBlock(c));
+  } else {
+    dense_mlp = register_module("mlp", DenseMlp(c.hidden_size, c.intermediate_size, c.initializer_range));
+  }
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
+                                        RouterLoad* load) {
+  auto h = x + self_attn(input_layernorm(x), context);
+  auto normed = post_attention_layernorm(h);
+  return h + (sparse_mlp ? sparse_mlp(normed, experts, load) : dense_mlp(normed));
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t hidden, double init_std) {
+  weight = register_parameter("weight", torch::randn({vocab, hidden}) * init_std);
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
+
+BackboneImpl::BackboneImpl(const ModelConfig& c) {
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.initializer_range));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::ScalarType default_compute_dtype(const torch::Device& device) {
+  return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+}
+
+Qwen3CausalLMImpl::Qwen3CausalLMImpl(const ModelConfig& config) : config_(config) {
+  config_.validate();
+  model = register_module("model", Backbone(config_));
+  if (!config_.tie_word_embeddings) {
+    lm_head = register_module("lm_head", Projection(config_.hidden_size, config_.vocab_size, config_.initializer_range));
+  }
+}
+
+AttentionBackend Qwen3CausalLMImpl::attention_backend() const {
+  if (forced_attention_) return *forced_attention_;
+  return choose_attention_backend(model->embed_tokens->weight.device(), compute_dtype_, config_.head_dim);
+}
+
+ExpertBackend Qwen3CausalLMImpl::expert_backend() const {
+  if (forced_experts_) return *forced_experts_;
+  return choose_expert_backend(model->embed_tokens->weight.device(), compute_dtype_, config_);
+}
+
+LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {
+  LayerContext context;
+  context.rotary = rotary_tables(batch.positions, config_.head_dim, config_.rope_theta, compute_dtype_);
+  context.cu_seqlens = batch.cu_seqlens;
+  context.max_seqlen = batch.max_seqlen;
+  context.attention = attention_backend();
+  return context;
+}
+
+DecoderLayer Qwen3CausalLMImpl::layer(int64_t index) const {
+  return DecoderLayer(model->layers->ptr<DecoderLayerImpl>(index));
+}
+
+BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps) {
+  batch.check();
+  const int64_t num_layers = config_.num_hidden_layers;
+  for (int64_t tap : taps) {
+    if (tap < 0 || tap >= num_layers) {
+      throw std::invalid_argument(cat("forward_backbone: tap layer ", tap, " is outside [0, ", num_layers, ")"));
+    }
+  }
+  const LayerContext context = layer_context(batch);
+  const ExpertBackend experts = expert_backend();
+  RouterLoad load;
+  BackboneOutput out;
+  out.taps.resize(taps.size());
+  auto x = model->embed_tokens(batch.tokens).to(compute_dtype_);
+  for (int64_t i = 0; i < num_layers; ++i) {
+    x = layer(i)(x, context, experts, &load);
+    for (size_t t = 0; t < taps.size(); ++t) {
+      if (taps[t] == i) out.taps[t] = x;
+    }
+  }
+  out.hidden = model->norm(x);
+  out.aux_loss = load_balancing_loss(load, config_.num_experts).to(x.device());
+  return out;
+}
+
+torch::Tensor Qwen3CausalLMImpl::lm_head_weight() {
+  const auto& weight = config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+  return weight.to(compute_dtype_);
+}
+
+torch::Tensor Qwen3CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
+  return torch::matmul(hidden.index_select(0, rows), lm_head_weight().t()).to(torch::kFloat32);
+}
+
+}  // namespace topotrain::model
