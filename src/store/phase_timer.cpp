@@ -69,7 +69,7 @@ void PhaseTimer::close(int index) {
   const OpenScope closed = open_.back();
   open_.pop_back();
   current_.phase_seconds[static_cast<std::size_t>(closed.phase)] += seconds(now - closed.resumed);
-  current_.spans.push_back({closed.phase, seconds_since_epoch(closed.opened), seconds(now - closed.opened)});
+  current_.spans.push_back({closed.phase, seconds_since_epoch(closed.opened), seconds(now - closed.opened), false});
   if (!open_.empty()) open_.back().resumed = now;
 }
 
@@ -146,7 +146,7 @@ void PhaseTimer::resolve(PendingStep& step) {
     const StreamAnchor& anchor = step.anchors[scope.anchor];
     cuda_check(cudaEventElapsedTime(&offset_ms, anchor.event, scope.begin), "cudaEventElapsedTime");
     step.record.phase_seconds[static_cast<std::size_t>(scope.phase)] += ms * 1e-3;
-    step.record.spans.push_back({scope.phase, anchor.time + offset_ms * 1e-3, ms * 1e-3});
+    step.record.spans.push_back({scope.phase, anchor.time + offset_ms * 1e-3, ms * 1e-3, true});
     free_events_.push_back(scope.begin);
     free_events_.push_back(scope.end);
   }

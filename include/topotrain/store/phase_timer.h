@@ -51,6 +51,7 @@ struct PhaseSpan {
   Phase phase;
   double start;
   double seconds;
+  bool gpu;  // timed on a CUDA stream (device time), not on the CPU
 };
 
 struct StepRecord {
