@@ -1,0 +1,34 @@
+// The HDF5 layout of one checkpoint file and its synchronous write and read.
+//
+//   /                     attributes: format = "topotrain-checkpoint", format_version,
+//                         step, model_identity, complete = 1 (written last)
+//   /tensors/<name>       one dataset per tensor; '/' in a name makes groups
+//                         (/tensors/model/layers.0.mlp.gate_proj.weight); attribute dtype
+//   /meta/int64           one int64 attribute per CheckpointState::ints entry
+//   /meta/float64         one float64 attribute per CheckpointState::reals entry
+//   /meta/text/<key>      one string dataset per CheckpointState::texts entry
+//   /settings, /topology  the resolved settings TOML and the topology text
+//
+// bfloat16 and float16 are HDF5 floating-point types with their exact bit layout, so
+// h5dump shows their values; tensors are read back with the file's own type, bit-exact.
+#pragma once
+
+#include <string>
+
+#include "topotrain/store/checkpoint_state.h"
+
+namespace topotrain {
+
+// Writes `state` (host tensors) to `path` and flushes it; the completion marker is the
+// last thing written. Does not fsync or rename: CheckpointWriter does that.
+void write_checkpoint_file(const std::string& path, const CheckpointState& state);
+
+// Reads and validates a checkpoint; throws ConfigError naming the file and what is
+// wrong: truncated or corrupt, incomplete, another model, a missing tensor, a shape or
+// dtype mismatch.
+CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations);
+
+// True when `path` opens as HDF5 and carries the completion marker.
+bool checkpoint_file_complete(const std::string& path);
+
+}  // namespace topotrain

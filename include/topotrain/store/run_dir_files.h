@@ -1,0 +1,25 @@
+// Names of checkpoint files inside a run directory and the atomic file operations the
+// writer and reader share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace topotrain {
+
+// The step of "step-00000100.h5" (exactly that pattern), or nothing.
+std::optional<std::int64_t> checkpoint_step(const std::string& file_name);
+
+// (step, path) of every step-*.h5 in run_dir, lowest step first; completeness not checked.
+std::vector<std::pair<std::int64_t, std::string>> checkpoint_files(const std::string& run_dir);
+
+// Flushes a file's or directory's contents to disk.
+void fsync_path(const std::string& path);
+
+// Replaces `path` with `contents` so that readers see either the old or the new file.
+void write_file_atomically(const std::string& path, const std::string& contents);
+
+}  // namespace topotrain

@@ -1,0 +1,59 @@
+// Turns a timings file into the numbers topotrain-report prints: per role, where the
+// step time goes, throughput, MFU, communication and queue depths, and the bottleneck
+// in one line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "topotrain/store/timings_file.h"
+
+namespace topotrain {
+
+// Seconds per step of one phase over the rows of a role.
+struct PhaseStats {
+  std::string name;  // a phase name, "other" or "wall"
+  double share = 0;  // sum of this phase / sum of wall
+  double mean = 0;
+  double p50 = 0;
+  double p95 = 0;
+  double total = 0;
+};
+
+struct RoleReport {
+  std::string role;
+  std::vector<int> ranks;
+  std::size_t rows = 0;  // (rank, step) rows after skipping
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  std::vector<PhaseStats> phases;  // every Phase in order, then "other"
+  PhaseStats wall;
+  double tokens_per_second = 0;  // summed over the role's ranks
+  double mfu = -1;               // mean over ranks with known FLOPs; -1 = unknown
+  double comm_share = 0;         // comm_wait + send + recv, of wall
+  double wait_share = 0;         // data_wait + comm_wait + queue_wait, of wall
+  double queue_depth_mean = -1;  // -1 = not recorded
+  double queue_depth_max = -1;
+
+  const PhaseStats& phase(const std::string& name) const;
+};
+
+struct RunReport {
+  std::string path;
+  int world_size = 0;
+  std::int64_t skipped_steps = 0;
+  std::vector<RoleReport> roles;  // in order of their lowest rank
+  std::string bottleneck;
+};
+
+// `skip_steps`: the first N steps of every rank are left out (warm-up).
+RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps);
+
+// The text topotrain-report prints.
+std::string format_report(const RunReport& report);
+
+// Nearest-rank percentile (p in [0, 100]) of unsorted values; 0 for none.
+double percentile(std::vector<double> values, double p);
+
+}  // namespace topotrain

@@ -1,0 +1,51 @@
+// The layout of <run_dir>/timings.h5, shared by the timing log (writer) and
+// topotrain-report (reader). Every table is a 2-D float64 dataset [rows, fields] with a
+// comma-separated `fields` attribute; readers look columns up by name, so columns can
+// be added without breaking old readers.
+//
+//   / attributes     format = "topotrain-timings", world_size, roles ("target,target,drafter":
+//                    rank i's role is the i-th), gather_every
+//   /ranks           rank, flops_per_token, peak_flops, nvml_device   (one row per rank;
+//                    0 = unknown)
+//   /steps           step, rank, start, wall, <one column per Phase, seconds>, other,
+//                    tokens, loss, lr, grad_norm, peak_memory_bytes, queue_depth,
+//                    collectives, <extra fields>    (one row per rank and step)
+//   /spans           rank, step, phase, start, seconds, gpu   (every timed scope; `phase`
+//                    is the index into the `phases` attribute of /spans; gpu = 1 for
+//                    device time of a CUDA stream)
+//   /nvml            rank, time, gpu_util, mem_util, mem_used_bytes, power_watts, sm_clock_mhz
+//
+// Times are seconds; `start` and `time` count from one epoch taken on all ranks right
+// after a barrier, so lanes of different ranks line up. Rows arrive in gather order, not
+// sorted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topotrain/store/h5_io.h"
+
+namespace topotrain {
+
+constexpr const char* kTimingsFileName = "timings.h5";
+
+std::vector<std::string> step_fields(const std::vector<std::string>& extra_fields);
+std::vector<std::string> span_fields();
+std::vector<std::string> nvml_fields();
+std::vector<std::string> rank_fields();
+
+struct TimingsData {
+  std::string path;
+  int world_size = 0;
+  std::vector<std::string> roles;  // per rank
+  TableData ranks;
+  TableData steps;
+  TableData spans;
+  TableData nvml;
+  std::vector<std::string> span_phases;  // names of /spans' phase indices
+};
+
+// Reads a whole timings file; throws std::runtime_error naming the file when it is not one.
+TimingsData read_timings(const std::string& path);
+
+}  // namespace topotrain

@@ -1,0 +1,219 @@
+#include "topotrain/store/run_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+#include "topotrain/store/phase.h"
+
+namespace topotrain {
+namespace {
+
+int require_column(const TableData& table, const std::string& field, const std::string& path) {
+  const int column = table.column(field);
+  if (column < 0) throw std::runtime_error(path + ": the steps table has no column '" + field + "'");
+  return column;
+}
+
+PhaseStats stats_of(const std::string& name, const std::vector<double>& values, double wall_total) {
+  PhaseStats s;
+  s.name = name;
+  for (double v : values) s.total += v;
+  s.mean = values.empty() ? 0 : s.total / static_cast<double>(values.size());
+  s.p50 = percentile(values, 50);
+  s.p95 = percentile(values, 95);
+  s.share = wall_total > 0 ? s.total / wall_total : 0;
+  return s;
+}
+
+// "queue_wait" -> "queue" for "waits on queue".
+std::string wait_object(const std::string& phase) { return phase.substr(0, phase.find('_')); }
+
+std::string percent(double share) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.0f%%", share * 100);
+  return text;
+}
+
+std::string name_bottleneck(const std::vector<RoleReport>& roles) {
+  if (roles.empty()) return "no steps recorded";
+  // The role that waits least is the one the others wait for.
+  const RoleReport* slowest = &roles.front();
+  for (const RoleReport& role : roles)
+    if (role.wait_share < slowest->wait_share) slowest = &role;
+  const PhaseStats* top = nullptr;
+  for (std::size_t i = 0; i < slowest->phases.size(); ++i) {
+    const PhaseStats& p = slowest->phases[i];
+    const bool wait = i < kPhaseCount && is_wait_phase(static_cast<Phase>(i));
+    if (!wait && (!top || p.share > top->share)) top = &p;
+  }
+  std::string line = cat(slowest->role, ' ', top->name == "other" ? "other (untimed code)" : top->name, " is ",
+                         percent(top->share), " of step");
+  for (const RoleReport& role : roles) {
+    if (role.wait_share < 0.10) continue;
+    const PhaseStats* wait = nullptr;
+    for (std::size_t i = 0; i < kPhaseCount; ++i)
+      if (is_wait_phase(static_cast<Phase>(i)) && (!wait || role.phases[i].share > wait->share)) wait = &role.phases[i];
+    const std::string who = &role == slowest ? "it" : role.role;
+    line += cat("; ", who, " waits on ", wait_object(wait->name), ' ', percent(wait->share));
+  }
+  return line;
+}
+
+}  // namespace
+
+const PhaseStats& RoleReport::phase(const std::string& name) const {
+  for (const PhaseStats& p : phases)
+    if (p.name == name) return p;
+  throw std::out_of_range("no phase " + name);
+}
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(values.size()));
+  const std::size_t index = static_cast<std::size_t>(std::max(1.0, rank)) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
+  RunReport report;
+  report.path = data.path;
+  report.world_size = data.world_size;
+  report.skipped_steps = skip_steps;
+  const TableData& steps = data.steps;
+  const int c_step = require_column(steps, "step", data.path);
+  const int c_rank = require_column(steps, "rank", data.path);
+  const int c_wall = require_column(steps, "wall", data.path);
+  const int c_other = require_column(steps, "other", data.path);
+  const int c_tokens = require_column(steps, "tokens", data.path);
+  const int c_queue = steps.column("queue_depth");
+  std::vector<int> c_phase;
+  for (const char* name : phase_names()) c_phase.push_back(steps.column(name));  // -1: an older log
+
+  // Rows per rank, in step order, without each rank's first skip_steps steps.
+  std::vector<std::vector<std::size_t>> rows_of_rank(static_cast<std::size_t>(data.world_size));
+  for (std::size_t row = 0; row < steps.rows; ++row) {
+    const int rank = static_cast<int>(steps.at(row, c_rank));
+    if (rank < 0 || rank >= data.world_size) throw std::runtime_error(cat(data.path, ": a step row has rank ", rank));
+    rows_of_rank[static_cast<std::size_t>(rank)].push_back(row);
+  }
+  for (auto& rows : rows_of_rank) {
+    std::sort(rows.begin(), rows.end(),
+              [&](std::size_t a, std::size_t b) { return steps.at(a, c_step) < steps.at(b, c_step); });
+    rows.erase(rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(skip_steps, rows.size()));
+  }
+
+  const int c_flops = data.ranks.column("flops_per_token");
+  const int c_peak = data.ranks.column("peak_flops");
+  std::map<int, std::pair<double, double>> flops_of_rank;  // rank -> (flops/token, peak)
+  for (std::size_t row = 0; row < data.ranks.rows; ++row)
+    flops_of_rank[static_cast<int>(data.ranks.at(row, data.ranks.column("rank")))] = {
+        c_flops >= 0 ? data.ranks.at(row, c_flops) : 0, c_peak >= 0 ? data.ranks.at(row, c_peak) : 0};
+
+  std::vector<std::string> role_order;
+  for (const std::string& role : data.roles)
+    if (std::find(role_order.begin(), role_order.end(), role) == role_order.end()) role_order.push_back(role);
+
+  for (const std::string& role_name : role_order) {
+    RoleReport role;
+    role.role = role_name;
+    std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
+    std::vector<double> walls, queue;
+    double mfu_sum = 0;
+    int mfu_ranks = 0;
+    bool any_row = false;
+    for (int rank = 0; rank < data.world_size; ++rank) {
+      if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
+      role.ranks.push_back(rank);
+      double rank_tokens = 0, rank_wall = 0;
+      for (std::size_t row : rows_of_rank[static_cast<std::size_t>(rank)]) {
+        const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
+        role.first_step = any_row ? std::min(role.first_step, step) : step;
+        role.last_step = any_row ? std::max(role.last_step, step) : step;
+        any_row = true;
+        ++role.rows;
+        for (std::size_t p = 0; p < kPhaseCount; ++p)
+          phase_values[p].push_back(c_phase[p] >= 0 ? steps.at(row, c_phase[p]) : 0);
+        phase_values[kPhaseCount].push_back(steps.at(row, c_other));
+        walls.push_back(steps.at(row, c_wall));
+        rank_tokens += steps.at(row, c_tokens);
+        rank_wall += steps.at(row, c_wall);
+        if (c_queue >= 0 && !std::isnan(steps.at(row, c_queue))) queue.push_back(steps.at(row, c_queue));
+      }
+      const double tokens_per_second = rank_wall > 0 ? rank_tokens / rank_wall : 0;
+      role.tokens_per_second += tokens_per_second;
+      const auto flops = flops_of_rank[rank];
+      if (flops.first > 0 && flops.second > 0) {
+        mfu_sum += flops.first * tokens_per_second / flops.second;
+        ++mfu_ranks;
+      }
+    }
+    double wall_total = 0;
+    for (double w : walls) wall_total += w;
+    role.wall = stats_of("wall", walls, wall_total);
+    for (std::size_t p = 0; p <= kPhaseCount; ++p) {
+      role.phases.push_back(stats_of(p < kPhaseCount ? phase_names()[p] : "other", phase_values[p], wall_total));
+      if (p < kPhaseCount && is_comm_phase(static_cast<Phase>(p))) role.comm_share += role.phases.back().share;
+      if (p < kPhaseCount && is_wait_phase(static_cast<Phase>(p))) role.wait_share += role.phases.back().share;
+    }
+    if (mfu_ranks > 0) role.mfu = mfu_sum / mfu_ranks;
+    if (!queue.empty()) {
+      double sum = 0;
+      for (double q : queue) sum += q;
+      role.queue_depth_mean = sum / static_cast<double>(queue.size());
+      role.queue_depth_max = *std::max_element(queue.begin(), queue.end());
+    }
+    if (role.rows > 0) report.roles.push_back(std::move(role));
+  }
+  report.bottleneck = name_bottleneck(report.roles);
+  return report;
+}
+
+std::string format_report(const RunReport& report) {
+  std::string out = cat(report.path, ": ", report.world_size, " ranks");
+  if (report.skipped_steps > 0) out += cat(", first ", report.skipped_steps, " steps of each rank left out");
+  out += "\n";
+  char line[256];
+  for (const RoleReport& role : report.roles) {
+    std::string ranks;
+    for (int r : role.ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    out += cat("\nrole ", role.role, " (rank", role.ranks.size() > 1 ? "s " : " ", ranks, "): steps ", role.first_step,
+               "..", role.last_step, ", ", role.rows, " rank-steps\n");
+    std::snprintf(line, sizeof line, "  %-14s %7s %10s %10s %10s\n", "phase", "% step", "mean ms", "p50 ms", "p95 ms");
+    out += line;
+    auto row = [&](const PhaseStats& p, const char* note) {
+      std::snprintf(line, sizeof line, "  %-14s %7.1f %10.3f %10.3f %10.3f%s\n", p.name.c_str(), p.share * 100,
+                    p.mean * 1e3, p.p50 * 1e3, p.p95 * 1e3, note);
+      out += line;
+    };
+    for (const PhaseStats& p : role.phases)
+      if (p.name == "other")
+        row(p, "   <- wall minus named phases (untimed code)");
+      else if (p.total != 0)
+        row(p, "");
+    row(role.wall, "");
+    out += cat("  tokens/s ", static_cast<long long>(std::llround(role.tokens_per_second)));
+    if (role.ranks.size() > 1) out += cat(" (sum of ", role.ranks.size(), " ranks)");
+    if (role.mfu >= 0) {
+      std::snprintf(line, sizeof line, "   MFU %.1f%%", role.mfu * 100);
+      out += line;
+    } else {
+      out += "   MFU n/a (no FLOPs per token recorded)";
+    }
+    std::snprintf(line, sizeof line, "   comm %.1f%% of step", role.comm_share * 100);
+    out += line;
+    if (role.queue_depth_mean >= 0) {
+      std::snprintf(line, sizeof line, "   queue depth mean %.1f max %.0f", role.queue_depth_mean, role.queue_depth_max);
+      out += line;
+    }
+    out += "\n";
+  }
+  out += "\nbottleneck: " + report.bottleneck + "\n";
+  return out;
+}
+
+}  // namespace topotrain

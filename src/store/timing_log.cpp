@@ -1,0 +1,206 @@
+#include "topotrain/store/timing_log.h"
+
+#include <filesystem>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
+#include "topotrain/store/h5_io.h"
+#include "topotrain/store/timings_file.h"
+
+namespace fs = std::filesystem;
+
+namespace topotrain {
+namespace {
+
+void mpi_check(int status, const char* what) {
+  if (status != MPI_SUCCESS) throw std::runtime_error(std::string("timing log: ") + what + " failed");
+}
+
+// All ranks' rows of one table on rank 0 (empty elsewhere).
+std::vector<double> gather_rows(MPI_Comm world, int rank, int world_size, const std::vector<double>& local) {
+  const int count = static_cast<int>(local.size());
+  std::vector<int> counts(rank == 0 ? world_size : 0);
+  mpi_check(MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, world), "MPI_Gather");
+  std::vector<int> displacements(counts.size());
+  std::vector<double> all;
+  if (rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < world_size; ++r) {
+      displacements[r] = static_cast<int>(total);
+      total += counts[r];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  mpi_check(MPI_Gatherv(local.data(), count, MPI_DOUBLE, all.data(), counts.data(), displacements.data(), MPI_DOUBLE,
+                        0, world),
+            "MPI_Gatherv");
+  return all;
+}
+
+std::string gather_roles(MPI_Comm world, int rank, int world_size, const std::string& role) {
+  if (role.empty() || role.find(',') != std::string::npos)
+    throw std::runtime_error("timing log: role '" + role + "' must be non-empty and without commas");
+  const int length = static_cast<int>(role.size());
+  std::vector<int> lengths(rank == 0 ? world_size : 0);
+  mpi_check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, world), "MPI_Gather");
+  std::vector<int> displacements(lengths.size());
+  std::string all;
+  if (rank == 0) {
+    int total = 0;
+    for (int r = 0; r < world_size; ++r) {
+      displacements[r] = total;
+      total += lengths[r];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  mpi_check(MPI_Gatherv(role.data(), length, MPI_CHAR, all.data(), lengths.data(), displacements.data(), MPI_CHAR, 0,
+                        world),
+            "MPI_Gatherv");
+  std::string joined;
+  for (int r = 0; r < static_cast<int>(lengths.size()); ++r)
+    joined += (r ? "," : "") + all.substr(static_cast<std::size_t>(displacements[r]), static_cast<std::size_t>(lengths[r]));
+  return joined;
+}
+
+}  // namespace
+
+struct TimingLog::File {
+  H5Handle file;
+  std::unique_ptr<H5Table> steps, spans, nvml;
+
+  File(const std::string& path, int world_size, const std::string& roles, int gather_every,
+       const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows) {
+    auto lock = h5_serialize();
+    h5_quiet();
+    file = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+                    "cannot create timing log " + path);
+    write_attribute(file, "format", std::string("topotrain-timings"));
+    write_attribute(file, "world_size", std::int64_t{world_size});
+    write_attribute(file, "roles", roles);
+    write_attribute(file, "gather_every", std::int64_t{gather_every});
+    H5Table ranks(file, "ranks", rank_fields(), 64);
+    ranks.append(rank_rows);
+    steps = std::make_unique<H5Table>(file, "steps", step_fields(extra_fields));
+    spans = std::make_unique<H5Table>(file, "spans", span_fields(), 4096);
+    std::string phases;
+    for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
+    H5Handle spans_set(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans");
+    write_attribute(spans_set, "phases", phases);
+    nvml = std::make_unique<H5Table>(file, "nvml", nvml_fields(), 1024);
+    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + path);
+  }
+
+  // Each gather is flushed, so the file on disk is whole up to the last gather even if
+  // the job is then killed.
+  void append(const std::vector<double>& step_rows, const std::vector<double>& span_rows,
+              const std::vector<double>& nvml_rows) {
+    auto lock = h5_serialize();
+    steps->append(step_rows);
+    spans->append(span_rows);
+    nvml->append(nvml_rows);
+    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush the timing log");
+  }
+};
+
+TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::string& role, TimingLogConfig config)
+    : world_(world), config_(std::move(config)), path_((fs::path(run_dir) / kTimingsFileName).string()) {
+  MPI_Comm_rank(world_, &rank_);
+  MPI_Comm_size(world_, &world_size_);
+  if (config_.gather_every < 1)
+    throw ConfigError(cat("log.timings_every = ", config_.gather_every, ": must be at least 1"));
+  const std::string roles = gather_roles(world_, rank_, world_size_, role);
+  const std::vector<double> rank_rows =
+      gather_rows(world_, rank_, world_size_,
+                  {double(rank_), config_.flops_per_token, config_.peak_flops, double(config_.nvml_device)});
+  std::string error;
+  if (rank_ == 0) {
+    try {
+      std::error_code ec;
+      fs::create_directories(run_dir, ec);
+      if (fs::exists(path_)) {
+        // A resumed run starts a new log; the previous one is kept beside it.
+        std::string kept;
+        for (int n = 1; kept.empty() || fs::exists(kept); ++n) kept = cat(run_dir, "/timings.", n, ".h5");
+        fs::rename(path_, kept);
+        log_info("previous timing log kept as " + kept);
+      }
+      file_ = std::make_unique<File>(path_, world_size_, roles, config_.gather_every, config_.extra_fields, rank_rows);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  // Every rank learns whether rank 0 could create the file, so none is left in a gather.
+  int failed = error.empty() ? 0 : 1;
+  MPI_Bcast(&failed, 1, MPI_INT, 0, world_);
+  if (failed) throw std::runtime_error(rank_ == 0 ? error : "rank 0 could not create " + path_);
+  // One epoch for all ranks, right after a barrier, so that trace lanes line up.
+  MPI_Barrier(world_);
+  const auto epoch = PhaseTimer::Clock::now();
+  timer_.set_epoch(epoch);
+  if (config_.nvml_device >= 0) sampler_ = std::make_unique<NvmlSampler>(config_.nvml_device, config_.nvml_hz, epoch);
+}
+
+TimingLog::~TimingLog() {
+  try {
+    flush_local();
+  } catch (const std::exception& e) {
+    log_error(e.what());
+  }
+}
+
+void TimingLog::collect_finished() {
+  const std::size_t extras = config_.extra_fields.size();
+  for (StepRecord& record : timer_.take_finished()) {
+    const StepMetrics& m = record.metrics;
+    if (m.extra.size() != extras)
+      throw std::runtime_error(cat("timing log: step ", record.step, " has ", m.extra.size(), " extra values, the log has ",
+                                   extras, " extra fields"));
+    step_rows_.insert(step_rows_.end(), {double(record.step), double(rank_), record.start, record.wall});
+    step_rows_.insert(step_rows_.end(), record.phase_seconds.begin(), record.phase_seconds.end());
+    step_rows_.insert(step_rows_.end(), {record.other_seconds(), m.tokens, m.loss, m.lr, m.grad_norm,
+                                         m.peak_memory_bytes, m.queue_depth, m.collectives});
+    step_rows_.insert(step_rows_.end(), m.extra.begin(), m.extra.end());
+    for (const PhaseSpan& span : record.spans)
+      span_rows_.insert(span_rows_.end(), {double(rank_), double(record.step), double(static_cast<int>(span.phase)),
+                                           span.start, span.seconds, span.gpu ? 1.0 : 0.0});
+  }
+  if (sampler_) {
+    for (const NvmlSample& s : sampler_->drain())
+      nvml_rows_.insert(nvml_rows_.end(), {double(rank_), s.time, s.gpu_util, s.mem_util, s.mem_used_bytes,
+                                           s.power_watts, s.sm_clock_mhz});
+  }
+}
+
+void TimingLog::end_step(StepMetrics metrics) {
+  timer_.end_step(std::move(metrics));
+  collect_finished();
+  if (++steps_ % config_.gather_every == 0) gather();
+}
+
+void TimingLog::gather() {
+  std::vector<double> steps = gather_rows(world_, rank_, world_size_, step_rows_);
+  std::vector<double> spans = gather_rows(world_, rank_, world_size_, span_rows_);
+  std::vector<double> nvml = gather_rows(world_, rank_, world_size_, nvml_rows_);
+  step_rows_.clear();
+  span_rows_.clear();
+  nvml_rows_.clear();
+  if (file_) file_->append(steps, spans, nvml);
+}
+
+void TimingLog::flush() {
+  timer_.finish();
+  collect_finished();
+  gather();
+}
+
+void TimingLog::flush_local() {
+  if (!file_) return;
+  timer_.finish();
+  collect_finished();
+  file_->append(step_rows_, span_rows_, nvml_rows_);
+  step_rows_.clear();
+  span_rows_.clear();
+  nvml_rows_.clear();
+}
+
+}  // namespace topotrain

@@ -1,0 +1,277 @@
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "topotrain/core/error.h"
+#include "topotrain/store/checkpoint_file.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/store/checkpoint_writer.h"
+
+using namespace topotrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::set_num_threads(1);
+    dir_ = fs::temp_directory_path() /
+           ("topotrain-ckpt-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir() const { return dir_.string(); }
+  fs::path dir_;
+};
+
+// A state with every dtype a trainer stores, filled with bit patterns that a lossy
+// conversion would change (NaN payloads, subnormals, negative zero, extreme int64s).
+CheckpointState sample_state(std::int64_t step) {
+  torch::manual_seed(step);
+  CheckpointState state;
+  state.step = step;
+  state.tensors["model/embed_tokens.weight"] = torch::randn({7, 5}).to(torch::kBFloat16);
+  state.tensors["model/layers.0.mlp.gate_proj.weight"] = torch::randn({3, 4});
+  at::Tensor odd = torch::tensor({0.0f, -0.0f, 1e-42f, std::numeric_limits<float>::quiet_NaN(), 3.4e38f, -1.5f});
+  state.tensors["optim/exp_avg/layers.0.mlp.gate_proj.weight"] = odd;
+  state.tensors["optim/step"] = torch::tensor(step * 1.0);  // 0-dim
+  state.tensors["rng/cpu"] = torch::tensor({std::numeric_limits<std::int64_t>::min(), std::int64_t{-1},
+                                            std::numeric_limits<std::int64_t>::max()});
+  state.tensors["rng/bytes"] = torch::randint(0, 255, {16}, torch::kUInt8);
+  state.tensors["model/empty"] = torch::zeros({0, 3});
+  state.ints = {{"consumed_samples", 1234 + step}, {"consumed_tokens", 987654321012}, {"sampler_seed", 42}, {"epoch", 2}};
+  state.reals = {{"lr_position", 0.25}};
+  state.texts = {{"note", "hello"}};
+  state.settings_toml = "[train]\ntoken_budget = 32768\n";
+  state.topology_text = "[topology]\nname = \"1t1d\"\n";
+  state.model_identity = model_identity("tiny", state.tensors);
+  return state;
+}
+
+void expect_bit_equal(const at::Tensor& a, const at::Tensor& b, const std::string& name) {
+  ASSERT_EQ(a.scalar_type(), b.scalar_type()) << name;
+  ASSERT_EQ(a.sizes(), b.sizes()) << name;
+  ASSERT_EQ(0, std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.numel() * a.element_size())) << name;
+}
+
+void expect_same_state(const CheckpointState& a, const CheckpointState& b) {
+  EXPECT_EQ(a.step, b.step);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [name, tensor] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(name)) << name;
+    expect_bit_equal(tensor, b.tensors.at(name), name);
+  }
+  EXPECT_EQ(a.ints, b.ints);
+  EXPECT_EQ(a.reals, b.reals);
+  EXPECT_EQ(a.texts, b.texts);
+  EXPECT_EQ(a.settings_toml, b.settings_toml);
+  EXPECT_EQ(a.topology_text, b.topology_text);
+  EXPECT_EQ(a.model_identity, b.model_identity);
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+}  // namespace
+
+TEST_F(CheckpointTest, RoundTripIsBitExact) {
+  CheckpointState state = sample_state(100);
+  {
+    CheckpointWriter writer(dir(), 3);
+    writer.save(state);
+    writer.wait();
+  }
+  auto latest = CheckpointReader::find_latest(dir());
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(fs::path(*latest).filename(), "step-00000100.h5");
+  CheckpointExpectations expect;
+  expect.model_identity = state.model_identity;
+  expect.expect_like(state.tensors);
+  expect_same_state(state, CheckpointReader::load(*latest, expect));
+}
+
+TEST_F(CheckpointTest, SaveSnapshotsTensorsBeforeReturning) {
+  CheckpointState state = sample_state(1);
+  CheckpointState original = sample_state(1);
+  CheckpointWriter writer(dir(), 0);
+  writer.save(state);
+  // Training goes on and updates the parameters while the file is being written.
+  for (auto& [name, tensor] : state.tensors) tensor.fill_(7);
+  writer.wait();
+  expect_same_state(original, CheckpointReader::load(*CheckpointReader::find_latest(dir()), {}));
+}
+
+TEST_F(CheckpointTest, KeepsTheNewestKAndLatestPointsAtTheNewest) {
+  CheckpointWriter writer(dir(), 2);
+  for (std::int64_t step : {10, 20, 30, 40}) writer.save(sample_state(step));
+  writer.wait();
+  std::vector<std::string> names;
+  for (const auto& path : CheckpointReader::list(dir())) names.push_back(fs::path(path).filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000030.h5", "step-00000040.h5"}));
+  std::ifstream latest(fs::path(dir()) / "latest");
+  std::string line;
+  std::getline(latest, line);
+  EXPECT_EQ(line, "step-00000040.h5");
+  EXPECT_EQ(CheckpointReader::load(*CheckpointReader::find_latest(dir()), {}).step, 40);
+}
+
+TEST_F(CheckpointTest, WriterKilledMidWriteLeavesPreviousLatestUsable) {
+  {
+    CheckpointWriter writer(dir(), 3);
+    writer.save(sample_state(100));
+  }
+  // A child process starts a large checkpoint and is killed while writing it.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointState big = sample_state(200);
+    big.tensors["model/big"] = torch::ones({64, 1024, 1024});  // 256 MiB: takes a while to write
+    CheckpointWriter writer(dir(), 3);
+    writer.save(big);
+    writer.wait();
+    std::_Exit(0);
+  }
+  const fs::path tmp = fs::path(dir()) / "step-00000200.h5.tmp";
+  for (int i = 0; i < 2000 && !fs::exists(tmp); ++i) ::usleep(1000);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child finished before it was killed; make its checkpoint larger";
+  EXPECT_FALSE(fs::exists(fs::path(dir()) / "step-00000200.h5"));
+  auto latest = CheckpointReader::find_latest(dir());
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(fs::path(*latest).filename(), "step-00000100.h5");
+  expect_same_state(sample_state(100), CheckpointReader::load(*latest, {}));
+  // The next save of a fresh writer removes the leftover.
+  {
+    CheckpointWriter writer(dir(), 3);
+    writer.save(sample_state(300));
+  }
+  EXPECT_FALSE(fs::exists(tmp));
+}
+
+TEST_F(CheckpointTest, StaleLatestFallsBackToNewestCompleteFile) {
+  {
+    CheckpointWriter writer(dir(), 0);
+    writer.save(sample_state(1));
+    writer.save(sample_state(2));
+  }
+  // `latest` names a file that has since been truncated on disk.
+  fs::resize_file(fs::path(dir()) / "step-00000002.h5", 100);
+  auto latest = CheckpointReader::find_latest(dir());
+  ASSERT_TRUE(latest);
+  EXPECT_EQ(fs::path(*latest).filename(), "step-00000001.h5");
+}
+
+TEST_F(CheckpointTest, EmptyRunDirHasNoLatest) {
+  EXPECT_FALSE(CheckpointReader::find_latest(dir()));
+  EXPECT_FALSE(CheckpointReader::resolve_resume(dir(), "auto"));
+  EXPECT_FALSE(CheckpointReader::resolve_resume(dir(), ""));
+  EXPECT_NE(error_of([&] { CheckpointReader::resolve_resume(dir(), dir() + "/nope.h5"); }).find("no such checkpoint"),
+            std::string::npos);
+}
+
+TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
+  CheckpointState state = sample_state(5);
+  {
+    CheckpointWriter writer(dir(), 0);
+    writer.save(state);
+  }
+  const std::string path = *CheckpointReader::find_latest(dir());
+
+  CheckpointExpectations missing;
+  missing.tensors["model/layers.0.mlp.gate_proj.weights"] = {{3, 4}, at::kFloat};
+  std::string message = error_of([&] { CheckpointReader::load(path, missing); });
+  EXPECT_NE(message.find("has no tensor 'model/layers.0.mlp.gate_proj.weights'"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'model/layers.0.mlp.gate_proj.weight'"), std::string::npos) << message;
+  EXPECT_NE(message.find(path), std::string::npos) << message;
+
+  CheckpointExpectations shape;
+  shape.tensors["model/layers.0.mlp.gate_proj.weight"] = {{3, 8}, at::kFloat};
+  message = error_of([&] { CheckpointReader::load(path, shape); });
+  EXPECT_NE(message.find("has shape [3, 4] but this run expects [3, 8]"), std::string::npos) << message;
+
+  CheckpointExpectations dtype;
+  dtype.tensors["model/embed_tokens.weight"] = {{7, 5}, at::kFloat};
+  message = error_of([&] { CheckpointReader::load(path, dtype); });
+  EXPECT_NE(message.find("is bfloat16 but this run expects float32"), std::string::npos) << message;
+
+  CheckpointExpectations other_model;
+  auto other = state.tensors;
+  other["model/layers.0.mlp.gate_proj.weight"] = torch::zeros({3, 5});
+  other_model.model_identity = model_identity("tiny", other);
+  EXPECT_NE(other_model.model_identity, state.model_identity);
+  message = error_of([&] { CheckpointReader::load(path, other_model); });
+  EXPECT_NE(message.find("was written by model '" + state.model_identity + "', but this run builds '" +
+                         other_model.model_identity + "'"),
+            std::string::npos)
+      << message;
+
+  fs::resize_file(path, fs::file_size(path) / 2);
+  message = error_of([&] { CheckpointReader::load(path, {}); });
+  EXPECT_NE(message.find("is truncated or corrupt"), std::string::npos) << message;
+
+  std::ofstream(dir() + "/garbage.h5") << "not hdf5 at all";
+  message = error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
+  EXPECT_NE(message.find("garbage.h5 is truncated or corrupt"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointTest, FileWithoutCompletionMarkerIsRefused) {
+  fs::create_directories(dir());
+  const std::string path = dir() + "/step-00000009.h5";
+  CheckpointState state = sample_state(9);
+  write_checkpoint_file(path, state);
+  EXPECT_TRUE(checkpoint_file_complete(path));
+  // Rewrite the file without its marker, as a writer killed before the end would leave it.
+  {
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    H5Adelete(file, "complete");
+    H5Fclose(file);
+  }
+  EXPECT_FALSE(checkpoint_file_complete(path));
+  EXPECT_FALSE(CheckpointReader::find_latest(dir()));
+  std::string message = error_of([&] { CheckpointReader::load(path, {}); });
+  EXPECT_NE(message.find("is incomplete"), std::string::npos) << message;
+}
+
+TEST_F(CheckpointTest, WriteErrorSurfacesOnNextCall) {
+  CheckpointWriter writer(dir(), 0);
+  CheckpointState bad = sample_state(3);
+  bad.texts["bad/key"] = "x";
+  writer.save(bad);
+  try {
+    writer.wait();
+    FAIL() << "expected the write error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint of step 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'bad/key'"), std::string::npos) << e.what();
+  }
+  writer.save(sample_state(4));
+  EXPECT_NO_THROW(writer.wait());
+  EXPECT_FALSE(fs::exists(fs::path(dir()) / "step-00000003.h5"));
+}
+
+TEST(ModelIdentity, DependsOnShapesNotValues) {
+  std::map<std::string, at::Tensor> a{{"w", torch::zeros({2, 3})}};
+  std::map<std::string, at::Tensor> b{{"w", torch::ones({2, 3})}};
+  std::map<std::string, at::Tensor> c{{"w", torch::zeros({3, 2})}};
+  EXPECT_EQ(model_identity("p", a), model_identity("p", b));
+  EXPECT_NE(model_identity("p", a), model_identity("p", c));
+  EXPECT_NE(model_identity("p", a), model_identity("q", a));
+  EXPECT_EQ(model_identity("p", a).rfind("p/", 0), 0u);
+}

@@ -1,0 +1,176 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "topotrain/store/chrome_trace.h"
+#include "topotrain/store/h5_io.h"
+#include "topotrain/store/phase.h"
+#include "topotrain/store/phase_chart_svg.h"
+#include "topotrain/store/phase_timer.h"
+#include "topotrain/store/run_report.h"
+#include "topotrain/store/timings_file.h"
+
+using namespace topotrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kSteps = 10;
+
+// Phase seconds of one synthetic row: targets (ranks 0, 1) spend 40% of a 100 ms step
+// waiting on the queue; the drafter (rank 2) spends 61 ms in backward and a copy time
+// that grows by 1 ms per step.
+std::map<std::string, double> synthetic_row(int rank, int step) {
+  if (rank < 2) return {{"forward", 0.030}, {"queue_wait", 0.040}, {"send", 0.010}, {"wall", 0.100}, {"tokens", 1000}};
+  const double h2d = 0.001 * (step + 1);
+  return {{"recv", 0.005},     {"h2d", h2d},          {"forward", 0.020}, {"backward", 0.061},
+          {"optimizer", 0.010}, {"wall", 0.100 + h2d}, {"tokens", 500},    {"queue_depth", double(step % 4)}};
+}
+
+// Written with the layout of timings_file.h directly, independent of TimingLog.
+std::string write_synthetic(const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string path = (dir / kTimingsFileName).string();
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
+  write_attribute(file, "format", std::string("topotrain-timings"));
+  write_attribute(file, "world_size", std::int64_t{3});
+  write_attribute(file, "roles", std::string("target,target,drafter"));
+  H5Table ranks(file, "ranks", rank_fields());
+  ranks.append({0, 0, 0, -1, 1, 0, 0, -1, 2, 6e9, 1e12, -1});
+  const auto fields = step_fields({});
+  H5Table steps(file, "steps", fields);
+  H5Table spans(file, "spans", span_fields());
+  std::string phases;
+  for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
+  write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
+  H5Table nvml(file, "nvml", nvml_fields());
+  nvml.append({2, 0.05, 97, 40, 1e9, 300, 1980});
+  std::vector<double> rows, span_rows;
+  for (int step = kSteps - 1; step >= 0; --step) {  // out of order, as gathers may deliver them
+    for (int rank = 0; rank < 3; ++rank) {
+      auto values = synthetic_row(rank, step);
+      double named = 0;
+      for (const char* p : phase_names()) named += values.count(p) ? values[p] : 0;
+      values["step"] = step;
+      values["rank"] = rank;
+      values["start"] = step * 0.2;
+      values["other"] = values["wall"] - named;
+      // Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
+      for (const auto& field : fields)
+        rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
+      span_rows.insert(span_rows.end(), {double(rank), double(step), double(int(Phase::forward)), step * 0.2, 0.02, 0});
+    }
+  }
+  steps.append(rows);
+  spans.append(span_rows);
+  return path;
+}
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("topotrain-report-" + std::to_string(::getpid()));
+    data_ = read_timings(write_synthetic(dir_));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  TimingsData data_;
+};
+
+}  // namespace
+
+TEST(Percentile, NearestRank) {
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3}, 50), 3);
+  EXPECT_EQ(percentile({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 95), 10);
+  EXPECT_EQ(percentile({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 50), 5);
+  EXPECT_EQ(percentile({}, 50), 0);
+}
+
+TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
+  RunReport report = analyse_timings(data_, 0);
+  ASSERT_EQ(report.roles.size(), 2u);
+  const RoleReport& target = report.roles[0];
+  const RoleReport& drafter = report.roles[1];
+  EXPECT_EQ(target.role, "target");
+  EXPECT_EQ(target.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(target.rows, 2u * kSteps);
+  EXPECT_NEAR(target.phase("queue_wait").share, 0.40, 1e-12);
+  EXPECT_NEAR(target.phase("forward").share, 0.30, 1e-12);
+  EXPECT_NEAR(target.phase("other").share, 0.20, 1e-12);
+  EXPECT_NEAR(target.phase("forward").mean, 0.030, 1e-12);
+  EXPECT_NEAR(target.comm_share, 0.10, 1e-12);
+  EXPECT_NEAR(target.wait_share, 0.40, 1e-12);
+  EXPECT_NEAR(target.tokens_per_second, 2 * 1000 / 0.100, 1e-6);
+  EXPECT_LT(target.mfu, 0);  // no FLOPs recorded for targets
+  EXPECT_LT(target.queue_depth_mean, 0);
+
+  // Drafter: wall = 100 ms + h2d, h2d = 1..10 ms.
+  const double wall_total = 10 * 0.100 + 0.055;
+  EXPECT_EQ(drafter.ranks, (std::vector<int>{2}));
+  EXPECT_NEAR(drafter.phase("backward").share, 10 * 0.061 / wall_total, 1e-12);
+  EXPECT_NEAR(drafter.phase("h2d").mean, 0.0055, 1e-12);
+  EXPECT_NEAR(drafter.phase("h2d").p50, 0.005, 1e-12);
+  EXPECT_NEAR(drafter.phase("h2d").p95, 0.010, 1e-12);
+  EXPECT_NEAR(drafter.phase("other").share, 10 * 0.004 / wall_total, 1e-12);
+  EXPECT_NEAR(drafter.wall.p95, 0.110, 1e-12);
+  EXPECT_NEAR(drafter.comm_share, 10 * 0.005 / wall_total, 1e-12);
+  const double drafter_tps = 10 * 500 / wall_total;
+  EXPECT_NEAR(drafter.tokens_per_second, drafter_tps, 1e-6);
+  EXPECT_NEAR(drafter.mfu, 6e9 * drafter_tps / 1e12, 1e-12);
+  EXPECT_NEAR(drafter.queue_depth_mean, 1.3, 1e-12);  // 0,1,2,3,0,1,2,3,0,1
+  EXPECT_EQ(drafter.queue_depth_max, 3);
+
+  double shares = drafter.phase("other").share;
+  for (const char* p : phase_names()) shares += drafter.phase(p).share;
+  EXPECT_NEAR(shares, 1.0, 1e-12);
+
+  EXPECT_EQ(report.bottleneck, "drafter backward is 58% of step; target waits on queue 40%");
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("bottleneck: drafter backward is 58% of step; target waits on queue 40%"), std::string::npos);
+  EXPECT_NE(text.find("queue_wait        40.0"), std::string::npos) << text;
+  EXPECT_NE(text.find("MFU "), std::string::npos) << text;
+}
+
+TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {
+  RunReport report = analyse_timings(data_, 3);
+  const RoleReport& drafter = report.roles[1];
+  EXPECT_EQ(drafter.rows, 7u);
+  EXPECT_EQ(drafter.first_step, 3);
+  EXPECT_NEAR(drafter.phase("h2d").mean, 0.007, 1e-12);  // 4..10 ms
+}
+
+TEST_F(ReportTest, TraceHasALanePerRankAndEverySpan) {
+  const auto trace = nlohmann::json::parse(chrome_trace_json(data_));
+  std::set<std::string> lanes;
+  int steps = 0, forward = 0, counters = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    if (event["ph"] == "M" && event["name"] == "thread_name") lanes.insert(event["args"]["name"].get<std::string>());
+    if (event["ph"] == "X" && event["cat"] == "step") ++steps;
+    if (event["ph"] == "X" && event["name"] == "forward") {
+      ++forward;
+      EXPECT_DOUBLE_EQ(event["dur"].get<double>(), 20000.0);  // microseconds
+    }
+    if (event["ph"] == "C") ++counters;
+  }
+  EXPECT_TRUE(lanes.count("rank 0 target") && lanes.count("rank 1 target") && lanes.count("rank 2 drafter"));
+  EXPECT_EQ(steps, 3 * kSteps);
+  EXPECT_EQ(forward, 3 * kSteps);
+  EXPECT_EQ(counters, 1);
+}
+
+TEST_F(ReportTest, ChartHasAPanelPerRoleAndALegend) {
+  const std::string svg = phase_chart_svg(data_, 0);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("Role target (2 ranks)"), std::string::npos);
+  EXPECT_NE(svg.find("Role drafter (1 rank)"), std::string::npos);
+  EXPECT_NE(svg.find(">backward</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">queue_wait</text>"), std::string::npos);
+  EXPECT_NE(svg.find("ms per step"), std::string::npos);
+  // 10 steps, one bar each: targets stack forward, queue_wait, send, other.
+  std::size_t rects = 0;
+  for (std::size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
+  const std::size_t background = 1, legend = 4 + 6, target_bars = 10 * 4, drafter_bars = 10 * 6;
+  EXPECT_EQ(rects, background + legend + target_bars + drafter_bars);
+}

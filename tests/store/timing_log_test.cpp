@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "topotrain/store/timing_log.h"
+#include "topotrain/store/timings_file.h"
+
+using namespace topotrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One directory for all ranks of this run, named by rank 0.
+std::string shared_dir(const char* test) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int pid = ::getpid();
+  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return (fs::temp_directory_path() / ("topotrain-timings-" + std::to_string(pid) + "-" + test)).string();
+}
+
+std::string role_of(int rank, int world) { return rank == world - 1 ? "drafter" : "target"; }
+
+}  // namespace
+
+TEST(TimingLog, HoldsEveryRankAndStep) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const std::string dir = shared_dir("every");
+  constexpr int kSteps = 7, kEvery = 3;
+  {
+    TimingLogConfig config;
+    config.gather_every = kEvery;
+    config.flops_per_token = 1e9 * (rank + 1);
+    config.extra_fields = {"queue_depth_send"};
+    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+    for (int step = 0; step < kSteps; ++step) {
+      log.timer().begin_step(step);
+      { auto t = log.timer().scope(Phase::forward); }
+      { auto t = log.timer().scope(rank == world - 1 ? Phase::recv : Phase::send); }
+      StepMetrics metrics;
+      metrics.tokens = 100.0 * rank + step;
+      metrics.loss = 1.0 / (step + 1);
+      metrics.extra = {double(step % 2)};
+      log.end_step(metrics);
+      if (step == kEvery - 1 && rank == 0) {
+        // Each gather reaches the disk: another reader sees it before the run ends.
+        TimingsData so_far = read_timings(log.path());
+        EXPECT_EQ(so_far.steps.rows, static_cast<std::size_t>(kEvery * world));
+      }
+    }
+    log.flush();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    TimingsData data = read_timings(dir + "/timings.h5");
+    EXPECT_EQ(data.world_size, world);
+    ASSERT_EQ(data.roles.size(), static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) EXPECT_EQ(data.roles[r], role_of(r, world));
+    ASSERT_EQ(data.ranks.rows, static_cast<std::size_t>(world));
+    for (std::size_t row = 0; row < data.ranks.rows; ++row)
+      EXPECT_EQ(data.ranks.at(row, data.ranks.column("flops_per_token")),
+                1e9 * (data.ranks.at(row, data.ranks.column("rank")) + 1));
+    const TableData& steps = data.steps;
+    ASSERT_EQ(steps.rows, static_cast<std::size_t>(kSteps * world));
+    std::set<std::pair<int, int>> seen;
+    for (std::size_t row = 0; row < steps.rows; ++row) {
+      const int r = static_cast<int>(steps.at(row, steps.column("rank")));
+      const int s = static_cast<int>(steps.at(row, steps.column("step")));
+      EXPECT_TRUE(seen.insert({r, s}).second) << "rank " << r << " step " << s << " twice";
+      EXPECT_EQ(steps.at(row, steps.column("tokens")), 100.0 * r + s);
+      EXPECT_EQ(steps.at(row, steps.column("loss")), 1.0 / (s + 1));
+      EXPECT_EQ(steps.at(row, steps.column("queue_depth_send")), double(s % 2));
+      EXPECT_TRUE(std::isnan(steps.at(row, steps.column("lr"))));
+      const double wall = steps.at(row, steps.column("wall"));
+      const double named = steps.at(row, steps.column("forward")) + steps.at(row, steps.column("send")) +
+                           steps.at(row, steps.column("recv"));
+      EXPECT_NEAR(steps.at(row, steps.column("other")), wall - named, 1e-12);
+      EXPECT_EQ(r == world - 1 ? steps.at(row, steps.column("send")) : steps.at(row, steps.column("recv")), 0.0);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(kSteps * world));
+    EXPECT_EQ(data.spans.rows, static_cast<std::size_t>(2 * kSteps * world));
+    EXPECT_EQ(data.span_phases.size(), kPhaseCount);
+    EXPECT_EQ(data.nvml.rows, 0u);  // no device sampled
+    fs::remove_all(dir);
+  }
+}
+
+TEST(TimingLog, FlushLocalNeedsNoOtherRank) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const std::string dir = shared_dir("local");
+  {
+    TimingLogConfig config;
+    config.gather_every = 100;
+    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+    for (int step = 0; step < 4; ++step) {
+      log.timer().begin_step(step);
+      log.end_step({});
+    }
+    // The failure path: only rank 0 writes, without waiting for anyone.
+    if (rank == 0) {
+      log.flush_local();
+      EXPECT_EQ(read_timings(log.path()).steps.rows, 4u);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir);
+}
