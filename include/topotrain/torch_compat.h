@@ -78,3 +78,54 @@ constexpr bool kHasFlashVarlen = TOPOTRAIN_HAS_FLASH_VARLEN;
 constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
 >>>>>>> issue-4
 }  // namespace topotrain::compat
+
+// ---- device memory and identity ---------------------------------------------------------
+#include <string>
+
+#ifdef TOPOTRAIN_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace topotrain::compat {
+
+// Peak bytes allocated by torch's caching allocator on `device` since the last reset
+// (0 on CPU, where torch keeps no such statistic).
+inline std::int64_t peak_allocated_bytes(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
+inline void reset_peak_allocated_bytes(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+  (void)device;
+}
+
+// Returns cached blocks to the driver, so that a retry after an out-of-memory error
+// starts from an unfragmented pool.
+inline void release_cached_memory(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)device;
+}
+
+inline std::string device_name(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, device.index()) == cudaSuccess) return properties.name;
+  }
+#endif
+  return device.str();
+}
+
+}  // namespace topotrain::compat

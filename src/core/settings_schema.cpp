@@ -58,6 +58,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"log.every", T::integer, std::int64_t{10}, "print a progress line every N steps"},
       {"log.level", T::string, std::string("info"), "debug, info, warn or error"},
       {"log.all_ranks", T::boolean, false, "every rank logs, not only rank 0"},
+      {"log.samples", T::boolean, false,
+       "every rank lists the sample pieces it trains in <run>/samples-rank-N.txt (resume audits)"},
       {"log.timings_every", T::integer, std::int64_t{20}, "gather step timings to rank 0 every N steps"},
   };
   return specs;

@@ -10,6 +10,7 @@
 #include "topotrain/core/log.h"
 #include "topotrain/core/settings.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/train/job_exit.h"
 
 namespace topotrain {
 namespace {
@@ -109,8 +110,11 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
       std::fflush(stdout);
     }
     if (options.dry_run) return 0;
-    JobContext context{runtime, run, options};
+    JobContext context{job, runtime, run, options};
     body(context);
+  } catch (const JobExit& e) {
+    if (runtime.rank() == 0) std::fprintf(stderr, "%s: %s\n", job.name.c_str(), e.what());
+    return e.code();
   } catch (const std::exception& e) {
     runtime.abort(e.what());
   }

@@ -27,6 +27,7 @@ struct JobOptions {
 };
 
 struct JobContext {
+  const JobSpec& job;
   Runtime& runtime;
   const RunFile& run;
   const JobOptions& options;

@@ -1,0 +1,18 @@
+// moe_train: data-parallel training of a Qwen3(-MoE) LM, one rank per device.
+//
+// One optimizer step, read top to bottom in moe_trainer.cpp:
+//   prefetched step plan (this rank's grad_accum micro-batches + the step's global token
+//   counts) -> forward/backward per micro-batch, loss = sum of token losses / global
+//   target count (so the summed gradient is the token-weighted mean over all ranks) ->
+//   GradReducer (all-reduce on the last micro-batch only) -> one small agreement
+//   all-reduce (loss, OOM, stop) -> clip -> AdamW at the token-based LR -> timings,
+//   progress, checkpoint.
+#pragma once
+
+#include "topotrain/train/job.h"
+
+namespace topotrain {
+
+void train_moe(JobContext& context);
+
+}  // namespace topotrain

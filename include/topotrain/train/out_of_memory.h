@@ -1,0 +1,33 @@
+// CUDA out-of-memory as a recoverable, agreed event rather than a crash.
+//
+// A rank that runs out of memory keeps walking the step's schedule (the gradient
+// reducer must issue the same collectives on every rank), reports it at the step's
+// agreement point, and then every rank either exits with a message that carries the exact
+// resume command (train.oom = "fail") or halves token_budget and retries the step from the
+// same data position (train.oom = "shrink"). The last checkpoint is untouched either way.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "topotrain/core/settings.h"
+#include "topotrain/train/job.h"
+
+namespace topotrain {
+
+bool is_out_of_memory(const std::exception& error);
+
+// train.oom: "fail" or "shrink" (ConfigError otherwise).
+bool oom_policy_is_shrink(const Settings& settings);
+
+// Test hook: TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an out-of-memory error
+// in that step, so the failure path can be tested without a GPU.
+void fault_inject_out_of_memory(int rank, std::int64_t step);
+
+std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,
+                                  std::int64_t token_budget, std::int64_t peak_bytes, const std::string& run_dir);
+
+std::string first_line(const std::string& text);
+
+}  // namespace topotrain

@@ -1,0 +1,68 @@
+// Building a run's components from its settings: the one place where setting keys are
+// mapped onto the small config structs that model/, data/, comm/ and store/ take.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "topotrain/core/run_file.h"
+#include "topotrain/core/topology.h"
+#include "topotrain/data/prefetcher.h"
+#include "topotrain/data/step_planner.h"
+#include "topotrain/data/token_dataset.h"
+#include "topotrain/model/config.h"
+#include "topotrain/model/packed_batch.h"
+#include "topotrain/train/adamw.h"
+
+namespace topotrain {
+
+torch::Device torch_device(const Device& device);
+
+// Dense bf16 peak FLOP/s of one device when known (H100/H200: 989 TFLOP/s), else 0.
+double peak_flops(const torch::Device& device);
+
+// model.config (an HF config.json) when set, else the model.preset shape.
+model::ModelConfig model_config_from(const Settings& settings);
+// model.dtype: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.
+torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device);
+AdamWConfig adamw_config_from(const Settings& settings);
+
+// data.path, or the demo corpus built with topotrain when unset.
+std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings);
+
+// checkpoint.dir / (checkpoint.run, or the topology's name).
+std::string run_directory(const RunFile& run);
+
+// Where a training run stands; stored in every checkpoint.
+struct TrainingState {
+  std::int64_t step = 0;
+  std::int64_t tokens = 0;  // global tokens trained so far (the LR schedule's clock)
+  data::DataPosition data;
+};
+TrainingState initial_state(const Settings& settings);
+
+// When to stop, and the LR schedule's length in tokens.
+struct TrainingLength {
+  std::int64_t max_steps = 0;       // 0: no limit
+  std::int64_t stop_tokens = 0;     // 0: no limit (train.max_tokens)
+  std::int64_t epochs = 1;          // used when stop_tokens is 0
+  std::int64_t schedule_tokens = 0; // max_tokens, or epochs x dataset tokens
+  bool done(const TrainingState& state) const;
+  std::string describe() const;
+};
+TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset);
+
+// The step prefetcher of one data-parallel rank, starting at `position`.
+std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
+                                                       const Settings& settings, std::int64_t token_budget,
+                                                       int rank, int world, int grad_accum,
+                                                       const data::DataPosition& position,
+                                                       const torch::Device& device);
+
+// The model's view of a packed micro-batch, on `device`.
+model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device);
+
+}  // namespace topotrain

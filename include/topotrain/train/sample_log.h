@@ -1,0 +1,27 @@
+// log.samples = true: every rank appends each trained piece of a sample ("sample begin
+// end", token range) to <run_dir>/samples-rank-<R>.txt. This is how tests (and users who
+// doubt a resume) check that no sample was skipped or trained twice.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "topotrain/core/settings.h"
+#include "topotrain/data/packed_batch.h"
+
+namespace topotrain {
+
+class SampleLog {
+ public:
+  SampleLog(const Settings& settings, const std::string& run_dir, int rank);
+  ~SampleLog();
+  SampleLog(const SampleLog&) = delete;
+  SampleLog& operator=(const SampleLog&) = delete;
+
+  void record(const data::PackedBatch& batch);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace topotrain

@@ -1,0 +1,297 @@
+#include "topotrain/train/moe_trainer.h"
+
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+
+#include "topotrain/comm/backend.h"
+#include "topotrain/comm/grad_reducer.h"
+#include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
+#include "topotrain/model/config.h"
+#include "topotrain/model/lm_loss.h"
+#include "topotrain/model/qwen3.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/store/checkpoint_writer.h"
+#include "topotrain/store/timing_log.h"
+#include "topotrain/torch_compat.h"
+#include "topotrain/train/adamw.h"
+#include "topotrain/train/job_exit.h"
+#include "topotrain/train/lr_schedule.h"
+#include "topotrain/train/out_of_memory.h"
+#include "topotrain/train/progress.h"
+#include "topotrain/train/run_setup.h"
+#include "topotrain/train/sample_log.h"
+#include "topotrain/train/training_checkpoint.h"
+
+namespace topotrain {
+namespace {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The agreement every rank reaches once per step, in one all-reduce: the step's loss
+// terms, whether any rank ran out of memory (and the first such rank), whether any rank
+// was asked to stop. Reaching it is the only host synchronisation of a step.
+struct StepAgreement {
+  double loss_sum = 0;
+  double aux_sum = 0;
+  int oom_rank = -1;
+  std::int64_t oom_peak = 0;
+  bool stop = false;
+};
+
+StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
+  // The first OOM rank travels under MIN (INT64_MAX: none); "stop" under MIN as 0.
+  double sums[2] = {mine.loss_sum, mine.aux_sum};
+  std::int64_t mins[2] = {mine.oom_rank >= 0 ? mine.oom_rank : INT64_MAX, mine.stop ? 0 : 1};
+  std::int64_t peak = mine.oom_rank >= 0 ? mine.oom_peak : 0;
+  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(MPI_IN_PLACE, mins, 2, MPI_INT64_T, MPI_MIN, world);
+  MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_INT64_T, MPI_MAX, world);
+  StepAgreement all;
+  all.loss_sum = sums[0];
+  all.aux_sum = sums[1];
+  all.oom_rank = mins[0] == INT64_MAX ? -1 : static_cast<int>(mins[0]);
+  all.oom_peak = peak;
+  all.stop = mins[1] == 0;
+  return all;
+}
+
+// Global L2 norm of the gradients. After the all-reduce every rank holds the same summed
+// gradients, so the local norm is already the global one: no extra collective.
+double clip_gradients(const NamedTensors& parameters, double max_norm) {
+  std::vector<torch::Tensor> squares;
+  for (const auto& [name, p] : parameters)
+    if (p.grad().defined()) squares.push_back(p.grad().pow(2).sum());
+  if (squares.empty()) return 0.0;
+  double norm = torch::stack(squares).sum().sqrt().item<double>();
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const auto& [name, p] : parameters)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+  return norm;
+}
+
+// Model FLOPs per trained token (forward + backward = 3x forward): 6 per active weight
+// (lm_head included, the embedding lookup not) plus the attention score and value
+// matmuls, 12 * layers * heads * head_dim * mean attended context (half the mean
+// document length under the causal mask).
+double flops_per_token(const model::ModelConfig& config, double mean_document_tokens) {
+  const auto counts = model::count_parameters(config);
+  const double lm_head = static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
+  const double matmul_weights = static_cast<double>(counts.active - counts.embedding) + lm_head;
+  const double attention = 12.0 * static_cast<double>(config.num_hidden_layers) *
+                           static_cast<double>(config.num_attention_heads * config.head_dim) *
+                           (mean_document_tokens / 2.0);
+  return 6.0 * matmul_weights + attention;
+}
+
+}  // namespace
+
+void train_moe(JobContext& context) {
+  Runtime& runtime = context.runtime;
+  const Settings& settings = context.run.settings;
+  const torch::Device device = torch_device(runtime.device());
+  const int world = runtime.world_size();
+  at::set_num_threads(1);
+
+  // ---- model: identical initialisation on every rank (same seed), then rank 0's weights
+  // are broadcast anyway, as DDP does, so that no rank trains a different model.
+  model::ModelConfig model_config = model_config_from(settings);
+  torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
+  model::Qwen3CausalLM net(model_config);
+  net->to(device);
+  net->set_compute_dtype(compute_dtype_from(settings, device));
+  NamedTensors parameters;
+  for (auto& item : net->named_parameters()) parameters.emplace_back(item.key(), item.value());
+  auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
+  for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
+  if (runtime.rank() == 0) {
+    log_info(model::describe(model_config));
+    log_info(cat("compute ", net->compute_dtype(), " with fp32 master weights and AdamW state; attention ",
+                 model::to_string(net->attention_backend()), ", experts ", model::to_string(net->expert_backend()),
+                 ", device ", compat::device_name(device)));
+  }
+
+  // ---- data: the step planner deals the global sample stream to the ranks.
+  auto dataset = load_dataset(settings);
+  const TrainingLength length = training_length(settings, *dataset);
+  AdamW optimizer(parameters, adamw_config_from(settings));
+  LrSchedule schedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
+                      length.schedule_tokens};
+
+  // ---- resume
+  const std::string run_dir = run_directory(context.run);
+  TrainingState state = initial_state(settings);
+  if (auto path = CheckpointReader::resolve_resume(run_dir, context.options.resume)) {
+    CheckpointState checkpoint = CheckpointReader::load(*path, expectations_for(model_config.source, parameters, optimizer));
+    restore(checkpoint, parameters, optimizer, state);
+    log_info(cat("resumed from ", *path, " at step ", state.step, ", ", state.tokens, " tokens, sample ",
+                 state.data.consumed_samples, " of epoch ", state.data.epoch));
+  }
+
+  std::int64_t token_budget = settings.integer("train.token_budget");
+  const int grad_accum = static_cast<int>(settings.integer("train.grad_accum"));
+  auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, runtime.role_rank(), world, grad_accum,
+                                         state.data, device);
+
+  comm::GradReducer reducer(parameters, *backend, {1.0, settings.real("train.bucket_mb")});
+  reducer.zero_grad();
+
+  const double mean_document = static_cast<double>(dataset->num_tokens()) /
+                               static_cast<double>(std::max<std::uint64_t>(1, dataset->num_samples()));
+  TimingLogConfig timing_config;
+  timing_config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
+  timing_config.flops_per_token = flops_per_token(model_config, mean_document);
+  timing_config.peak_flops = peak_flops(device);
+  timing_config.extra_fields = {"aux_loss"};
+  timing_config.nvml_device = device.is_cuda() ? device.index() : -1;
+  TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
+  std::unique_ptr<CheckpointWriter> writer;
+  if (runtime.rank() == 0) writer = std::make_unique<CheckpointWriter>(run_dir, settings.integer("checkpoint.keep"));
+  ProgressMeter progress(world, timing_config.flops_per_token, timing_config.peak_flops, length.stop_tokens);
+  const std::int64_t log_every = std::max<std::int64_t>(1, settings.integer("log.every"));
+  const std::int64_t checkpoint_every = settings.integer("checkpoint.every_steps");
+  const double aux_coef = model_config.router_aux_loss_coef;
+  const double clip = settings.real("train.clip");
+  const bool shrink_on_oom = oom_policy_is_shrink(settings);
+  SampleLog sample_log(settings, run_dir, runtime.rank());
+  PhaseTimer& timer = timings.timer();
+
+  auto save_checkpoint = [&]() {
+    auto t = timer.scope(Phase::checkpoint);
+    if (writer) writer->save(snapshot(context.run, model_config.source, parameters, optimizer, state));
+  };
+
+  log_info(cat("training ", length.describe(), " with ", world, " ranks x ", grad_accum, " micro-batches of ",
+               token_budget, " tokens; run directory ", run_dir));
+
+  while (!length.done(state)) {
+    const auto started = PhaseTimer::Clock::now();
+    timer.begin_step(state.step + 1);
+    compat::reset_peak_allocated_bytes(device);
+
+    data::StepPlan plan = [&] {
+      auto t = timer.scope(Phase::data_wait);
+      return prefetcher->next();
+    }();
+    // The loss is a sum over the step's targets divided by their global count, so that
+    // the summed gradient equals one process's mean over the union of all micro-batches.
+    const double global_targets =
+        static_cast<double>(plan.global_tokens) - static_cast<double>(plan.global_sequences);
+    const double global_tokens = static_cast<double>(plan.global_tokens);
+
+    StepAgreement mine;
+    mine.stop = stop_requested();
+    // Device scalars: read once per step, after the reducer, not once per micro-batch.
+    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    torch::Tensor aux_sum = torch::zeros_like(loss_sum);
+    for (int m = 0; m < grad_accum; ++m) {
+      const bool last = m == grad_accum - 1;
+      reducer.begin_micro_batch(last);
+      if (mine.oom_rank >= 0) continue;  // still walk the schedule: the reducer must stay in step
+      try {
+        fault_inject_out_of_memory(runtime.rank(), state.step + 1);
+        model::PackedBatch batch = [&] {
+          auto t = timer.scope(Phase::h2d);
+          return to_model_batch(plan.micro_batches[m], device);
+        }();
+        sample_log.record(plan.micro_batches[m]);
+        torch::Tensor loss;
+        {
+          auto t = timer.scope(Phase::forward);
+          model::BackboneOutput out = net->forward_backbone(batch);
+          model::LmLoss lm = model::lm_loss(*net, out.hidden, batch);
+          const double share = static_cast<double>(batch.num_tokens()) / global_tokens;
+          loss = lm.loss_sum / global_targets + out.aux_loss * (aux_coef * share);
+          loss_sum += lm.loss_sum.detach();
+          aux_sum += out.aux_loss.detach() * share;
+        }
+        auto t = timer.scope(Phase::backward);
+        loss.backward();
+      } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
+        mine.oom_rank = runtime.rank();
+        mine.oom_peak = compat::peak_allocated_bytes(device);
+        log_warn(cat("out of memory in micro-batch ", m, " of step ", state.step + 1, ": ", first_line(e.what())));
+      }
+    }
+    {
+      auto t = timer.scope(Phase::comm_wait);
+      reducer.finish();
+    }
+    mine.loss_sum = loss_sum.item<double>();
+    mine.aux_sum = aux_sum.item<double>();
+    StepAgreement all = agree(runtime.world(), mine);
+
+    if (all.oom_rank >= 0) {
+      reducer.zero_grad();
+      compat::release_cached_memory(device);
+      if (!shrink_on_oom || token_budget <= 1) {
+        timer.end_step({});
+        timings.flush();
+        if (writer) writer->wait();
+        throw JobExit(3, out_of_memory_message(context, all.oom_rank, state.step + 1, token_budget, all.oom_peak,
+                                               writer ? writer->run_dir() : run_dir));
+      }
+      token_budget /= 2;
+      log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", state.step + 1,
+                   "; train.oom = \"shrink\": retrying the step with token_budget ", token_budget));
+      prefetcher.reset();
+      prefetcher = make_step_prefetcher(dataset, settings, token_budget, runtime.role_rank(), world, grad_accum,
+                                        plan.position_before, device);
+      timer.end_step({});
+      continue;
+    }
+
+    double grad_norm = 0;
+    const double lr = schedule.at(state.tokens);
+    {
+      auto t = timer.scope(Phase::optimizer);
+      grad_norm = clip_gradients(parameters, clip);
+      optimizer.step(lr);
+      reducer.zero_grad();
+    }
+    state.step += 1;
+    state.tokens += static_cast<std::int64_t>(plan.global_tokens);
+    state.data = plan.position_after;
+
+    StepReport report;
+    report.step = state.step;
+    report.tokens = static_cast<std::int64_t>(plan.global_tokens);
+    report.loss = all.loss_sum / global_targets;
+    report.aux_loss = all.aux_sum;
+    report.lr = lr;
+    report.grad_norm = grad_norm;
+    report.peak_memory = compat::peak_allocated_bytes(device);
+    report.collectives = reducer.collectives();
+    report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started).count();
+    progress.record(report, state.tokens);
+
+    StepMetrics metrics;
+    metrics.tokens = report.tokens;
+    metrics.loss = report.loss;
+    metrics.lr = lr;
+    metrics.grad_norm = grad_norm;
+    metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
+    metrics.collectives = static_cast<double>(report.collectives);
+    metrics.extra = {report.aux_loss};
+    const bool stopping = all.stop || length.done(state);
+    if (stopping || (checkpoint_every > 0 && state.step % checkpoint_every == 0)) save_checkpoint();
+    timings.end_step(metrics);
+    if (runtime.rank() == 0 && (state.step % log_every == 0 || stopping)) log_info(progress.line());
+    if (all.stop) {
+      log_info(cat("stopped on request after step ", state.step, "; resume with --resume auto"));
+      break;
+    }
+  }
+  timings.flush();
+  if (writer) writer->wait();
+  log_info(cat("done: ", state.step, " steps, ", state.tokens, " tokens; checkpoints and timings.h5 in ", run_dir));
+}
+
+}  // namespace topotrain

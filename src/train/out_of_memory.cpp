@@ -1,0 +1,49 @@
+#include "topotrain/train/out_of_memory.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain {
+
+bool is_out_of_memory(const std::exception& error) {
+  return dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr;
+}
+
+bool oom_policy_is_shrink(const Settings& settings) {
+  const std::string& policy = settings.string("train.oom");
+  if (policy == "shrink") return true;
+  if (policy == "fail") return false;
+  throw ConfigError(cat("train.oom = \"", policy, "\": use fail or shrink"));
+}
+
+void fault_inject_out_of_memory(int rank, std::int64_t step) {
+  static const char* spec = std::getenv("TOPOTRAIN_FAULT_OOM");
+  if (!spec) return;
+  long long want_rank = -1, want_step = -1;
+  if (std::sscanf(spec, "%lld:%lld", &want_rank, &want_step) != 2) return;
+  if (want_rank == rank && want_step == step)
+    throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                                "CUDA out of memory (injected by TOPOTRAIN_FAULT_OOM)");
+}
+
+std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,
+                                  std::int64_t token_budget, std::int64_t peak_bytes, const std::string& run_dir) {
+  std::string command = cat("mpirun -np ", context.runtime.world_size(), " ", context.job.name, " ",
+                            context.options.topology_path);
+  for (const auto& config : context.options.config_paths) command += " --config " + config;
+  for (const auto& assignment : context.options.overrides)
+    if (assignment.rfind("train.token_budget=", 0) != 0) command += " --set " + assignment;
+  command += cat(" --set train.token_budget=", std::max<std::int64_t>(1, token_budget / 2), " --resume auto");
+  return cat("out of memory on rank ", rank, " at step ", step, " with train.token_budget = ", token_budget,
+             " (peak allocated ", static_cast<double>(peak_bytes) / (1 << 30), " GiB).\n",
+             "The last checkpoint in ", run_dir, " is intact; resume with half the budget:\n  ", command,
+             "\n(or set train.oom = \"shrink\" to halve the budget in-process)");
+}
+
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+}  // namespace topotrain

@@ -1,0 +1,113 @@
+#include "topotrain/train/run_setup.h"
+
+#include <algorithm>
+
+#include "topotrain/core/error.h"
+#include "topotrain/torch_compat.h"
+
+#ifndef TOPOTRAIN_DEMO_DATASET
+#error "CMake defines TOPOTRAIN_DEMO_DATASET: the demo corpus built with topotrain"
+#endif
+
+namespace topotrain {
+
+torch::Device torch_device(const Device& device) {
+  return device.is_cpu ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, device.index);
+}
+
+double peak_flops(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  const std::string name = compat::device_name(device);
+  for (const char* hopper : {"H100", "H200", "GH200"})
+    if (name.find(hopper) != std::string::npos) return 989.4e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  return 0;
+}
+
+model::ModelConfig model_config_from(const Settings& settings) {
+  if (settings.has("model.config")) return model::ModelConfig::from_json_file(settings.string("model.config"));
+  return model::ModelConfig::preset(settings.string("model.preset"));
+}
+
+torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device) {
+  const std::string& dtype = settings.string("model.dtype");
+  if (dtype == "auto") return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp32") return torch::kFloat32;
+  throw ConfigError(cat("model.dtype = \"", dtype, "\": use auto, bf16 or fp32"));
+}
+
+AdamWConfig adamw_config_from(const Settings& settings) {
+  return AdamWConfig{settings.real("train.beta1"), settings.real("train.beta2"), settings.real("train.eps"),
+                     settings.real("train.weight_decay")};
+}
+
+std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings) {
+  const std::string path = settings.has("data.path") ? settings.string("data.path") : TOPOTRAIN_DEMO_DATASET;
+  return std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
+}
+
+std::string run_directory(const RunFile& run) {
+  const Settings& s = run.settings;
+  return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
+}
+
+TrainingState initial_state(const Settings& settings) {
+  TrainingState state;
+  state.data.seed = static_cast<std::uint64_t>(settings.integer("train.seed"));
+  return state;
+}
+
+bool TrainingLength::done(const TrainingState& state) const {
+  if (max_steps > 0 && state.step >= max_steps) return true;
+  if (stop_tokens > 0) return state.tokens >= stop_tokens;
+  return static_cast<std::int64_t>(state.data.epoch) >= epochs;
+}
+
+std::string TrainingLength::describe() const {
+  std::string what = stop_tokens > 0 ? cat(stop_tokens, " tokens") : cat(epochs, " epoch(s)");
+  if (max_steps > 0) what += cat(" or ", max_steps, " steps, whichever comes first");
+  return what;
+}
+
+TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset) {
+  TrainingLength length;
+  length.max_steps = settings.integer("train.max_steps");
+  length.stop_tokens = settings.integer("train.max_tokens");
+  length.epochs = settings.integer("train.epochs");
+  if (length.stop_tokens < 0 || length.max_steps < 0 || length.epochs < 1)
+    throw ConfigError("train.max_tokens and train.max_steps must be >= 0 and train.epochs >= 1");
+  length.schedule_tokens =
+      length.stop_tokens > 0 ? length.stop_tokens : length.epochs * static_cast<std::int64_t>(dataset.num_tokens());
+  return length;
+}
+
+std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
+                                                       const Settings& settings, std::int64_t token_budget,
+                                                       int rank, int world, int grad_accum,
+                                                       const data::DataPosition& position,
+                                                       const torch::Device& device) {
+  if (token_budget < 1) throw ConfigError(cat("train.token_budget must be >= 1, got ", token_budget));
+  if (grad_accum < 1) throw ConfigError(cat("train.grad_accum must be >= 1, got ", grad_accum));
+  data::PackerConfig packing;
+  packing.token_budget = static_cast<std::uint64_t>(token_budget);
+  packing.long_samples = data::parse_long_sample_policy(settings.string("data.long_samples"));
+  packing.pin_memory = device.is_cuda();
+  auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
+                                                     data::DataParallelConfig{world, rank, grad_accum}, position);
+  data::PrefetchConfig prefetch;
+  prefetch.depth = static_cast<std::size_t>(std::max<std::int64_t>(1, settings.integer("data.prefetch")));
+  prefetch.device = device;
+  return std::make_unique<data::Prefetcher>([planner] { return planner->next_step(); }, prefetch);
+}
+
+model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device) {
+  model::PackedBatch out;
+  out.tokens = batch.tokens.to(device, /*non_blocking=*/true);
+  out.positions = batch.positions.to(device, true);
+  out.cu_seqlens = batch.cu_seqlens.to(device, true);
+  out.max_seqlen = batch.max_seqlen;
+  return out;
+}
+
+}  // namespace topotrain

@@ -1,0 +1,67 @@
+#include "topotrain/train/training_checkpoint.h"
+
+#include <map>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain {
+namespace {
+
+std::map<std::string, at::Tensor> model_tensors(const NamedParameters& parameters) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [name, p] : parameters) out["model/" + name] = p.detach();
+  return out;
+}
+
+}  // namespace
+
+CheckpointState snapshot(const RunFile& run, const std::string& model_name, const NamedParameters& parameters,
+                         const AdamW& optimizer, const TrainingState& state) {
+  CheckpointState checkpoint;
+  checkpoint.step = state.step;
+  checkpoint.tensors = model_tensors(parameters);
+  for (const auto& [name, t] : optimizer.state()) checkpoint.tensors["optim/" + name] = t;
+  checkpoint.model_identity = model_identity(model_name, model_tensors(parameters));
+  checkpoint.ints = {{"tokens", state.tokens},
+                     {"optimizer_steps", optimizer.steps()},
+                     {"data_seed", static_cast<std::int64_t>(state.data.seed)},
+                     {"data_epoch", static_cast<std::int64_t>(state.data.epoch)},
+                     {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
+                     {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
+  checkpoint.settings_toml = run.settings.to_toml();
+  checkpoint.topology_text = run.topology_text;
+  return checkpoint;
+}
+
+CheckpointExpectations expectations_for(const std::string& model_name, const NamedParameters& parameters,
+                                        const AdamW& optimizer) {
+  CheckpointExpectations expectations;
+  auto tensors = model_tensors(parameters);
+  expectations.model_identity = model_identity(model_name, tensors);
+  for (const auto& [name, t] : optimizer.state()) tensors["optim/" + name] = t;
+  expectations.expect_like(tensors);
+  return expectations;
+}
+
+void restore(const CheckpointState& checkpoint, const NamedParameters& parameters, AdamW& optimizer,
+             TrainingState& state) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : parameters) p.copy_(checkpoint.tensors.at("model/" + name));
+  std::vector<std::pair<std::string, torch::Tensor>> optim;
+  for (const auto& [name, t] : checkpoint.tensors)
+    if (name.rfind("optim/", 0) == 0) optim.emplace_back(name.substr(6), t);
+  auto integer = [&](const char* key) {
+    auto it = checkpoint.ints.find(key);
+    if (it == checkpoint.ints.end()) throw ConfigError(cat("checkpoint lacks '", key, "': not a training checkpoint"));
+    return it->second;
+  };
+  optimizer.load_state(optim, integer("optimizer_steps"));
+  state.step = checkpoint.step;
+  state.tokens = integer("tokens");
+  state.data.seed = static_cast<std::uint64_t>(integer("data_seed"));
+  state.data.epoch = static_cast<std::uint64_t>(integer("data_epoch"));
+  state.data.consumed_samples = static_cast<std::uint64_t>(integer("data_consumed_samples"));
+  state.data.offset_in_sample = static_cast<std::uint64_t>(integer("data_offset_in_sample"));
+}
+
+}  // namespace topotrain
