@@ -98,6 +98,21 @@ std::unique_ptr<PayloadReceiver> make_payload_receiver(LinkTransport transport, 
   return make_mpi_payload_receiver(setup);
 }
 
+// Creates the link's communicator and agrees on its transport with the other ends; the
+// communicator is freed again when that fails.
+template <typename MakePayload>
+auto open_link(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config, MPI_Comm& link,
+               LinkTransport& transport, MakePayload make_payload) {
+  link = create_link_comm(comm, ends);
+  try {
+    transport = agree_transport(link, config);
+    return make_payload(transport, setup_of(link, config));
+  } catch (...) {
+    free_link_comm(link);
+    throw;
+  }
+}
+
 void check_ends(MPI_Comm comm, const LinkEnds& ends, bool sender) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -111,14 +126,7 @@ void check_ends(MPI_Comm comm, const LinkEnds& ends, bool sender) {
 
 HiddenStateSender::HiddenStateSender(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config) {
   check_ends(comm, ends, true);
-  link_ = create_link_comm(comm, ends);
-  try {
-    transport_ = agree_transport(link_, config);
-    payload_ = make_payload_sender(transport_, setup_of(link_, config));
-  } catch (...) {
-    free_link_comm(link_);
-    throw;
-  }
+  payload_ = open_link(comm, ends, config, link_, transport_, make_payload_sender);
 }
 
 HiddenStateSender::~HiddenStateSender() {
@@ -159,14 +167,7 @@ void HiddenStateSender::fail(const std::string& reason) {
 HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config)
     : queue_depth_(static_cast<std::size_t>(std::max(1, config.queue_depth))) {
   check_ends(comm, ends, false);
-  link_ = create_link_comm(comm, ends);
-  try {
-    transport_ = agree_transport(link_, config);
-    payload_ = make_payload_receiver(transport_, setup_of(link_, config));
-  } catch (...) {
-    free_link_comm(link_);
-    throw;
-  }
+  payload_ = open_link(comm, ends, config, link_, transport_, make_payload_receiver);
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;
   open_count_ = static_cast<int>(ends.senders.size());
