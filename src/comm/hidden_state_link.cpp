@@ -167,6 +167,10 @@ void HiddenStateSender::fail(const std::string& reason) {
 HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config)
     : queue_depth_(static_cast<std::size_t>(std::max(1, config.queue_depth))) {
   check_ends(comm, ends, false);
+  int threading = 0;
+  MPI_Query_thread(&threading);
+  if (threading < MPI_THREAD_MULTIPLE)
+    throw std::runtime_error("hidden-state link: the receiving thread needs MPI initialised with MPI_THREAD_MULTIPLE");
   payload_ = open_link(comm, ends, config, link_, transport_, make_payload_receiver);
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;

@@ -2,6 +2,9 @@
 // to the receiver's device.
 #include <ATen/ATen.h>
 
+#include <stdexcept>
+
+#include "cuda_handover.h"
 #include "mpi_types.h"
 #include "payload_channel.h"
 
@@ -29,7 +32,13 @@ class MpiPayloadReceiver final : public PayloadReceiver {
     at::Tensor host = at::empty({fields.tokens, fields.columns}, static_cast<at::ScalarType>(fields.dtype));
     recv_bytes(host.data_ptr(), host.nbytes(), sender, kPayloadTag, link_);
     if (device_.is_cpu) return {host, {}};
-    return {host.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_.index))), {}};
+#ifdef TOPOTRAIN_CUDA
+    auto index = static_cast<c10::DeviceIndex>(device_.index);
+    at::Tensor hidden = host.to(at::Device(at::kCUDA, index));
+    return {hidden, hand_over(hidden, c10::cuda::getCurrentCUDAStream(index))};
+#else
+    throw std::logic_error("hidden-state link: a CUDA receiver in a build without CUDA");
+#endif
   }
 
  private:
