@@ -1,0 +1,145 @@
+// The hidden-state link: target ranks stream packed batches of captured hidden states
+// to a drafter rank (fan-in N -> 1), with back-pressure and a clean end of stream.
+//
+// A batch is a small header (cu_seqlens, token ids, loss mask, positions, sample ids),
+// which always travels over MPI, and one payload tensor [tokens, taps * hidden] (bf16;
+// fp32 allowed on CPU), which travels by the link's transport:
+//   mpi   host-staged through MPI (CPU runs; works everywhere)
+//   nccl  ncclSend/ncclRecv over one 2-rank communicator per (target, drafter) pair
+//   ipc   same node: each sender owns a ring of cudaMalloc'd slots that the receiver
+//         maps once (cudaIpcOpenMemHandle) and copies out of; a credit returned over MPI
+//         frees a slot, so a sender never overwrites one the receiver has not read
+//   auto  ipc when every end of the link is on one node with CUDA, nccl across nodes,
+//         mpi on CPU
+//
+// Back-pressure: the receiver holds at most `queue_depth` batches (all senders
+// together); a sender's send() blocks while that queue is full — nothing is dropped.
+// Every sender ends its stream with close(); the receiver's next() returns nullopt once
+// every sender has closed. A sender that fails calls fail(reason) and the receiver's
+// next() throws with the reason; an exception on the receiver ends the job through the
+// job runner (MPI_Abort), which takes the blocked senders down with it.
+#pragma once
+
+#include <mpi.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "topotrain/core/topology.h"
+
+namespace topotrain::comm {
+
+struct PackedHiddenBatch {
+  at::Tensor cu_seqlens;  // int32 [sequences + 1]: 0, end of sequence 0, ..., tokens
+  at::Tensor token_ids;   // int32 [tokens]
+  at::Tensor loss_mask;   // uint8 [tokens]
+  at::Tensor positions;   // int32 [tokens]
+  at::Tensor sample_ids;  // int64 [sequences]: the dataset index of each sequence
+  at::Tensor hidden;      // bf16 (fp32 on CPU) [tokens, taps * hidden], on the rank's device
+
+  std::int64_t tokens() const { return hidden.size(0); }
+  std::int64_t sequences() const { return sample_ids.numel(); }
+};
+
+// The ranks of one link, as ranks of the communicator the endpoints are built over.
+struct LinkEnds {
+  int receiver = 0;
+  std::vector<int> senders;  // in a fixed order, the same on every end
+};
+
+struct LinkConfig {
+  LinkTransport transport = LinkTransport::automatic;  // links.hidden_states
+  int queue_depth = 20;                                // links.queue_depth
+  Device device;                                       // this rank's device
+  int ipc_slots = 2;                                   // ring slots per sender (ipc)
+};
+
+// Whether every end is on the CPU, and whether all are on one node, decide `automatic`.
+// Throws ConfigError for a transport the placement cannot use.
+LinkTransport resolve_link_transport(LinkTransport requested, bool cpu, bool one_node);
+
+namespace detail {
+class PayloadSender;
+class PayloadReceiver;
+}  // namespace detail
+
+class HiddenStateSender {
+ public:
+  // Collective over the ranks of `ends` (not over all of `comm`).
+  HiddenStateSender(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config);
+  ~HiddenStateSender();
+  HiddenStateSender(const HiddenStateSender&) = delete;
+  HiddenStateSender& operator=(const HiddenStateSender&) = delete;
+
+  // Blocks while the receiver's queue is full. Header tensors may live anywhere (they are
+  // copied to the host); the payload must be on this rank's device.
+  void send(const PackedHiddenBatch& batch);
+  // End of this sender's stream. Idempotent.
+  void close();
+  // Tells the receiver this sender failed; its next() throws with `reason`.
+  void fail(const std::string& reason);
+
+  LinkTransport transport() const { return transport_; }
+  std::int64_t batches_sent() const { return sent_; }
+
+ private:
+  MPI_Comm link_ = MPI_COMM_NULL;  // the link's ranks: receiver first, then the senders
+  LinkTransport transport_;
+  std::unique_ptr<detail::PayloadSender> payload_;
+  bool closed_ = false;
+  std::int64_t sent_ = 0;
+};
+
+class HiddenStateReceiver {
+ public:
+  // Collective over the ranks of `ends`. Starts the receiving thread.
+  HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config);
+  // Stops and joins the receiving thread, so it never outlives MPI.
+  ~HiddenStateReceiver();
+  HiddenStateReceiver(const HiddenStateReceiver&) = delete;
+  HiddenStateReceiver& operator=(const HiddenStateReceiver&) = delete;
+
+  // The next batch from any sender (each sender's batches in its order), waiting for one;
+  // nullopt once every sender has closed and the queue is drained. Throws when a sender
+  // failed or the link broke. On CUDA the payload is ready for the current stream.
+  std::optional<PackedHiddenBatch> next();
+
+  LinkTransport transport() const { return transport_; }
+  std::size_t queue_size() const;  // batches waiting, for the queue-depth telemetry
+
+ private:
+  struct Entry {
+    PackedHiddenBatch batch;
+    std::function<void()> before_use;  // orders the consumer's stream after the transfer
+  };
+  void receive_loop();
+  bool handle_frame(int tag);  // false when no frame with `tag` is waiting
+
+  MPI_Comm link_ = MPI_COMM_NULL;
+  LinkTransport transport_;
+  std::size_t queue_depth_;
+  std::unique_ptr<detail::PayloadReceiver> payload_;
+  std::vector<bool> open_;  // per link rank: sender not closed yet
+  int open_count_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Entry> queue_;
+  bool finished_ = false;   // every sender closed
+  bool stop_ = false;       // the destructor asks the thread to leave
+  std::exception_ptr error_;
+  std::thread thread_;
+};
+
+}  // namespace topotrain::comm

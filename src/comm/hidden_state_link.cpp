@@ -1,0 +1,286 @@
+#include "topotrain/comm/hidden_state_link.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+
+#include "link_frame.h"
+#include "mpi_types.h"
+#include "payload_channel.h"
+#include "topotrain/core/error.h"
+
+namespace topotrain::comm {
+
+LinkTransport resolve_link_transport(LinkTransport requested, bool cpu, bool one_node) {
+  if (requested == LinkTransport::automatic)
+    return cpu ? LinkTransport::mpi : one_node ? LinkTransport::ipc : LinkTransport::nccl;
+  if (cpu && requested != LinkTransport::mpi)
+    throw ConfigError(cat("links.hidden_states = \"", to_string(requested),
+                          "\" needs CUDA devices on both ends; use \"mpi\" (or \"auto\") for CPU runs"));
+  if (requested == LinkTransport::ipc && !one_node)
+    throw ConfigError("links.hidden_states = \"ipc\" needs the targets and their drafter on one node; use \"nccl\" "
+                      "(or \"auto\") across nodes");
+  return requested;
+}
+
+namespace {
+
+using namespace detail;
+
+// The link's own communicator, receiver first: collective over the link's ranks only, so
+// ranks outside the link are not involved. The receiver's rank tells links apart.
+MPI_Comm create_link_comm(MPI_Comm comm, const LinkEnds& ends) {
+  std::vector<int> members{ends.receiver};
+  members.insert(members.end(), ends.senders.begin(), ends.senders.end());
+  MPI_Group all, group;
+  MPI_Comm_group(comm, &all);
+  mpi_check(MPI_Group_incl(all, static_cast<int>(members.size()), members.data(), &group), "MPI_Group_incl");
+  MPI_Comm link = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_create_group(comm, group, ends.receiver, &link), "MPI_Comm_create_group");
+  MPI_Group_free(&group);
+  MPI_Group_free(&all);
+  return link;
+}
+
+void free_link_comm(MPI_Comm& link) {
+  if (link != MPI_COMM_NULL && mpi_alive()) MPI_Comm_free(&link);
+}
+
+std::uint64_t host_hash() {
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  return std::hash<std::string>{}(std::string(name, length));
+}
+
+// Collective over the link: every end learns every end's placement and so resolves the
+// same transport, or throws the same error.
+LinkTransport agree_transport(MPI_Comm link, const LinkConfig& config) {
+  int size = 0;
+  MPI_Comm_size(link, &size);
+  unsigned long long mine[3] = {config.device.is_cpu ? 1ull : 0ull, host_hash(),
+                                static_cast<unsigned long long>(config.transport)};
+  std::vector<unsigned long long> all(3 * size);
+  mpi_check(MPI_Allgather(mine, 3, MPI_UNSIGNED_LONG_LONG, all.data(), 3, MPI_UNSIGNED_LONG_LONG, link),
+            "MPI_Allgather (link placement)");
+  bool cpu = true, cuda = true, one_node = true, same_request = true;
+  for (int r = 0; r < size; ++r) {
+    cpu = cpu && all[3 * r] == 1;
+    cuda = cuda && all[3 * r] == 0;
+    one_node = one_node && all[3 * r + 1] == all[1];
+    same_request = same_request && all[3 * r + 2] == all[2];
+  }
+  if (!cpu && !cuda)
+    throw ConfigError("hidden-state link: some ends are on the CPU and some on CUDA; place the targets and their "
+                      "drafter all on GPUs or all on \"cpu\"");
+  if (!same_request) throw std::logic_error("hidden-state link: ends were configured with different transports");
+  return resolve_link_transport(config.transport, cpu, one_node);
+}
+
+PayloadSetup setup_of(MPI_Comm link, const LinkConfig& config) { return {link, config.device, config.ipc_slots}; }
+
+std::unique_ptr<PayloadSender> make_payload_sender(LinkTransport transport, const PayloadSetup& setup) {
+#ifdef TOPOTRAIN_CUDA
+  if (transport == LinkTransport::nccl) return make_nccl_payload_sender(setup);
+  if (transport == LinkTransport::ipc) return make_ipc_payload_sender(setup);
+#endif
+  return make_mpi_payload_sender(setup);
+}
+
+std::unique_ptr<PayloadReceiver> make_payload_receiver(LinkTransport transport, const PayloadSetup& setup) {
+#ifdef TOPOTRAIN_CUDA
+  if (transport == LinkTransport::nccl) return make_nccl_payload_receiver(setup);
+  if (transport == LinkTransport::ipc) return make_ipc_payload_receiver(setup);
+#endif
+  return make_mpi_payload_receiver(setup);
+}
+
+// Creates the link's communicator and agrees on its transport with the other ends; the
+// communicator is freed again when that fails.
+template <typename MakePayload>
+auto open_link(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config, MPI_Comm& link,
+               LinkTransport& transport, MakePayload make_payload) {
+  link = create_link_comm(comm, ends);
+  try {
+    transport = agree_transport(link, config);
+    return make_payload(transport, setup_of(link, config));
+  } catch (...) {
+    free_link_comm(link);
+    throw;
+  }
+}
+
+void check_ends(MPI_Comm comm, const LinkEnds& ends, bool sender) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  bool listed = std::find(ends.senders.begin(), ends.senders.end(), rank) != ends.senders.end();
+  if (ends.senders.empty() || (sender ? !listed : rank != ends.receiver))
+    throw std::invalid_argument(cat("hidden-state link: rank ", rank, " is not a ", sender ? "sender" : "receiver",
+                                    " of the link to rank ", ends.receiver));
+}
+
+}  // namespace
+
+HiddenStateSender::HiddenStateSender(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config) {
+  check_ends(comm, ends, true);
+  payload_ = open_link(comm, ends, config, link_, transport_, make_payload_sender);
+}
+
+HiddenStateSender::~HiddenStateSender() {
+  payload_.reset();
+  free_link_comm(link_);
+}
+
+void HiddenStateSender::send(const PackedHiddenBatch& batch) {
+  if (closed_) throw std::logic_error("HiddenStateSender::send after close()");
+  check_batch(batch);
+  std::string extra = payload_->stage(batch.hidden);
+  std::vector<char> frame = encode_frame(FrameKind::data, &batch, extra);
+  // Synchronous send: it completes only once the receiver has taken the frame, which it
+  // does only while its queue has room. This is the back-pressure.
+  mpi_check(MPI_Ssend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kDataTag, link_),
+            "MPI_Ssend (hidden-state header)");
+  payload_->transfer(batch.hidden);
+  ++sent_;
+}
+
+void HiddenStateSender::close() {
+  if (closed_) return;
+  closed_ = true;
+  std::vector<char> frame = encode_frame(FrameKind::close, nullptr, {});
+  mpi_check(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kControlTag, link_),
+            "MPI_Send (hidden-state close)");
+  payload_->drain();
+}
+
+void HiddenStateSender::fail(const std::string& reason) {
+  if (closed_) return;
+  closed_ = true;
+  std::vector<char> frame = encode_frame(FrameKind::error, nullptr, reason);
+  mpi_check(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kControlTag, link_),
+            "MPI_Send (hidden-state error)");
+}
+
+HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config)
+    : queue_depth_(static_cast<std::size_t>(std::max(1, config.queue_depth))) {
+  check_ends(comm, ends, false);
+  int threading = 0;
+  MPI_Query_thread(&threading);
+  if (threading < MPI_THREAD_MULTIPLE)
+    throw std::runtime_error("hidden-state link: the receiving thread needs MPI initialised with MPI_THREAD_MULTIPLE");
+  payload_ = open_link(comm, ends, config, link_, transport_, make_payload_receiver);
+  open_.assign(ends.senders.size() + 1, true);
+  open_[0] = false;
+  open_count_ = static_cast<int>(ends.senders.size());
+  thread_ = std::thread([this] { receive_loop(); });
+}
+
+HiddenStateReceiver::~HiddenStateReceiver() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  queue_.clear();
+  payload_.reset();
+  free_link_comm(link_);
+}
+
+std::size_t HiddenStateReceiver::queue_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queue_.size();
+}
+
+std::optional<PackedHiddenBatch> HiddenStateReceiver::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !queue_.empty() || finished_ || error_; });
+  if (error_) std::rethrow_exception(error_);
+  if (queue_.empty()) return std::nullopt;
+  Entry entry = std::move(queue_.front());
+  queue_.pop_front();
+  lock.unlock();
+  changed_.notify_all();  // room in the queue
+  if (entry.before_use) entry.before_use();
+  return std::move(entry.batch);
+}
+
+// Handles one waiting frame with `tag`, if any.
+bool HiddenStateReceiver::handle_frame(int tag) {
+  int waiting = 0;
+  MPI_Status status;
+  mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, tag, link_, &waiting, &status), "MPI_Iprobe (hidden-state link)");
+  if (!waiting) return false;
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  std::vector<char> raw(bytes);
+  int sender = status.MPI_SOURCE;
+  mpi_check(MPI_Recv(raw.data(), bytes, MPI_BYTE, sender, tag, link_, MPI_STATUS_IGNORE), "MPI_Recv (hidden-state header)");
+  DecodedFrame frame = decode_frame(raw);
+  if (!open_[sender]) throw std::runtime_error(cat("hidden-state link: link rank ", sender, " sent after closing"));
+  switch (frame.fields.kind) {
+    case FrameKind::data: {
+      ReceivedPayload payload = payload_->receive(sender, frame.fields, frame.extra);
+      frame.header.hidden = payload.hidden;
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(Entry{std::move(frame.header), std::move(payload.before_use)});
+      break;
+    }
+    case FrameKind::close: {
+      open_[sender] = false;
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_ = --open_count_ == 0;
+      break;
+    }
+    case FrameKind::error: {
+      int world_rank = 0;
+      MPI_Group link_group, world_group;
+      MPI_Comm_group(link_, &link_group);
+      MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+      MPI_Group_translate_ranks(link_group, 1, &sender, world_group, &world_rank);
+      MPI_Group_free(&link_group);
+      MPI_Group_free(&world_group);
+      throw std::runtime_error(cat("hidden-state sender (rank ", world_rank, ") failed: ", frame.extra));
+    }
+    default:
+      throw std::runtime_error(cat("hidden-state link: unknown frame kind from link rank ", sender));
+  }
+  changed_.notify_all();
+  return true;
+}
+
+// Polls rather than blocking in MPI so that the destructor can always stop it. Control
+// frames are taken at any time; data frames only while the queue has room, which leaves
+// senders blocked in their synchronous send: the back-pressure.
+void HiddenStateReceiver::receive_loop() {
+  using namespace std::chrono;
+  const microseconds shortest(20), longest(2000);
+  microseconds pause = shortest;
+  try {
+    while (true) {
+      bool room = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_ || finished_) return;
+        room = queue_.size() < queue_depth_;
+      }
+      if (handle_frame(kControlTag) || (room && handle_frame(kDataTag))) {
+        pause = shortest;
+        continue;
+      }
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Woken early when next() makes room in a full queue.
+      changed_.wait_for(lock, pause, [&] { return stop_ || (!room && queue_.size() < queue_depth_); });
+      pause = std::min(longest, pause * 2);
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::current_exception();
+  }
+  changed_.notify_all();
+}
+
+}  // namespace topotrain::comm

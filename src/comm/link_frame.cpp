@@ -1,0 +1,109 @@
+#include "link_frame.h"
+
+#include <ATen/ATen.h>
+
+#include <cstring>
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain::comm::detail {
+namespace {
+
+constexpr std::size_t kFieldCount = 6;  // kind, tokens, sequences, columns, dtype, extra bytes
+
+// The header arrays in wire order, with their wire types.
+struct Array {
+  at::Tensor PackedHiddenBatch::*member;
+  at::ScalarType type;
+  const char* name;
+};
+const Array kArrays[] = {
+    {&PackedHiddenBatch::cu_seqlens, at::kInt, "cu_seqlens"}, {&PackedHiddenBatch::token_ids, at::kInt, "token_ids"},
+    {&PackedHiddenBatch::loss_mask, at::kByte, "loss_mask"},  {&PackedHiddenBatch::positions, at::kInt, "positions"},
+    {&PackedHiddenBatch::sample_ids, at::kLong, "sample_ids"},
+};
+
+std::int64_t expected_numel(const Array& array, std::int64_t tokens, std::int64_t sequences) {
+  if (array.member == &PackedHiddenBatch::cu_seqlens) return sequences + 1;
+  if (array.member == &PackedHiddenBatch::sample_ids) return sequences;
+  return tokens;
+}
+
+}  // namespace
+
+void check_batch(const PackedHiddenBatch& batch) {
+  const at::Tensor& hidden = batch.hidden;
+  if (!hidden.defined() || hidden.dim() != 2 || !hidden.is_contiguous())
+    throw std::invalid_argument("hidden-state link: the payload must be a contiguous [tokens, taps * hidden] tensor");
+  bool cpu_float = hidden.is_cpu() && hidden.scalar_type() == at::kFloat;
+  if (hidden.scalar_type() != at::kBFloat16 && !cpu_float)
+    throw std::invalid_argument(cat("hidden-state link: the payload must be bf16 (fp32 on CPU), got ", hidden.scalar_type()));
+  std::int64_t sequences = batch.sample_ids.defined() ? batch.sample_ids.numel() : -1;
+  for (const Array& array : kArrays) {
+    const at::Tensor& t = batch.*array.member;
+    if (!t.defined() || t.dim() != 1 || t.numel() != expected_numel(array, batch.tokens(), sequences) ||
+        !(at::isIntegralType(t.scalar_type(), /*includeBool=*/true)))
+      throw std::invalid_argument(cat("hidden-state link: ", array.name, " must be a 1-D integer tensor of ",
+                                      expected_numel(array, batch.tokens(), sequences), " elements for a batch of ",
+                                      batch.tokens(), " tokens and ", sequences, " sequences"));
+  }
+  at::Tensor cu = batch.cu_seqlens.to(at::kCPU, at::kLong);
+  if (cu[0].item<std::int64_t>() != 0 || cu[-1].item<std::int64_t>() != batch.tokens())
+    throw std::invalid_argument(cat("hidden-state link: cu_seqlens must run from 0 to the token count ", batch.tokens()));
+}
+
+std::vector<char> encode_frame(FrameKind kind, const PackedHiddenBatch* batch, const std::string& extra) {
+  std::int64_t fields[kFieldCount] = {static_cast<std::int64_t>(kind), 0, 0, 0, 0,
+                                      static_cast<std::int64_t>(extra.size())};
+  std::vector<at::Tensor> arrays;
+  if (batch) {
+    fields[1] = batch->tokens();
+    fields[2] = batch->sequences();
+    fields[3] = batch->hidden.size(1);
+    fields[4] = static_cast<std::int64_t>(batch->hidden.scalar_type());
+    for (const Array& array : kArrays) arrays.push_back((batch->*array.member).to(at::kCPU, array.type).contiguous());
+  }
+  std::size_t bytes = sizeof(fields) + extra.size();
+  for (const at::Tensor& t : arrays) bytes += t.nbytes();
+  std::vector<char> frame(bytes);
+  char* at = frame.data();
+  std::memcpy(at, fields, sizeof(fields));
+  at += sizeof(fields);
+  for (const at::Tensor& t : arrays) {
+    std::memcpy(at, t.data_ptr(), t.nbytes());
+    at += t.nbytes();
+  }
+  std::memcpy(at, extra.data(), extra.size());
+  return frame;
+}
+
+DecodedFrame decode_frame(const std::vector<char>& bytes) {
+  std::int64_t fields[kFieldCount];
+  if (bytes.size() < sizeof(fields)) throw std::runtime_error("hidden-state link: truncated frame");
+  std::memcpy(fields, bytes.data(), sizeof(fields));
+  DecodedFrame frame;
+  frame.fields = {static_cast<FrameKind>(fields[0]), fields[1], fields[2], fields[3], fields[4]};
+  const char* at = bytes.data() + sizeof(fields);
+  std::size_t left = bytes.size() - sizeof(fields);
+  auto take = [&](std::size_t n) {
+    if (n > left) throw std::runtime_error("hidden-state link: frame shorter than its fields say");
+    const char* from = at;
+    at += n;
+    left -= n;
+    return from;
+  };
+  if (frame.fields.kind == FrameKind::data) {
+    for (const Array& array : kArrays) {
+      at::Tensor t = at::empty({expected_numel(array, frame.fields.tokens, frame.fields.sequences)}, array.type);
+      std::memcpy(t.data_ptr(), take(t.nbytes()), t.nbytes());
+      frame.header.*array.member = t;
+    }
+  }
+  std::size_t extra = static_cast<std::size_t>(fields[5]);
+  frame.extra.assign(take(extra), extra);
+  if (left != 0) throw std::runtime_error("hidden-state link: frame longer than its fields say");
+  return frame;
+}
+
+}  // namespace topotrain::comm::detail

@@ -1,0 +1,63 @@
+#include "mpi_types.h"
+
+#include <algorithm>
+#include <climits>
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+
+namespace topotrain::comm::detail {
+
+MPI_Datatype mpi_type(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float: return MPI_FLOAT;
+    case c10::ScalarType::Double: return MPI_DOUBLE;
+    case c10::ScalarType::Int: return MPI_INT32_T;
+    case c10::ScalarType::Long: return MPI_INT64_T;
+    case c10::ScalarType::Short: return MPI_INT16_T;
+    case c10::ScalarType::Char: return MPI_INT8_T;
+    case c10::ScalarType::Byte: return MPI_UINT8_T;
+    default: throw std::invalid_argument(cat("MPI cannot reduce tensors of type ", c10::toString(type)));
+  }
+}
+
+void mpi_check(int code, const char* call) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw std::runtime_error(cat(call, " failed: ", std::string(text, length)));
+}
+
+bool mpi_alive() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+namespace {
+constexpr std::size_t kChunk = std::size_t{1} << 30;  // well below INT_MAX
+}
+
+void send_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+  const char* at = static_cast<const char*>(data);
+  do {
+    int count = static_cast<int>(std::min(bytes, kChunk));
+    mpi_check(MPI_Send(at, count, MPI_BYTE, peer, tag, comm), "MPI_Send");
+    at += count;
+    bytes -= count;
+  } while (bytes > 0);
+}
+
+void recv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+  char* at = static_cast<char*>(data);
+  do {
+    int count = static_cast<int>(std::min(bytes, kChunk));
+    mpi_check(MPI_Recv(at, count, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    at += count;
+    bytes -= count;
+  } while (bytes > 0);
+}
+
+}  // namespace topotrain::comm::detail

@@ -1,0 +1,231 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/core/error.h"
+
+using namespace topotrain;
+using namespace topotrain::comm;
+
+namespace {
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+int world_size() {
+  int size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+// The last rank drafts; every other rank is a target feeding it (7 -> 1 at np 8).
+LinkEnds fan_in() {
+  LinkEnds ends;
+  ends.receiver = world_size() - 1;
+  for (int r = 0; r + 1 < world_size(); ++r) ends.senders.push_back(r);
+  return ends;
+}
+bool is_receiver() { return world_rank() == world_size() - 1; }
+
+LinkConfig cpu_config(int queue_depth) {
+  LinkConfig config;
+  config.queue_depth = queue_depth;
+  config.device = Device::cpu();
+  return config;
+}
+
+// Batch `seq` of sender `rank`: random sizes and contents, reproducible from the pair,
+// which sample_ids[0] records so that the receiver can rebuild the expected batch.
+PackedHiddenBatch make_batch(int rank, int seq) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(rank * 7919 + seq);
+  std::int64_t sequences = 1 + at::randint(4, {1}, generator).item<std::int64_t>();
+  at::Tensor lengths = 1 + at::randint(12, {sequences}, generator, at::kInt);
+  PackedHiddenBatch batch;
+  batch.cu_seqlens = at::cat({at::zeros({1}, at::kInt), lengths.cumsum(0, at::kInt)});
+  std::int64_t tokens = batch.cu_seqlens[-1].item<std::int64_t>();
+  batch.token_ids = at::randint(151000, {tokens}, generator, at::kInt);
+  batch.loss_mask = at::randint(2, {tokens}, generator, at::kByte);
+  batch.positions = at::randint(4096, {tokens}, generator, at::kInt);
+  batch.sample_ids = at::randint(1000, {sequences}, generator, at::kLong);
+  batch.sample_ids[0] = rank * 1000000 + seq;
+  at::ScalarType type = seq % 2 == 0 ? at::kBFloat16 : at::kFloat;
+  batch.hidden = at::randn({tokens, 3 * 8}, generator, at::kFloat).to(type);
+  return batch;
+}
+
+void expect_identical(const PackedHiddenBatch& got, const PackedHiddenBatch& want) {
+  for (auto member : {&PackedHiddenBatch::cu_seqlens, &PackedHiddenBatch::token_ids, &PackedHiddenBatch::loss_mask,
+                      &PackedHiddenBatch::positions, &PackedHiddenBatch::sample_ids, &PackedHiddenBatch::hidden}) {
+    const at::Tensor& g = got.*member;
+    const at::Tensor& w = want.*member;
+    ASSERT_EQ(g.scalar_type(), w.scalar_type());
+    ASSERT_TRUE(at::equal(g, w));  // bit-exact, bf16 included
+  }
+}
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+class HiddenStateLink : public ::testing::Test {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+};
+
+}  // namespace
+
+TEST(HiddenStateLinkTransport, AutoPicksByPlacementAndBadChoicesAreConfigErrors) {
+  EXPECT_EQ(resolve_link_transport(LinkTransport::automatic, true, true), LinkTransport::mpi);
+  EXPECT_EQ(resolve_link_transport(LinkTransport::automatic, false, true), LinkTransport::ipc);
+  EXPECT_EQ(resolve_link_transport(LinkTransport::automatic, false, false), LinkTransport::nccl);
+  EXPECT_EQ(resolve_link_transport(LinkTransport::mpi, false, false), LinkTransport::mpi);
+  EXPECT_THROW(resolve_link_transport(LinkTransport::nccl, true, true), ConfigError);
+  EXPECT_THROW(resolve_link_transport(LinkTransport::ipc, true, true), ConfigError);
+  EXPECT_THROW(resolve_link_transport(LinkTransport::ipc, false, false), ConfigError);
+}
+
+TEST_F(HiddenStateLink, FanInDeliversEveryBatchOnceBitExact) {
+  const int per_sender = 6;
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(4));
+    EXPECT_EQ(sender.transport(), LinkTransport::mpi);
+    for (int seq = 0; seq < per_sender; ++seq) sender.send(make_batch(world_rank(), seq));
+    sender.close();
+    EXPECT_EQ(sender.batches_sent(), per_sender);
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(4));
+  std::map<int, int> next_seq;  // per sender: batches arrive in the order sent
+  int received = 0;
+  while (auto batch = receiver.next()) {
+    std::int64_t id = batch->sample_ids[0].item<std::int64_t>();
+    int rank = static_cast<int>(id / 1000000), seq = static_cast<int>(id % 1000000);
+    ASSERT_EQ(seq, next_seq[rank]++) << "from rank " << rank;
+    expect_identical(*batch, make_batch(rank, seq));
+    ++received;
+  }
+  EXPECT_EQ(received, per_sender * static_cast<int>(ends.senders.size()));
+  for (int rank : ends.senders) EXPECT_EQ(next_seq[rank], per_sender) << "from rank " << rank;
+  EXPECT_FALSE(receiver.next().has_value());  // stays at end of stream
+}
+
+// The receiver holds `depth` batches and stops taking more; the first sender must block
+// until the receiver consumes, and resume afterwards without losing anything.
+TEST_F(HiddenStateLink, SlowReceiverBlocksTheSenderWithABoundedQueue) {
+  const int depth = 3, total = depth + 2;
+  const int release_tag = 77;
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(depth));
+    std::vector<std::int64_t> returned;
+    if (world_rank() == 0)
+      for (int seq = 0; seq < total; ++seq) {
+        sender.send(make_batch(0, seq));
+        returned.push_back(now_ns());
+      }
+    sender.close();
+    if (world_rank() != 0) return;
+    std::int64_t released = 0;
+    MPI_Recv(&released, 1, MPI_INT64_T, ends.receiver, release_tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    for (int seq = 0; seq < total; ++seq) {
+      if (seq < depth) EXPECT_LT(returned[seq], released) << "send " << seq << " fits in the queue";
+      else EXPECT_GT(returned[seq], released) << "send " << seq << " should have waited for the receiver";
+    }
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(depth));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (receiver.queue_size() < static_cast<std::size_t>(depth) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(receiver.queue_size(), static_cast<std::size_t>(depth));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(receiver.queue_size(), static_cast<std::size_t>(depth)) << "the queue grew beyond queue_depth";
+  std::int64_t released = now_ns();
+  int received = 0;
+  while (auto batch = receiver.next()) {
+    expect_identical(*batch, make_batch(0, received));
+    ++received;
+  }
+  EXPECT_EQ(received, total);
+  MPI_Send(&released, 1, MPI_INT64_T, 0, release_tag, MPI_COMM_WORLD);
+}
+
+TEST_F(HiddenStateLink, EmptyStreamsEndCleanly) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+    sender.close();
+    sender.close();  // idempotent
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  EXPECT_FALSE(receiver.next().has_value());
+  EXPECT_EQ(receiver.queue_size(), 0u);
+}
+
+TEST_F(HiddenStateLink, ReceiverLeftBeforeEndOfStreamStopsItsThread) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+  } else {
+    HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  }
+  // Reaching this barrier on every rank means the receiver's destructor did not hang.
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_F(HiddenStateLink, ASendersFailureReachesTheReceiver) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+    if (world_rank() == 0) sender.fail("CUDA out of memory in the target forward");
+    else sender.close();
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  try {
+    while (receiver.next()) {
+    }
+    FAIL() << "expected the sender's error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("hidden-state sender (rank 0) failed: CUDA out of memory"));
+  }
+}
+
+TEST_F(HiddenStateLink, CudaTransportOnCpuFailsOnEveryEnd) {
+  LinkEnds ends = fan_in();
+  LinkConfig config = cpu_config(2);
+  config.transport = LinkTransport::nccl;
+  if (is_receiver()) EXPECT_THROW(HiddenStateReceiver(MPI_COMM_WORLD, ends, config), ConfigError);
+  else EXPECT_THROW(HiddenStateSender(MPI_COMM_WORLD, ends, config), ConfigError);
+}
+
+TEST_F(HiddenStateLink, MalformedBatchesAreRejectedBeforeSending) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+    PackedHiddenBatch batch = make_batch(world_rank(), 0);
+    batch.cu_seqlens[-1] = 0;
+    EXPECT_THROW(sender.send(batch), std::invalid_argument);
+    batch = make_batch(world_rank(), 0);
+    batch.positions = batch.positions.narrow(0, 0, 1);
+    EXPECT_THROW(sender.send(batch), std::invalid_argument);
+    batch = make_batch(world_rank(), 0);
+    batch.hidden = batch.hidden.to(at::kDouble);
+    EXPECT_THROW(sender.send(batch), std::invalid_argument);
+    sender.close();
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  EXPECT_FALSE(receiver.next().has_value());
+}
