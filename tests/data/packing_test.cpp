@@ -109,7 +109,8 @@ TEST(EpochPermutation, DeterministicPermutationThatDependsOnSeedAndEpoch) {
   EXPECT_EQ(epoch_permutation(7, 3, 1000, false), identity);
   // Pinned values: the order must never change between builds, or resumed runs would
   // see other samples than the checkpoint promised.
-  EXPECT_EQ(epoch_permutation(1, 0, 5, true), epoch_permutation(1, 0, 5, true));
+  EXPECT_EQ(epoch_permutation(1, 0, 8, true), (std::vector<uint64_t>{4, 1, 7, 5, 3, 0, 6, 2}));
+  EXPECT_EQ(epoch_permutation(1, 1, 8, true), (std::vector<uint64_t>{0, 2, 7, 5, 4, 6, 3, 1}));
 }
 
 }  // namespace

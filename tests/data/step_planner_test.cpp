@@ -13,7 +13,7 @@
 namespace topotrain::data {
 namespace {
 
-struct Setup {
+struct Layout {
   uint64_t budget;
   int world;
   int accum;
@@ -50,7 +50,7 @@ std::vector<Range> ranges_of(const PackedBatch& b) {
 
 // Runs `steps` optimizer steps of W simulated ranks and returns the micro-batches' ranges
 // in global order; checks that the ranks agree on everything they compute alike.
-std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, const Setup& s, DataPosition& position,
+std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, const Layout& s, DataPosition& position,
                              int steps) {
   std::vector<StepPlanner> ranks;
   for (int r = 0; r < s.world; ++r) {
@@ -109,7 +109,7 @@ std::vector<Range> expected_stream(const TokenDataset& data, uint64_t seed, size
 TEST(StepPlanner, EverySampleOnceFor1_2_4Ranks) {
   at::set_num_threads(1);
   const auto data = mixed_dataset();
-  for (const Setup s : {Setup{32, 1, 1}, Setup{32, 2, 1}, Setup{32, 4, 1}, Setup{24, 2, 3}, Setup{48, 4, 2}}) {
+  for (const Layout s : {Layout{32, 1, 1}, Layout{32, 2, 1}, Layout{32, 4, 1}, Layout{24, 2, 3}, Layout{48, 4, 2}}) {
     SCOPED_TRACE(::testing::Message() << "budget " << s.budget << " world " << s.world << " accum " << s.accum);
     DataPosition position{11, 0, 0, 0};
     std::vector<Range> stream;
@@ -132,15 +132,15 @@ TEST(StepPlanner, DeterministicForSeedAndLayout) {
   at::set_num_threads(1);
   const auto data = mixed_dataset();
   DataPosition a{3, 0, 0, 0}, b{3, 0, 0, 0}, c{4, 0, 0, 0};
-  EXPECT_EQ(run_steps(data, Setup{32, 2, 2}, a, 5), run_steps(data, Setup{32, 2, 2}, b, 5));
+  EXPECT_EQ(run_steps(data, Layout{32, 2, 2}, a, 5), run_steps(data, Layout{32, 2, 2}, b, 5));
   EXPECT_EQ(a, b);
-  EXPECT_FALSE(run_steps(data, Setup{32, 2, 2}, c, 5) == run_steps(data, Setup{32, 2, 2}, b, 5));
+  EXPECT_FALSE(run_steps(data, Layout{32, 2, 2}, c, 5) == run_steps(data, Layout{32, 2, 2}, b, 5));
 }
 
 TEST(StepPlanner, RestoreWithAnotherBudgetWorldOrAccumContinuesExactly) {
   at::set_num_threads(1);
   const auto data = mixed_dataset();
-  const std::vector<std::pair<Setup, Setup>> changes = {
+  const std::vector<std::pair<Layout, Layout>> changes{
       {{32, 2, 1}, {16, 2, 1}}, {{32, 2, 1}, {64, 4, 1}}, {{24, 4, 2}, {24, 1, 3}},
       {{16, 1, 1}, {40, 2, 5}}, {{48, 2, 2}, {20, 4, 1}}};
   bool resumed_inside_a_split_sample = false;
