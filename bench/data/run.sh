@@ -20,8 +20,9 @@ cmake --build "$build" --target bench_data_packing topotrain_prepare -j "${JOBS:
   # and materializes its 10.
   taskset -c 0 "$build/bin/bench_data_packing" 100 65536 8 10
 
-  echo "## topotrain-prepare"
-  # ~50 MB of English: the Debian license texts, repeated.
+  echo "## topotrain-prepare (wall and CPU time: a loaded machine shows in the difference)"
+  TIMEFORMAT='time: wall %R s, user %U s, sys %S s'
+  # ~22 MB of English: the Debian license texts, repeated.
   for _ in $(seq 1 200); do cat /usr/share/common-licenses/{Apache-2.0,GPL-3,LGPL-2.1,MPL-2.0,GFDL-1.3}; done \
     > "$work/corpus.txt"
   cat /usr/share/common-licenses/{Apache-2.0,GPL-3,LGPL-2.1,MPL-2.0,GFDL-1.3} > "$work/train.txt"
@@ -29,7 +30,7 @@ cmake --build "$build" --target bench_data_packing topotrain_prepare -j "${JOBS:
   for tokenizer in byte "$work/tokenizer.json"; do
     for threads in 1 0; do
       echo "--tokenizer $(basename "$tokenizer") --threads $threads (0 = all $(nproc) cores), --split paragraph"
-      "$build/bin/topotrain-prepare" --quiet --split paragraph --threads "$threads" --tokenizer "$tokenizer" \
+      time "$build/bin/topotrain-prepare" --quiet --split paragraph --threads "$threads" --tokenizer "$tokenizer" \
         --output "$work/out.h5" "$work/corpus.txt"
     done
   done

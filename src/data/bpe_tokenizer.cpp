@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <fstream>
 #include <limits>
 
@@ -59,6 +60,17 @@ void unsupported_if(bool condition, const std::string& path, const std::string& 
   if (condition) throw ConfigError(cat("'", path, "': ", what, " is not supported by topotrain's BPE tokenizer"));
 }
 
+// Natural text repeats its words: a per-thread cache from piece to ids skips the merge
+// loop for most pieces. Entries belong to the tokenizer with serial `owner` (not to an
+// address, which a later tokenizer could reuse); it is emptied when full.
+struct PieceCache {
+  static constexpr size_t kMaxEntries = 1 << 16;
+  uint64_t owner = 0;
+  std::unordered_map<std::string, std::vector<uint32_t>> ids;
+};
+thread_local PieceCache piece_cache;
+std::atomic<uint64_t> next_serial{1};
+
 }  // namespace
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const std::string& eos) {
@@ -72,6 +84,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
   }
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer);
   t->path_ = path;
+  t->serial_ = next_serial++;
   uint64_t max_id = 0;
   try {
     const auto& model = require(j, "model", "the file", path);
@@ -217,15 +230,31 @@ void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>&
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out) const {
+  if (piece_cache.owner != serial_) {
+    piece_cache.ids.clear();
+    piece_cache.owner = serial_;
+  }
+  std::string key(piece);
+  if (const auto it = piece_cache.ids.find(key); it != piece_cache.ids.end()) {
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return;
+  }
+  std::vector<uint32_t> symbols;
+  merge_piece(piece, symbols);
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  if (piece_cache.ids.size() >= PieceCache::kMaxEntries) piece_cache.ids.clear();
+  piece_cache.ids.emplace(std::move(key), std::move(symbols));
+}
+
+void BpeTokenizer::merge_piece(std::string_view piece, std::vector<uint32_t>& symbols) const {
   if (ignore_merges_) {
     std::string spelled;
     for (char c : piece) spelled += byte_alphabet()[static_cast<unsigned char>(c)];
     if (const auto it = vocab_.find(spelled); it != vocab_.end()) {
-      out.push_back(it->second);
+      symbols.push_back(it->second);
       return;
     }
   }
-  std::vector<uint32_t> symbols;
   symbols.reserve(piece.size());
   for (char c : piece) {
     const auto byte = static_cast<unsigned char>(c);
@@ -260,7 +289,6 @@ void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& o
     }
     symbols.resize(write);
   }
-  out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
 }  // namespace topotrain::data

@@ -31,14 +31,14 @@ bool CorpusReader::is_jsonl(const std::string& path) const {
   return ext == ".jsonl" || ext == ".json";
 }
 
-void CorpusReader::read_text_file(const std::string& path, std::vector<RawDocument>& batch) {
+void CorpusReader::read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream content;
   content << in.rdbuf();
   const std::string text = content.str();
   bytes_read_ += text.size();
   if (split_ == TextSplit::file) {
-    if (!blank(text)) batch.push_back(RawDocument{text, false, path});
+    if (!blank(text)) pending_.push_back(RawDocument{text, false, path});
     return;
   }
   // Paragraphs: runs of non-blank lines, each kept with its inner newlines.
@@ -49,7 +49,7 @@ void CorpusReader::read_text_file(const std::string& path, std::vector<RawDocume
     ++line_number;
     if (blank(std::string_view(text).substr(at, eol - at))) {
       if (paragraph_begin != std::string::npos) {
-        batch.push_back(RawDocument{text.substr(paragraph_begin, paragraph_end - paragraph_begin), false,
+        pending_.push_back(RawDocument{text.substr(paragraph_begin, paragraph_end - paragraph_begin), false,
                                     cat(path, ":", first_line)});
         paragraph_begin = std::string::npos;
       }
@@ -63,7 +63,7 @@ void CorpusReader::read_text_file(const std::string& path, std::vector<RawDocume
     at = eol + 1;
   }
   if (paragraph_begin != std::string::npos) {
-    batch.push_back(RawDocument{text.substr(paragraph_begin, paragraph_end - paragraph_begin), false,
+    pending_.push_back(RawDocument{text.substr(paragraph_begin, paragraph_end - paragraph_begin), false,
                                 cat(path, ":", first_line)});
   }
 }
@@ -72,13 +72,19 @@ bool CorpusReader::next_batch(std::vector<RawDocument>& batch, size_t max_bytes)
   batch.clear();
   size_t bytes = 0;
   while (bytes < max_bytes) {
+    if (!pending_.empty()) {
+      bytes += pending_.front().body.size();
+      batch.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+      continue;
+    }
     if (jsonl_.is_open()) {
       std::string line;
       if (std::getline(jsonl_, line)) {
         ++jsonl_line_;
         bytes_read_ += line.size() + 1;
         bytes += line.size() + 1;
-        if (!blank(line)) batch.push_back(RawDocument{std::move(line), true, cat(jsonl_path_, ":", jsonl_line_)});
+        if (!blank(line)) pending_.push_back(RawDocument{std::move(line), true, cat(jsonl_path_, ":", jsonl_line_)});
         continue;
       }
       jsonl_.close();
@@ -90,12 +96,10 @@ bool CorpusReader::next_batch(std::vector<RawDocument>& batch, size_t max_bytes)
       jsonl_path_ = path;
       jsonl_line_ = 0;
     } else {
-      const uint64_t before = bytes_read_;
-      read_text_file(path, batch);
-      bytes += bytes_read_ - before;
+      read_text_file(path);
     }
   }
-  return !batch.empty() || next_input_ < inputs_.size() || jsonl_.is_open();
+  return !batch.empty() || !pending_.empty() || next_input_ < inputs_.size() || jsonl_.is_open();
 }
 
 }  // namespace topotrain::data

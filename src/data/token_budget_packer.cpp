@@ -33,7 +33,7 @@ TokenBudgetPacker::TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset
   if (position_.offset_in_sample >= dataset_->sample_length(order_[position_.consumed_samples])) {
     throw ConfigError(cat("the data position to resume (offset ", position_.offset_in_sample, " in sample ",
                           order_[position_.consumed_samples], ") lies beyond that sample of '", dataset_->path(),
-                          "': resume with the dataset and data.seed the checkpoint was trained on"));
+                          "': resume with the dataset and train.seed the checkpoint was trained on"));
   }
 }
 
@@ -49,7 +49,6 @@ void TokenBudgetPacker::advance_sample() {
 MicroBatchLayout TokenBudgetPacker::next_layout() {
   MicroBatchLayout layout;
   const uint64_t budget = config_.token_budget;
-  const TokenDatasetContents& data = dataset_->contents();
   while (layout.num_tokens < budget) {
     const uint64_t sample = order_[position_.consumed_samples];
     const uint64_t begin = position_.offset_in_sample;
@@ -61,14 +60,7 @@ MicroBatchLayout TokenBudgetPacker::next_layout() {
     }
     layout.pieces.push_back(Piece{sample, begin, end});
     layout.num_tokens += end - begin;
-    if (data.loss_mask.empty()) {
-      layout.num_loss_tokens += end - begin;
-    } else {
-      const uint8_t* mask = data.loss_mask.data() + data.offsets[sample];
-      uint64_t ones = 0;
-      for (uint64_t i = begin; i < end; ++i) ones += mask[i];
-      layout.num_loss_tokens += ones;
-    }
+    layout.num_loss_tokens += dataset_->loss_tokens(sample, begin, end);
     if (end == length || config_.long_samples == LongSamplePolicy::truncate) {
       advance_sample();
     } else {

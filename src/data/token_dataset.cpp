@@ -193,11 +193,29 @@ SampleView TokenDataset::sample(uint64_t i) const {
                     contents_.offsets[i + 1] - begin};
 }
 
+uint64_t TokenDataset::loss_tokens(uint64_t i, uint64_t begin, uint64_t end) const {
+  if (contents_.loss_mask.empty()) return end - begin;
+  if (begin == 0 && end == sample_length(i)) return sample_loss_tokens_[i];
+  const uint8_t* mask = contents_.loss_mask.data() + contents_.offsets[i];
+  uint64_t ones = 0;
+  for (uint64_t t = begin; t < end; ++t) ones += mask[t];
+  return ones;
+}
+
 TokenDataset TokenDataset::from_contents(TokenDatasetContents contents, const std::string& origin) {
   validate(contents, origin);
   TokenDataset dataset;
   dataset.contents_ = std::move(contents);
   dataset.path_ = origin;
+  const TokenDatasetContents& c = dataset.contents_;
+  if (!c.loss_mask.empty()) {
+    dataset.sample_loss_tokens_.resize(dataset.num_samples());
+    for (uint64_t d = 0; d < dataset.num_samples(); ++d) {
+      uint64_t ones = 0;
+      for (uint64_t t = c.offsets[d]; t < c.offsets[d + 1]; ++t) ones += c.loss_mask[t];
+      dataset.sample_loss_tokens_[d] = ones;
+    }
+  }
   return dataset;
 }
 

@@ -213,5 +213,18 @@ TEST(TokenDataset, IntegerTypesOtherThanUint32AreAccepted) {
   std::remove(path.c_str());
 }
 
+TEST(TokenDataset, DemoCorpusIsByteTokenizedParagraphs) {
+  const TokenDataset d = TokenDataset::load(TOPOTRAIN_DEMO_DATASET);
+  EXPECT_EQ(d.tokenizer(), "byte");
+  EXPECT_EQ(d.vocab_size(), 259u);
+  EXPECT_GT(d.num_samples(), 1000u);
+  EXPECT_GT(d.num_tokens(), 100000u);
+  EXPECT_FALSE(d.has_loss_mask());
+  for (uint64_t i = 0; i < d.num_samples(); ++i) {
+    const SampleView s = d.sample(i);
+    ASSERT_EQ(s.tokens[s.length - 1], d.eos_id()) << "every paragraph ends with eos";
+  }
+}
+
 }  // namespace
 }  // namespace topotrain::data

@@ -35,12 +35,14 @@ class BpeTokenizer : public Tokenizer {
   BpeTokenizer() = default;
   void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out) const;
+  void merge_piece(std::string_view piece, std::vector<uint32_t>& symbols) const;
 
   struct Merge {
     uint32_t rank;
     uint32_t merged;
   };
   std::string path_;
+  uint64_t serial_ = 0;  // tells this tokenizer's entries in the per-thread piece cache apart
   std::unordered_map<std::string, uint32_t> vocab_;
   std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
   int64_t byte_ids_[256];                       // id of each byte's alphabet character, -1 if none

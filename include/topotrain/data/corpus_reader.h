@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -26,8 +27,8 @@ class CorpusReader {
   // Throws ConfigError naming the first input that cannot be read.
   CorpusReader(std::vector<std::string> inputs, InputFormat format, TextSplit split);
 
-  // Replaces `batch` with the next documents, about max_bytes of them (a whole text file
-  // at least); returns false when every input has been read.
+  // Replaces `batch` with the next documents, about max_bytes of them; returns false when
+  // every input has been read.
   bool next_batch(std::vector<RawDocument>& batch, size_t max_bytes);
 
   uint64_t bytes_read() const { return bytes_read_; }
@@ -36,12 +37,13 @@ class CorpusReader {
 
  private:
   bool is_jsonl(const std::string& path) const;
-  void read_text_file(const std::string& path, std::vector<RawDocument>& batch);
+  void read_text_file(const std::string& path);
 
   std::vector<std::string> inputs_;
   InputFormat format_;
   TextSplit split_;
   size_t next_input_ = 0;
+  std::deque<RawDocument> pending_;  // documents of the text file being read
   std::ifstream jsonl_;  // open while a JSONL file is being read
   std::string jsonl_path_;
   uint64_t jsonl_line_ = 0;

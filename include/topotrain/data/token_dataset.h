@@ -54,10 +54,14 @@ class TokenDataset {
     return contents_.offsets[i + 1] - contents_.offsets[i];
   }
   SampleView sample(uint64_t i) const;
+  // Tokens with loss mask 1 in [begin, end) of sample i: O(1) for a whole sample, so that
+  // laying out another rank's micro-batches does not read their masks.
+  uint64_t loss_tokens(uint64_t i, uint64_t begin, uint64_t end) const;
   const TokenDatasetContents& contents() const { return contents_; }
 
  private:
   TokenDatasetContents contents_;
+  std::vector<uint64_t> sample_loss_tokens_;  // per sample; empty without a loss mask
   std::string path_;
 };
 
