@@ -217,8 +217,8 @@ TEST(TokenDataset, DemoCorpusIsByteTokenizedParagraphs) {
   const TokenDataset d = TokenDataset::load(TOPOTRAIN_DEMO_DATASET);
   EXPECT_EQ(d.tokenizer(), "byte");
   EXPECT_EQ(d.vocab_size(), 259u);
-  EXPECT_GT(d.num_samples(), 1000u);
-  EXPECT_GT(d.num_tokens(), 100000u);
+  EXPECT_GT(d.num_samples(), 500u);
+  EXPECT_GT(d.num_tokens(), 200000u);
   EXPECT_FALSE(d.has_loss_mask());
   for (uint64_t i = 0; i < d.num_samples(); ++i) {
     const SampleView s = d.sample(i);
