@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -20,6 +21,7 @@ struct TokenizedBatch {
   std::vector<uint64_t> lengths;
   std::vector<uint8_t> loss_mask;
   uint64_t loss_tokens = 0;
+  uint64_t text_bytes = 0;  // of the raw documents, for the progress bar
 };
 
 std::vector<ChatMessage> parse_messages(const nlohmann::json& messages, const std::string& origin) {
@@ -58,6 +60,7 @@ TokenizedBatch tokenize(const Tokenizer& tokenizer, const std::vector<RawDocumen
   TokenizedBatch batch;
   EncodedDocument doc;
   for (const RawDocument& raw : docs) {
+    batch.text_bytes += raw.body.size();
     doc.tokens.clear();
     doc.loss_mask.clear();
     try {
@@ -76,12 +79,14 @@ TokenizedBatch tokenize(const Tokenizer& tokenizer, const std::vector<RawDocumen
   return batch;
 }
 
-void draw_progress(const CorpusReader& reader, const PrepareTotals& totals, double seconds) {
-  const double fraction = reader.total_bytes() ? double(reader.bytes_read()) / double(reader.total_bytes()) : 1.0;
+// Progress counts the text already tokenized and written (blank lines between paragraphs
+// are not part of any document, so the bar may jump at the end).
+void draw_progress(uint64_t done_bytes, uint64_t total_bytes, const PrepareTotals& totals, double seconds) {
+  const double fraction = total_bytes ? std::min(1.0, double(done_bytes) / double(total_bytes)) : 1.0;
   const int width = 30, filled = static_cast<int>(fraction * width);
   std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f / %.1f MB  %llu docs  %llu tokens  %.2f M tok/s ",
                std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), 100 * fraction,
-               reader.bytes_read() / 1e6, reader.total_bytes() / 1e6, (unsigned long long)totals.documents,
+               done_bytes / 1e6, total_bytes / 1e6, (unsigned long long)totals.documents,
                (unsigned long long)totals.tokens, seconds > 0 ? totals.tokens / seconds / 1e6 : 0.0);
   std::fflush(stderr);
 }
@@ -102,6 +107,7 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   totals.vocab_size = tokenizer->vocab_size();
   totals.tokenizer = tokenizer->description();
   std::deque<std::future<TokenizedBatch>> in_flight;
+  uint64_t done_bytes = 0;
   const auto write_oldest = [&] {
     TokenizedBatch batch = in_flight.front().get();
     in_flight.pop_front();
@@ -109,7 +115,8 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
     totals.documents += batch.lengths.size();
     totals.tokens += batch.tokens.size();
     totals.loss_tokens += batch.loss_tokens;
-    if (config.progress) draw_progress(reader, totals, elapsed());
+    done_bytes += batch.text_bytes;
+    if (config.progress) draw_progress(done_bytes, reader.total_bytes(), totals, elapsed());
   };
   std::vector<RawDocument> docs;
   // Batches are written in the order they were read, so the file does not depend on
@@ -127,7 +134,10 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
     throw ConfigError(cat("the inputs hold no documents (all empty?); nothing written to '", config.output, "'"));
   }
   writer.finish();
-  if (config.progress) std::fputc('\n', stderr);
+  if (config.progress) {
+    draw_progress(reader.total_bytes(), reader.total_bytes(), totals, elapsed());
+    std::fputc('\n', stderr);
+  }
   totals.bytes = reader.bytes_read();
   totals.seconds = elapsed();
   return totals;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "test_dir.h"
 #include "topotrain/core/error.h"
 #include "topotrain/data/prepare.h"
 
@@ -12,9 +13,9 @@ namespace topotrain::data {
 namespace {
 
 std::string write_input(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / ("topotrain_prepare_test_" + name);
+  const std::string path = test_file(name);
   std::ofstream(path, std::ios::binary) << text;
-  return path.string();
+  return path;
 }
 
 std::vector<uint32_t> bytes_then_eos(const std::string& text) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "test_dir.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/hdf5_handle.h"
 #include "topotrain/data/token_dataset.h"
@@ -15,7 +16,7 @@ namespace topotrain::data {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("topotrain_dataset_test_" + name + ".h5")).string();
+  return test_file(name + ".h5");
 }
 
 TokenDatasetContents three_documents() {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "test_dir.h"
 #include "topotrain/core/error.h"
 #include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/byte_tokenizer.h"
@@ -52,9 +53,9 @@ std::string qwen_pre_tokenizer() {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const auto path = std::filesystem::temp_directory_path() / ("topotrain_tokenizer_test_" + name);
+  const std::string path = test_file(name);
   std::ofstream(path) << text;
-  return path.string();
+  return path;
 }
 
 Ids encode(const Tokenizer& t, const std::string& text) {
