@@ -47,6 +47,15 @@ struct RawFile {
     H5Handle a(H5Acreate2(file, name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, name);
     h5_check(H5Awrite(a, H5T_NATIVE_INT64, &value), name);
   }
+  // As h5py writes a Python str: variable-length UTF-8.
+  void string_attribute(const char* name, const char* value) {
+    H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "type");
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose, "space");
+    H5Handle a(H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, name);
+    h5_check(H5Awrite(a, type, &value), name);
+  }
 };
 
 struct BadFile {
@@ -199,10 +208,11 @@ TEST(TokenDataset, MissingOrForeignFileIsAConfigError) {
   std::remove(path.c_str());
 }
 
-TEST(TokenDataset, IntegerTypesOtherThanUint32AreAccepted) {
+TEST(TokenDataset, FileAsH5pyWritesItLoads) {
   const std::string path = temp_path("int64");
   {
     RawFile f(path);
+    f.string_attribute("tokenizer", "Qwen/Qwen3-8B");
     f.attribute("vocab_size", 300);
     f.attribute("eos_id", 0);
     f.dataset<int64_t>("tokens", H5T_NATIVE_INT64, {299, 0, 7});
@@ -211,6 +221,7 @@ TEST(TokenDataset, IntegerTypesOtherThanUint32AreAccepted) {
   const TokenDataset d = TokenDataset::load(path);
   EXPECT_EQ(d.contents().tokens, (std::vector<uint32_t>{299, 0, 7}));
   EXPECT_EQ(d.sample_length(1), 2u);
+  EXPECT_EQ(d.tokenizer(), "Qwen/Qwen3-8B");
   std::remove(path.c_str());
 }
 
