@@ -1,0 +1,57 @@
+// HF tokenizer.json byte-level BPE (the GPT-2 / Qwen kind).
+//
+// encode(text): added tokens (e.g. "<|im_end|>") are matched first, longest first; the
+// rest is cut by the pre-tokenizer regexes (Split "Isolated" patterns, then ByteLevel's
+// GPT-2 pattern when its use_regex is true); each piece's bytes are mapped to the
+// byte-to-unicode alphabet and merged by merge rank (lowest first, all non-overlapping
+// occurrences left to right) into vocabulary ids.
+// Not supported (load fails naming the key): other models than BPE, add_prefix_space,
+// subword prefixes/suffixes, normalizers other than NFC. NFC is not applied: the input is
+// taken to be NFC already, as nearly all text is.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "topotrain/data/tokenizer.h"
+#include "topotrain/data/unicode_regex.h"
+
+namespace topotrain::data {
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  // eos: the content of the end-of-document token.
+  static std::unique_ptr<BpeTokenizer> load(const std::string& path, const std::string& eos);
+
+  void encode(std::string_view text, std::vector<uint32_t>& out) const override;
+  std::optional<uint32_t> special_token(const std::string& content) const override;
+  uint64_t vocab_size() const override { return vocab_size_; }
+  uint32_t eos_id() const override { return eos_id_; }
+  std::string description() const override { return "bpe:" + path_; }
+
+ private:
+  BpeTokenizer() = default;
+  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const;
+  void encode_piece(std::string_view piece, std::vector<uint32_t>& out) const;
+  void merge_piece(std::string_view piece, std::vector<uint32_t>& symbols) const;
+
+  struct Merge {
+    uint32_t rank;
+    uint32_t merged;
+  };
+  std::string path_;
+  uint64_t serial_ = 0;  // tells this tokenizer's entries in the per-thread piece cache apart
+  std::unordered_map<std::string, uint32_t> vocab_;
+  std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
+  int64_t byte_ids_[256];                       // id of each byte's alphabet character, -1 if none
+  std::unordered_map<std::string, uint32_t> added_;
+  std::unique_ptr<UnicodeRegex> added_pattern_;
+  std::vector<std::unique_ptr<UnicodeRegex>> split_patterns_;
+  bool ignore_merges_ = false;
+  uint64_t vocab_size_ = 0;
+  uint32_t eos_id_ = 0;
+};
+
+}  // namespace topotrain::data

@@ -1,0 +1,22 @@
+// One micro-batch of packed samples: no padding, sequence boundaries in cu_seqlens.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace topotrain::data {
+
+struct PackedBatch {
+  torch::Tensor tokens;      // int64 [T]
+  torch::Tensor positions;   // int64 [T], 0 at a sample's first token; a split sample continues
+  torch::Tensor cu_seqlens;  // int32 [n + 1], cu_seqlens[0] == 0, cu_seqlens[n] == T
+  torch::Tensor loss_mask;   // uint8 [T], all ones when the dataset has no loss mask
+  torch::Tensor sample_ids;  // int64 [n], dataset index of each packed piece
+  int64_t num_tokens = 0;       // T
+  int64_t num_loss_tokens = 0;  // loss_mask.sum()
+
+  int64_t num_sequences() const { return sample_ids.numel(); }
+};
+
+}  // namespace topotrain::data

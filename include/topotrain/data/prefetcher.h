@@ -1,0 +1,57 @@
+// Builds the next optimizer steps' micro-batches on a background thread so that the
+// trainer never waits for packing.
+//
+// The queue holds at most `depth` finished steps. For a CUDA device the producer should
+// pin its batches (PackerConfig::pin_memory); the thread then copies them to the GPU on
+// its own stream, and next() makes the caller's current stream wait for that copy, so the
+// copy overlaps the previous step's compute. An exception in the producer is rethrown by
+// next() (same type and message) once the steps produced before it are consumed. The
+// destructor stops and joins the thread: no thread outlives the object.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "topotrain/data/step_planner.h"
+
+namespace topotrain::data {
+
+struct PrefetchConfig {
+  size_t depth = 2;                        // steps built ahead of the trainer
+  torch::Device device = torch::kCPU;      // where next() delivers the batches
+};
+
+class Prefetcher {
+ public:
+  Prefetcher(std::function<StepPlan()> produce, PrefetchConfig config);
+  ~Prefetcher();
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
+
+  // Blocks until the next step is ready; rethrows the producer's exception.
+  StepPlan next();
+
+ private:
+  struct Ready;  // a finished step (and, on CUDA, the event its copy records)
+  void run();
+  Ready build();
+
+  std::function<StepPlan()> produce_;
+  PrefetchConfig config_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::unique_ptr<Ready>> queue_;
+  std::exception_ptr error_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: starts after every other member is constructed
+};
+
+}  // namespace topotrain::data

@@ -1,0 +1,41 @@
+// topotrain-prepare's pipeline: read documents -> tokenize on worker threads -> append to
+// a dataset file in input order. The reading thread stays ahead of the workers by at most
+// `threads` batches, so memory stays bounded whatever the corpus size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "topotrain/data/corpus_reader.h"
+#include "topotrain/data/token_dataset.h"
+
+namespace topotrain::data {
+
+struct PrepareConfig {
+  std::vector<std::string> inputs;
+  std::string output;
+  std::string tokenizer = "byte";  // "byte" or a tokenizer.json path
+  std::string eos;                 // end-of-document token content for tokenizer.json ("" = <|endoftext|>)
+  InputFormat format = InputFormat::by_extension;
+  TextSplit split = TextSplit::file;
+  int threads = 0;                 // 0: every core
+  size_t batch_bytes = 1 << 20;    // raw text per work item
+  WriteOptions write;
+  bool progress = false;           // redraw a progress bar on stderr
+};
+
+struct PrepareTotals {
+  uint64_t files = 0;
+  uint64_t documents = 0;
+  uint64_t tokens = 0;
+  uint64_t loss_tokens = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  uint64_t vocab_size = 0;
+  std::string tokenizer;
+};
+
+PrepareTotals prepare_dataset(const PrepareConfig& config);
+
+}  // namespace topotrain::data

@@ -1,0 +1,74 @@
+// Walks the global sample stream and cuts it into micro-batches of at most token_budget
+// tokens.
+//
+// Rule, applied to the samples in epoch-permutation order:
+//   * the next sample (or the rest of a split one) joins the micro-batch when it fits;
+//   * when it does not fit and the micro-batch already holds tokens, the micro-batch ends
+//     (it may hold fewer than token_budget tokens; there is never padding);
+//   * when it does not fit an empty micro-batch (longer than token_budget), its first
+//     token_budget tokens fill the micro-batch alone: `split` keeps the rest for the next
+//     micro-batch (positions continue), `truncate` drops the rest.
+// The stream is defined by samples, so the position after any micro-batch can be resumed
+// with another token_budget: nothing is skipped or repeated. When an epoch's permutation is
+// exhausted the next epoch's starts in the same micro-batch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "topotrain/data/data_position.h"
+#include "topotrain/data/packed_batch.h"
+#include "topotrain/data/token_dataset.h"
+
+namespace topotrain::data {
+
+enum class LongSamplePolicy { split, truncate };
+
+LongSamplePolicy parse_long_sample_policy(const std::string& text);  // ConfigError on other text
+
+struct PackerConfig {
+  uint64_t token_budget = 0;
+  LongSamplePolicy long_samples = LongSamplePolicy::split;
+  bool shuffle = true;      // false: every epoch visits samples in file order
+  bool pin_memory = false;  // allocate batches in page-locked memory (CUDA builds only)
+};
+
+// A token range [begin, end) of one sample.
+struct Piece {
+  uint64_t sample;
+  uint64_t begin;
+  uint64_t end;
+};
+
+// Which pieces form a micro-batch: cheap to compute, so every rank lays out all of a
+// step's micro-batches and materializes only its own.
+struct MicroBatchLayout {
+  std::vector<Piece> pieces;
+  uint64_t num_tokens = 0;
+  uint64_t num_loss_tokens = 0;
+};
+
+class TokenBudgetPacker {
+ public:
+  TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset, PackerConfig config, DataPosition start);
+
+  MicroBatchLayout next_layout();  // advances position()
+  PackedBatch materialize(const MicroBatchLayout& layout) const;
+  PackedBatch next() { return materialize(next_layout()); }
+
+  const DataPosition& position() const { return position_; }
+  const PackerConfig& config() const { return config_; }
+  const TokenDataset& dataset() const { return *dataset_; }
+
+ private:
+  void advance_sample();
+
+  std::shared_ptr<const TokenDataset> dataset_;
+  PackerConfig config_;
+  DataPosition position_;
+  std::vector<uint64_t> order_;  // permutation of position_.epoch
+};
+
+}  // namespace topotrain::data

@@ -1,0 +1,105 @@
+// A tokenized dataset held entirely in memory.
+//
+// File format (HDF5), also writable from Python with h5py (docs/data.md shows how):
+//   /tokens     uint32 [N]          every document's tokens, back to back (chunked)
+//   /offsets    uint64 [docs + 1]   document d is tokens[offsets[d], offsets[d+1])
+//   /loss_mask  uint8  [N]          optional; 1 where the token is trained on
+//   attributes  vocab_size (int), eos_id (int), tokenizer (string)
+//
+// The whole file is read once at start: seed 004 lost half of every step to per-sample
+// file reads, so sample access here is a pointer and a length, never I/O.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace topotrain::data {
+
+// The in-memory contents; also what write_token_dataset takes.
+struct TokenDatasetContents {
+  std::vector<uint32_t> tokens;
+  std::vector<uint64_t> offsets{0};  // docs + 1 entries, offsets[0] == 0
+  std::vector<uint8_t> loss_mask;    // empty, or one entry per token
+  uint64_t vocab_size = 0;
+  uint64_t eos_id = 0;
+  std::string tokenizer;
+};
+
+// One sample: a view into the dataset's memory.
+struct SampleView {
+  const uint32_t* tokens;
+  const uint8_t* loss_mask;  // nullptr when the dataset has no loss mask (all ones)
+  uint64_t length;
+};
+
+class TokenDataset {
+ public:
+  // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
+  // (with the offending index) and how to fix it.
+  static TokenDataset load(const std::string& path);
+  // Validates contents built in memory; `origin` names them in error messages.
+  static TokenDataset from_contents(TokenDatasetContents contents, const std::string& origin);
+
+  uint64_t num_samples() const { return contents_.offsets.size() - 1; }
+  uint64_t num_tokens() const { return contents_.tokens.size(); }
+  bool has_loss_mask() const { return !contents_.loss_mask.empty(); }
+  uint64_t vocab_size() const { return contents_.vocab_size; }
+  uint64_t eos_id() const { return contents_.eos_id; }
+  const std::string& tokenizer() const { return contents_.tokenizer; }
+  const std::string& path() const { return path_; }
+
+  uint64_t sample_length(uint64_t i) const {
+    return contents_.offsets[i + 1] - contents_.offsets[i];
+  }
+  SampleView sample(uint64_t i) const;
+  // Tokens with loss mask 1 in [begin, end) of sample i: O(1) for a whole sample, so that
+  // laying out another rank's micro-batches does not read their masks.
+  uint64_t loss_tokens(uint64_t i, uint64_t begin, uint64_t end) const;
+  const TokenDatasetContents& contents() const { return contents_; }
+
+ private:
+  TokenDatasetContents contents_;
+  std::vector<uint64_t> sample_loss_tokens_;  // per sample; empty without a loss mask
+  std::string path_;
+};
+
+struct WriteOptions {
+  uint64_t chunk_tokens = 1 << 16;  // HDF5 chunk length of /tokens and /loss_mask
+  int gzip_level = 0;               // 0: no compression; 1..9: deflate
+};
+
+// Appends documents to a new dataset file without holding it all in memory. The file is
+// written under "<path>.tmp" and renamed by finish(), so a crash never leaves a file that
+// looks complete. /loss_mask is created only when the first token with mask 0 arrives
+// (backfilled with ones): plain-text corpora do not pay a byte per token for it.
+class TokenDatasetWriter {
+ public:
+  TokenDatasetWriter(const std::string& path, uint64_t vocab_size, uint64_t eos_id,
+                     const std::string& tokenizer, WriteOptions options = {});
+  ~TokenDatasetWriter();
+  TokenDatasetWriter(const TokenDatasetWriter&) = delete;
+  TokenDatasetWriter& operator=(const TokenDatasetWriter&) = delete;
+
+  // Appends documents given as concatenated tokens with their lengths; loss_mask is
+  // empty (all ones) or one entry per token.
+  void append(const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& lengths,
+              const std::vector<uint8_t>& loss_mask);
+  void finish();
+
+  uint64_t num_tokens() const { return tokens_written_; }
+  uint64_t num_documents() const { return offsets_.size() - 1; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::vector<uint64_t> offsets_{0};
+  uint64_t tokens_written_ = 0;
+};
+
+// Writes a whole dataset at once (tests, small tools).
+void write_token_dataset(const std::string& path, const TokenDatasetContents& contents,
+                         WriteOptions options = {});
+
+}  // namespace topotrain::data

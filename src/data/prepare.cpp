@@ -1,0 +1,146 @@
+#include "topotrain/data/prepare.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <future>
+#include <thread>
+
+#include "topotrain/core/error.h"
+#include "topotrain/data/chat_template.h"
+#include "topotrain/data/tokenizer.h"
+
+namespace topotrain::data {
+namespace {
+
+struct TokenizedBatch {
+  std::vector<uint32_t> tokens;
+  std::vector<uint64_t> lengths;
+  std::vector<uint8_t> loss_mask;
+  uint64_t loss_tokens = 0;
+  uint64_t text_bytes = 0;  // of the raw documents, for the progress bar
+};
+
+std::vector<ChatMessage> parse_messages(const nlohmann::json& messages, const std::string& origin) {
+  if (!messages.is_array() || messages.empty()) {
+    throw ConfigError(cat(origin, ": \"messages\" must be a non-empty list of {\"role\", \"content\"}"));
+  }
+  std::vector<ChatMessage> out;
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      throw ConfigError(cat(origin, ": every message needs a \"role\" and a \"content\" string"));
+    }
+    out.push_back(ChatMessage{m["role"].get<std::string>(), m["content"].get<std::string>()});
+  }
+  return out;
+}
+
+void encode_document(const Tokenizer& tokenizer, const RawDocument& doc, EncodedDocument& out) {
+  if (!doc.json) {
+    encode_text_document(tokenizer, doc.body, out);
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(doc.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw ConfigError(cat(doc.origin, ": not a JSON object"));
+  if (j.contains("messages")) {
+    encode_chat_document(tokenizer, parse_messages(j["messages"], doc.origin), out);
+  } else if (j.contains("text") && j["text"].is_string()) {
+    const std::string text = j["text"].get<std::string>();
+    if (text.find_first_not_of(" \t\r\n") != std::string::npos) encode_text_document(tokenizer, text, out);
+  } else {
+    throw ConfigError(cat(doc.origin, ": a JSONL line needs a \"text\" string or a \"messages\" list"));
+  }
+}
+
+TokenizedBatch tokenize(const Tokenizer& tokenizer, const std::vector<RawDocument>& docs) {
+  TokenizedBatch batch;
+  EncodedDocument doc;
+  for (const RawDocument& raw : docs) {
+    batch.text_bytes += raw.body.size();
+    doc.tokens.clear();
+    doc.loss_mask.clear();
+    try {
+      encode_document(tokenizer, raw, doc);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw ConfigError(cat(raw.origin, ": ", e.what()));
+    }
+    if (doc.tokens.empty()) continue;
+    batch.tokens.insert(batch.tokens.end(), doc.tokens.begin(), doc.tokens.end());
+    batch.loss_mask.insert(batch.loss_mask.end(), doc.loss_mask.begin(), doc.loss_mask.end());
+    batch.lengths.push_back(doc.tokens.size());
+    for (uint8_t m : doc.loss_mask) batch.loss_tokens += m;
+  }
+  return batch;
+}
+
+// Progress counts the text already tokenized and written (blank lines between paragraphs
+// are not part of any document, so the bar may jump at the end).
+void draw_progress(uint64_t done_bytes, uint64_t total_bytes, const PrepareTotals& totals, double seconds) {
+  const double fraction = total_bytes ? std::min(1.0, double(done_bytes) / double(total_bytes)) : 1.0;
+  const int width = 30, filled = static_cast<int>(fraction * width);
+  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f / %.1f MB  %llu docs  %llu tokens  %.2f M tok/s ",
+               std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), 100 * fraction,
+               done_bytes / 1e6, total_bytes / 1e6, (unsigned long long)totals.documents,
+               (unsigned long long)totals.tokens, seconds > 0 ? totals.tokens / seconds / 1e6 : 0.0);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+PrepareTotals prepare_dataset(const PrepareConfig& config) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(config.tokenizer, config.eos);
+  CorpusReader reader(config.inputs, config.format, config.split);
+  TokenDatasetWriter writer(config.output, tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->description(),
+                            config.write);
+  const size_t workers = config.threads > 0 ? size_t(config.threads) : std::max(1u, std::thread::hardware_concurrency());
+
+  PrepareTotals totals;
+  totals.files = reader.num_files();
+  totals.vocab_size = tokenizer->vocab_size();
+  totals.tokenizer = tokenizer->description();
+  std::deque<std::future<TokenizedBatch>> in_flight;
+  uint64_t done_bytes = 0;
+  const auto write_oldest = [&] {
+    TokenizedBatch batch = in_flight.front().get();
+    in_flight.pop_front();
+    writer.append(batch.tokens, batch.lengths, batch.loss_mask);
+    totals.documents += batch.lengths.size();
+    totals.tokens += batch.tokens.size();
+    totals.loss_tokens += batch.loss_tokens;
+    done_bytes += batch.text_bytes;
+    if (config.progress) draw_progress(done_bytes, reader.total_bytes(), totals, elapsed());
+  };
+  std::vector<RawDocument> docs;
+  // Batches are written in the order they were read, so the file does not depend on
+  // the number of threads.
+  while (reader.next_batch(docs, config.batch_bytes)) {
+    if (docs.empty()) continue;
+    in_flight.push_back(std::async(std::launch::async, [&tokenizer, batch = std::move(docs)] {
+      return tokenize(*tokenizer, batch);
+    }));
+    docs = {};
+    if (in_flight.size() >= workers) write_oldest();
+  }
+  while (!in_flight.empty()) write_oldest();
+  if (totals.documents == 0) {
+    throw ConfigError(cat("the inputs hold no documents (all empty?); nothing written to '", config.output, "'"));
+  }
+  writer.finish();
+  if (config.progress) {
+    draw_progress(reader.total_bytes(), reader.total_bytes(), totals, elapsed());
+    std::fputc('\n', stderr);
+  }
+  totals.bytes = reader.bytes_read();
+  totals.seconds = elapsed();
+  return totals;
+}
+
+}  // namespace topotrain::data

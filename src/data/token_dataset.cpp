@@ -1,0 +1,339 @@
+#include "topotrain/data/token_dataset.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/hdf5_handle.h"
+
+namespace topotrain::data {
+namespace {
+
+constexpr const char* kFormatHint = "write it with topotrain-prepare or h5py as docs/data.md shows";
+
+// Makes HDF5 fail a read instead of silently clamping a value that does not fit the
+// memory type (a negative token id read as uint32 would otherwise become 0).
+H5T_conv_ret_t abort_on_range_error(H5T_conv_except_t kind, hid_t, hid_t, void*, void*, void*) {
+  if (kind == H5T_CONV_EXCEPT_RANGE_HI || kind == H5T_CONV_EXCEPT_RANGE_LOW) return H5T_CONV_ABORT;
+  return H5T_CONV_UNHANDLED;
+}
+
+template <typename T>
+std::vector<T> read_integer_dataset(hid_t file, const std::string& path, const char* name,
+                                    hid_t mem_type, const char* wanted, bool required) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) {
+    if (!required) return {};
+    throw ConfigError(cat("dataset file '", path, "' has no /", name, " dataset; ", kFormatHint));
+  }
+  H5Handle dset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose, cat("cannot open /", name, " in '", path, "'"));
+  H5Handle type(H5Dget_type(dset), H5Tclose, cat("cannot read the type of /", name, " in '", path, "'"));
+  if (H5Tget_class(type) != H5T_INTEGER) {
+    throw ConfigError(cat("/", name, " in '", path, "' does not hold integers; store it as ", wanted));
+  }
+  H5Handle space(H5Dget_space(dset), H5Sclose, cat("cannot read the shape of /", name, " in '", path, "'"));
+  if (H5Sget_simple_extent_ndims(space) != 1) {
+    throw ConfigError(cat("/", name, " in '", path, "' must be one-dimensional (", wanted, " [n])"));
+  }
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space, &n, nullptr);
+  std::vector<T> values(n);
+  if (n == 0) return values;
+  H5Handle xfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "cannot create an HDF5 transfer list");
+  h5_check(H5Pset_type_conv_cb(xfer, abort_on_range_error, nullptr), "cannot set an HDF5 conversion callback");
+  if (H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, xfer, values.data()) < 0) {
+    throw ConfigError(cat("cannot read /", name, " from '", path, "': unreadable, or a value does not fit ",
+                          wanted, " (negative or too large); ", kFormatHint));
+  }
+  return values;
+}
+
+int64_t read_int_attribute(hid_t file, const std::string& path, const char* name) {
+  if (H5Aexists(file, name) <= 0) {
+    throw ConfigError(cat("dataset file '", path, "' has no '", name, "' attribute on its root; ", kFormatHint));
+  }
+  H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose, cat("cannot open attribute '", name, "' of '", path, "'"));
+  H5Handle type(H5Aget_type(attr), H5Tclose, cat("cannot read attribute '", name, "' of '", path, "'"));
+  if (H5Tget_class(type) != H5T_INTEGER) {
+    throw ConfigError(cat("attribute '", name, "' of '", path, "' must be an integer"));
+  }
+  int64_t value = 0;
+  h5_check(H5Aread(attr, H5T_NATIVE_INT64, &value), cat("cannot read attribute '", name, "' of '", path, "'"));
+  return value;
+}
+
+// h5py writes str attributes as variable-length strings, our writer as fixed-length ones.
+std::string read_string_attribute(hid_t file, const std::string& path, const char* name) {
+  if (H5Aexists(file, name) <= 0) return "";
+  H5Handle attr(H5Aopen(file, name, H5P_DEFAULT), H5Aclose, cat("cannot open attribute '", name, "' of '", path, "'"));
+  H5Handle type(H5Aget_type(attr), H5Tclose, cat("cannot read attribute '", name, "' of '", path, "'"));
+  if (H5Tget_class(type) != H5T_STRING) {
+    throw ConfigError(cat("attribute '", name, "' of '", path, "' must be a string"));
+  }
+  if (H5Tis_variable_str(type) > 0) {
+    char* text = nullptr;
+    H5Handle mem(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create an HDF5 string type");
+    H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));
+    h5_check(H5Aread(attr, mem, &text), cat("cannot read attribute '", name, "' of '", path, "'"));
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  std::string value(H5Tget_size(type), '\0');
+  h5_check(H5Aread(attr, type, value.data()), cat("cannot read attribute '", name, "' of '", path, "'"));
+  return value.substr(0, value.find('\0'));
+}
+
+void validate(const TokenDatasetContents& c, const std::string& origin) {
+  const std::string fix_offsets = "offsets[d] must be the index of document d's first token, strictly increasing, "
+                                  "from 0 to the number of tokens";
+  if (c.vocab_size == 0 || c.vocab_size > (uint64_t{1} << 32)) {
+    throw ConfigError(cat("'", origin, "': vocab_size ", c.vocab_size, " is out of range (1 .. 2^32)"));
+  }
+  if (c.eos_id >= c.vocab_size) {
+    throw ConfigError(cat("'", origin, "': eos_id ", c.eos_id, " >= vocab_size ", c.vocab_size,
+                          "; set the attributes of the tokenizer that produced the tokens"));
+  }
+  if (c.offsets.size() < 2) {
+    throw ConfigError(cat("'", origin, "' holds no documents (/offsets needs docs + 1 >= 2 entries)"));
+  }
+  if (c.offsets.front() != 0) {
+    throw ConfigError(cat("'", origin, "': offsets[0] is ", c.offsets.front(), ", must be 0; ", fix_offsets));
+  }
+  for (size_t i = 1; i < c.offsets.size(); ++i) {
+    if (c.offsets[i] < c.offsets[i - 1]) {
+      throw ConfigError(cat("'", origin, "': offsets are not monotonic at index ", i, " (", c.offsets[i], " < ",
+                            c.offsets[i - 1], "); ", fix_offsets));
+    }
+    if (c.offsets[i] == c.offsets[i - 1]) {
+      throw ConfigError(cat("'", origin, "': document ", i - 1, " is empty (offsets[", i - 1, "] == offsets[", i,
+                            "] == ", c.offsets[i], "); drop empty documents when writing the file"));
+    }
+  }
+  if (c.offsets.back() != c.tokens.size()) {
+    throw ConfigError(cat("'", origin, "': offsets out of range: the last offset is ", c.offsets.back(),
+                          " but /tokens holds ", c.tokens.size(), " tokens; ", fix_offsets));
+  }
+  uint32_t max_token = 0;
+  for (uint32_t t : c.tokens) max_token = t > max_token ? t : max_token;
+  if (max_token >= c.vocab_size) {
+    for (size_t i = 0; i < c.tokens.size(); ++i) {
+      if (c.tokens[i] >= c.vocab_size) {
+        throw ConfigError(cat("'", origin, "': token at index ", i, " is ", c.tokens[i], " >= vocab_size ",
+                              c.vocab_size, "; re-tokenize with the tokenizer the file names, or fix vocab_size"));
+      }
+    }
+  }
+  if (!c.loss_mask.empty()) {
+    if (c.loss_mask.size() != c.tokens.size()) {
+      throw ConfigError(cat("'", origin, "': /loss_mask has ", c.loss_mask.size(), " entries but /tokens has ",
+                            c.tokens.size(), "; write one mask byte per token"));
+    }
+    for (size_t i = 0; i < c.loss_mask.size(); ++i) {
+      if (c.loss_mask[i] > 1) {
+        throw ConfigError(cat("'", origin, "': loss_mask at index ", i, " is ", int(c.loss_mask[i]),
+                              "; the mask holds 0 or 1"));
+      }
+    }
+  }
+}
+
+H5Handle create_extendible(hid_t file, const char* name, hid_t file_type, const WriteOptions& options,
+                           const std::string& path) {
+  hsize_t dims = 0, maxdims = H5S_UNLIMITED, chunk = options.chunk_tokens;
+  H5Handle space(H5Screate_simple(1, &dims, &maxdims), H5Sclose, "cannot create an HDF5 dataspace");
+  H5Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, "cannot create an HDF5 property list");
+  h5_check(H5Pset_chunk(dcpl, 1, &chunk), cat("cannot chunk /", name, " of '", path, "'"));
+  if (options.gzip_level > 0) {
+    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0) {
+      throw ConfigError("this HDF5 library has no deflate filter; write the dataset without compression");
+    }
+    h5_check(H5Pset_deflate(dcpl, static_cast<unsigned>(options.gzip_level)), "cannot enable deflate");
+  }
+  return H5Handle(H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose,
+                  cat("cannot create /", name, " in '", path, "'"));
+}
+
+void append_rows(hid_t dset, hid_t mem_type, uint64_t old_size, uint64_t count, const void* data,
+                 const std::string& what) {
+  if (count == 0) return;
+  hsize_t new_size = old_size + count, start = old_size, n = count;
+  h5_check(H5Dset_extent(dset, &new_size), "cannot extend " + what);
+  H5Handle file_space(H5Dget_space(dset), H5Sclose, "cannot get the dataspace of " + what);
+  h5_check(H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &start, nullptr, &n, nullptr), "cannot select " + what);
+  H5Handle mem_space(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot create an HDF5 dataspace");
+  h5_check(H5Dwrite(dset, mem_type, mem_space, file_space, H5P_DEFAULT, data), "cannot write " + what);
+}
+
+void write_int_attribute(hid_t file, const char* name, int64_t value) {
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose, "cannot create an HDF5 dataspace");
+  H5Handle attr(H5Acreate2(file, name, H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                cat("cannot create attribute ", name));
+  h5_check(H5Awrite(attr, H5T_NATIVE_INT64, &value), cat("cannot write attribute ", name));
+}
+
+void write_string_attribute(hid_t file, const char* name, const std::string& value) {
+  H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create an HDF5 string type");
+  H5Tset_size(type, value.empty() ? 1 : value.size());
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  H5Handle space(H5Screate(H5S_SCALAR), H5Sclose, "cannot create an HDF5 dataspace");
+  H5Handle attr(H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                cat("cannot create attribute ", name));
+  std::string padded = value.empty() ? std::string(1, '\0') : value;
+  h5_check(H5Awrite(attr, type, padded.data()), cat("cannot write attribute ", name));
+}
+
+}  // namespace
+
+SampleView TokenDataset::sample(uint64_t i) const {
+  const uint64_t begin = contents_.offsets[i];
+  return SampleView{contents_.tokens.data() + begin,
+                    contents_.loss_mask.empty() ? nullptr : contents_.loss_mask.data() + begin,
+                    contents_.offsets[i + 1] - begin};
+}
+
+uint64_t TokenDataset::loss_tokens(uint64_t i, uint64_t begin, uint64_t end) const {
+  if (contents_.loss_mask.empty()) return end - begin;
+  if (begin == 0 && end == sample_length(i)) return sample_loss_tokens_[i];
+  const uint8_t* mask = contents_.loss_mask.data() + contents_.offsets[i];
+  uint64_t ones = 0;
+  for (uint64_t t = begin; t < end; ++t) ones += mask[t];
+  return ones;
+}
+
+TokenDataset TokenDataset::from_contents(TokenDatasetContents contents, const std::string& origin) {
+  validate(contents, origin);
+  TokenDataset dataset;
+  dataset.contents_ = std::move(contents);
+  dataset.path_ = origin;
+  const TokenDatasetContents& c = dataset.contents_;
+  if (!c.loss_mask.empty()) {
+    dataset.sample_loss_tokens_.resize(dataset.num_samples());
+    for (uint64_t d = 0; d < dataset.num_samples(); ++d) {
+      uint64_t ones = 0;
+      for (uint64_t t = c.offsets[d]; t < c.offsets[d + 1]; ++t) ones += c.loss_mask[t];
+      dataset.sample_loss_tokens_[d] = ones;
+    }
+  }
+  return dataset;
+}
+
+TokenDataset TokenDataset::load(const std::string& path) {
+  h5_quiet();
+  hid_t raw = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (raw < 0) {
+    throw ConfigError(cat("cannot open dataset file '", path, "': missing or not an HDF5 file; ", kFormatHint));
+  }
+  H5Handle file(raw, H5Fclose, path);
+  TokenDatasetContents c;
+  const int64_t vocab = read_int_attribute(file, path, "vocab_size");
+  const int64_t eos = read_int_attribute(file, path, "eos_id");
+  if (vocab <= 0 || eos < 0) {
+    throw ConfigError(cat("'", path, "': vocab_size (", vocab, ") must be positive and eos_id (", eos,
+                          ") non-negative"));
+  }
+  c.vocab_size = static_cast<uint64_t>(vocab);
+  c.eos_id = static_cast<uint64_t>(eos);
+  c.tokenizer = read_string_attribute(file, path, "tokenizer");
+  c.tokens = read_integer_dataset<uint32_t>(file, path, "tokens", H5T_NATIVE_UINT32, "uint32", true);
+  c.offsets = read_integer_dataset<uint64_t>(file, path, "offsets", H5T_NATIVE_UINT64, "uint64", true);
+  c.loss_mask = read_integer_dataset<uint8_t>(file, path, "loss_mask", H5T_NATIVE_UINT8, "uint8", false);
+  return from_contents(std::move(c), path);
+}
+
+struct TokenDatasetWriter::Impl {
+  std::string path, tmp_path;
+  WriteOptions options;
+  uint64_t vocab_size, eos_id;
+  std::string tokenizer;
+  H5Handle file, tokens, loss_mask;
+  bool finished = false;
+};
+
+TokenDatasetWriter::TokenDatasetWriter(const std::string& path, uint64_t vocab_size, uint64_t eos_id,
+                                       const std::string& tokenizer, WriteOptions options)
+    : impl_(new Impl) {
+  h5_quiet();
+  impl_->path = path;
+  impl_->tmp_path = path + ".tmp";
+  impl_->options = options;
+  impl_->vocab_size = vocab_size;
+  impl_->eos_id = eos_id;
+  impl_->tokenizer = tokenizer;
+  impl_->file = H5Handle(H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+                         cat("cannot create '", impl_->tmp_path, "'; check that its directory exists and is writable"));
+  impl_->tokens = create_extendible(impl_->file, "tokens", H5T_STD_U32LE, options, path);
+}
+
+TokenDatasetWriter::~TokenDatasetWriter() {
+  if (!impl_->finished) {
+    impl_->tokens.reset();
+    impl_->loss_mask.reset();
+    impl_->file.reset();
+    std::remove(impl_->tmp_path.c_str());
+  }
+}
+
+void TokenDatasetWriter::append(const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& lengths,
+                                const std::vector<uint8_t>& loss_mask) {
+  uint64_t total = 0;
+  for (uint64_t n : lengths) {
+    if (n == 0) throw std::runtime_error(cat("empty document appended to '", impl_->path, "'"));
+    total += n;
+    offsets_.push_back(offsets_.back() + n);
+  }
+  if (total != tokens.size() || (!loss_mask.empty() && loss_mask.size() != tokens.size())) {
+    throw std::runtime_error(cat("TokenDatasetWriter::append: ", tokens.size(), " tokens, ", loss_mask.size(),
+                                 " mask entries, documents of ", total, " tokens"));
+  }
+  bool all_ones = true;
+  for (uint8_t m : loss_mask) all_ones &= (m == 1);
+  if (!all_ones && !impl_->loss_mask.valid()) {
+    impl_->loss_mask = create_extendible(impl_->file, "loss_mask", H5T_STD_U8LE, impl_->options, impl_->path);
+    const std::vector<uint8_t> ones(std::min<uint64_t>(tokens_written_, impl_->options.chunk_tokens), 1);
+    for (uint64_t done = 0; done < tokens_written_; done += ones.size()) {
+      append_rows(impl_->loss_mask, H5T_NATIVE_UINT8, done, std::min<uint64_t>(ones.size(), tokens_written_ - done),
+                  ones.data(), "/loss_mask");
+    }
+  }
+  append_rows(impl_->tokens, H5T_NATIVE_UINT32, tokens_written_, tokens.size(), tokens.data(), "/tokens");
+  if (impl_->loss_mask.valid()) {
+    const std::vector<uint8_t> ones(loss_mask.empty() ? tokens.size() : 0, 1);
+    append_rows(impl_->loss_mask, H5T_NATIVE_UINT8, tokens_written_, tokens.size(),
+                loss_mask.empty() ? ones.data() : loss_mask.data(), "/loss_mask");
+  }
+  tokens_written_ += tokens.size();
+}
+
+void TokenDatasetWriter::finish() {
+  hsize_t n = offsets_.size();
+  H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot create an HDF5 dataspace");
+  H5Handle offsets(H5Dcreate2(impl_->file, "offsets", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                   H5Dclose, cat("cannot create /offsets in '", impl_->path, "'"));
+  h5_check(H5Dwrite(offsets, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, offsets_.data()),
+           cat("cannot write /offsets of '", impl_->path, "'"));
+  write_int_attribute(impl_->file, "vocab_size", static_cast<int64_t>(impl_->vocab_size));
+  write_int_attribute(impl_->file, "eos_id", static_cast<int64_t>(impl_->eos_id));
+  write_string_attribute(impl_->file, "tokenizer", impl_->tokenizer);
+  offsets.reset();
+  impl_->tokens.reset();
+  impl_->loss_mask.reset();
+  impl_->file.reset();
+  if (std::rename(impl_->tmp_path.c_str(), impl_->path.c_str()) != 0) {
+    throw std::runtime_error(cat("cannot rename '", impl_->tmp_path, "' to '", impl_->path, "'"));
+  }
+  impl_->finished = true;
+}
+
+void write_token_dataset(const std::string& path, const TokenDatasetContents& contents, WriteOptions options) {
+  // A chunk is allocated whole: no chunk larger than the data for small files.
+  options.chunk_tokens = std::max<uint64_t>(1, std::min<uint64_t>(options.chunk_tokens, contents.tokens.size()));
+  TokenDatasetWriter writer(path, contents.vocab_size, contents.eos_id, contents.tokenizer, options);
+  std::vector<uint64_t> lengths;
+  for (size_t i = 1; i < contents.offsets.size(); ++i) lengths.push_back(contents.offsets[i] - contents.offsets[i - 1]);
+  writer.append(contents.tokens, lengths, contents.loss_mask);
+  writer.finish();
+}
+
+}  // namespace topotrain::data

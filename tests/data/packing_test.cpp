@@ -1,0 +1,117 @@
+// The packer's cutting rule, worked out by hand on a five-sample dataset, and the epoch
+// permutation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "topotrain/core/error.h"
+#include "topotrain/data/sample_order.h"
+#include "topotrain/data/token_budget_packer.h"
+
+namespace topotrain::data {
+namespace {
+
+using I64 = std::vector<int64_t>;
+
+// Sample d has length lengths[d] and tokens 10*d + 0, 10*d + 1, ... (vocab 1000).
+std::shared_ptr<const TokenDataset> dataset_of(const std::vector<uint64_t>& lengths, bool with_mask) {
+  TokenDatasetContents c;
+  c.vocab_size = 1000;
+  c.eos_id = 0;
+  for (uint64_t d = 0; d < lengths.size(); ++d) {
+    for (uint64_t i = 0; i < lengths[d]; ++i) {
+      c.tokens.push_back(static_cast<uint32_t>(10 * d + i));
+      if (with_mask) c.loss_mask.push_back(i % 2);
+    }
+    c.offsets.push_back(c.tokens.size());
+  }
+  return std::make_shared<const TokenDataset>(TokenDataset::from_contents(std::move(c), "test"));
+}
+
+I64 vec(const torch::Tensor& t) {
+  const torch::Tensor l = t.to(torch::kInt64).contiguous();
+  return I64(l.data_ptr<int64_t>(), l.data_ptr<int64_t>() + l.numel());
+}
+
+class PackerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { at::set_num_threads(1); }
+  // lengths 3 5 2 9 1, file order, budget 6.
+  std::shared_ptr<const TokenDataset> data_ = dataset_of({3, 5, 2, 9, 1}, false);
+  PackerConfig config(LongSamplePolicy policy) { return PackerConfig{6, policy, false, false}; }
+};
+
+TEST_F(PackerTest, SplitRuleByHand) {
+  TokenBudgetPacker packer(data_, config(LongSamplePolicy::split), DataPosition{});
+  // s0 fits; s1 would overflow a non-empty batch -> ends it.
+  PackedBatch b = packer.next();
+  EXPECT_EQ(vec(b.tokens), (I64{0, 1, 2}));
+  EXPECT_EQ(vec(b.cu_seqlens), (I64{0, 3}));
+  EXPECT_EQ(b.num_tokens, 3);
+  b = packer.next();
+  EXPECT_EQ(vec(b.sample_ids), (I64{1}));
+  b = packer.next();
+  EXPECT_EQ(vec(b.sample_ids), (I64{2}));
+  // s3 (9 tokens) alone in an empty batch: first 6 tokens, the rest waits.
+  b = packer.next();
+  EXPECT_EQ(vec(b.tokens), (I64{30, 31, 32, 33, 34, 35}));
+  EXPECT_EQ(vec(b.positions), (I64{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(packer.position(), (DataPosition{0, 0, 3, 6}));
+  // The rest of s3 (positions continue at 6), then s4; s0 of epoch 1 (3) would overflow.
+  b = packer.next();
+  EXPECT_EQ(vec(b.tokens), (I64{36, 37, 38, 40}));
+  EXPECT_EQ(vec(b.positions), (I64{6, 7, 8, 0}));
+  EXPECT_EQ(vec(b.cu_seqlens), (I64{0, 3, 4}));
+  EXPECT_EQ(vec(b.sample_ids), (I64{3, 4}));
+  EXPECT_EQ(vec(b.loss_mask), (I64{1, 1, 1, 1}));
+  EXPECT_EQ(packer.position(), (DataPosition{0, 1, 0, 0}));
+}
+
+TEST_F(PackerTest, TruncateDropsTheRestOfALongSample) {
+  TokenBudgetPacker packer(data_, config(LongSamplePolicy::truncate), DataPosition{0, 0, 3, 0});
+  PackedBatch b = packer.next();
+  EXPECT_EQ(vec(b.tokens), (I64{30, 31, 32, 33, 34, 35}));
+  EXPECT_EQ(packer.position(), (DataPosition{0, 0, 4, 0}));
+  b = packer.next();  // s4, then epoch 1 starts in the same batch: s0 (3) fits in 6 - 1
+  EXPECT_EQ(vec(b.sample_ids), (I64{4, 0}));
+  EXPECT_EQ(packer.position(), (DataPosition{0, 1, 1, 0}));
+}
+
+TEST_F(PackerTest, LossMaskIsCopiedAndCounted) {
+  TokenBudgetPacker packer(dataset_of({3, 5}, true), PackerConfig{8, LongSamplePolicy::split, false, false},
+                           DataPosition{});
+  const MicroBatchLayout layout = packer.next_layout();
+  EXPECT_EQ(layout.num_loss_tokens, 1u + 2u);
+  const PackedBatch b = packer.materialize(layout);
+  EXPECT_EQ(vec(b.loss_mask), (I64{0, 1, 0, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(b.num_loss_tokens, 3);
+}
+
+TEST_F(PackerTest, PositionOutsideTheDatasetIsRefused) {
+  EXPECT_THROW(TokenBudgetPacker(data_, config(LongSamplePolicy::split), DataPosition{0, 0, 5, 0}), ConfigError);
+  EXPECT_THROW(TokenBudgetPacker(data_, config(LongSamplePolicy::split), DataPosition{0, 0, 0, 3}), ConfigError);
+  EXPECT_THROW(TokenBudgetPacker(data_, PackerConfig{}, DataPosition{}), ConfigError);
+}
+
+TEST(EpochPermutation, DeterministicPermutationThatDependsOnSeedAndEpoch) {
+  const auto a = epoch_permutation(7, 0, 1000, true);
+  EXPECT_EQ(a, epoch_permutation(7, 0, 1000, true));
+  EXPECT_NE(a, epoch_permutation(8, 0, 1000, true));
+  EXPECT_NE(a, epoch_permutation(7, 1, 1000, true));
+  std::vector<uint64_t> sorted = a;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<uint64_t> identity(1000);
+  std::iota(identity.begin(), identity.end(), 0);
+  EXPECT_EQ(sorted, identity);
+  EXPECT_NE(a, identity);
+  EXPECT_EQ(epoch_permutation(7, 3, 1000, false), identity);
+  // Pinned values: the order must never change between builds, or resumed runs would
+  // see other samples than the checkpoint promised.
+  EXPECT_EQ(epoch_permutation(1, 0, 8, true), (std::vector<uint64_t>{4, 1, 7, 5, 3, 0, 6, 2}));
+  EXPECT_EQ(epoch_permutation(1, 1, 8, true), (std::vector<uint64_t>{0, 2, 7, 5, 4, 6, 3, 1}));
+}
+
+}  // namespace
+}  // namespace topotrain::data

@@ -1,0 +1,88 @@
+// topotrain-prepare's pipeline on small files: documents, masks and order, independent of
+// the number of threads; errors name the file and line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_dir.h"
+#include "topotrain/core/error.h"
+#include "topotrain/data/prepare.h"
+
+namespace topotrain::data {
+namespace {
+
+std::string write_input(const std::string& name, const std::string& text) {
+  const std::string path = test_file(name);
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::vector<uint32_t> bytes_then_eos(const std::string& text) {
+  std::vector<uint32_t> ids(text.begin(), text.end());
+  ids.push_back(256);
+  return ids;
+}
+
+TEST(Prepare, ParagraphsAndJsonlInInputOrderWhateverTheThreads) {
+  const std::string text = write_input("a.txt", "first para\nline two\n\n  \nsecond\n\n\nthird");
+  const std::string jsonl = write_input(
+      "b.jsonl", "{\"text\": \"t\"}\n\n{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}\n");
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    PrepareConfig config;
+    config.inputs = {text, jsonl};
+    config.output = write_input("out.h5", "");
+    config.split = TextSplit::paragraph;
+    config.threads = threads;
+    config.batch_bytes = 8;  // many small work items: order must still hold
+    const PrepareTotals totals = prepare_dataset(config);
+    const TokenDataset d = TokenDataset::load(config.output);
+    ASSERT_EQ(d.num_samples(), 5u);
+    const std::vector<std::vector<uint32_t>> expected = {
+        bytes_then_eos("first para\nline two"), bytes_then_eos("second"), bytes_then_eos("third"),
+        bytes_then_eos("t"), {257, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n', 'x', 258, '\n'}};
+    for (uint64_t i = 0; i < 5; ++i) {
+      const SampleView s = d.sample(i);
+      EXPECT_EQ(std::vector<uint32_t>(s.tokens, s.tokens + s.length), expected[i]) << "document " << i;
+    }
+    ASSERT_TRUE(d.has_loss_mask());
+    const SampleView chat = d.sample(4);
+    EXPECT_EQ(std::vector<uint8_t>(chat.loss_mask, chat.loss_mask + chat.length),
+              (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0}));
+    EXPECT_EQ(d.sample(0).loss_mask[0], 1);
+    EXPECT_EQ(totals.documents, 5u);
+    EXPECT_EQ(totals.tokens, d.num_tokens());
+    EXPECT_EQ(totals.loss_tokens, d.num_tokens() - 12);
+    EXPECT_EQ(d.tokenizer(), "byte");
+  }
+}
+
+TEST(Prepare, WholeFileIsOneDocumentByDefault) {
+  PrepareConfig config;
+  config.inputs = {write_input("c.txt", "a\n\nb\n")};
+  config.output = write_input("out2.h5", "");
+  prepare_dataset(config);
+  const TokenDataset d = TokenDataset::load(config.output);
+  ASSERT_EQ(d.num_samples(), 1u);
+  EXPECT_EQ(d.sample_length(0), 6u);
+  EXPECT_FALSE(d.has_loss_mask());
+}
+
+TEST(Prepare, BadJsonlLineIsNamedByFileAndLine) {
+  PrepareConfig config;
+  const std::string input = write_input("bad.jsonl", "{\"text\": \"ok\"}\n{\"txt\": 1}\n");
+  config.inputs = {input};
+  config.output = write_input("out3.h5", "");
+  try {
+    prepare_dataset(config);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(input + ":2: a JSONL line needs a \"text\""), std::string::npos) << e.what();
+  }
+  config.inputs = {write_input("missing_dir/none.txt", "")};
+  EXPECT_THROW(prepare_dataset(config), ConfigError);
+}
+
+}  // namespace
+}  // namespace topotrain::data

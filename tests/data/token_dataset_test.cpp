@@ -1,0 +1,242 @@
+// Dataset files: round trip through the writer, and one clear error per kind of bad file.
+#include <gtest/gtest.h>
+
+#include <hdf5.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
+#include "test_dir.h"
+#include "topotrain/core/error.h"
+#include "topotrain/core/hdf5_handle.h"
+#include "topotrain/data/token_dataset.h"
+
+namespace topotrain::data {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return test_file(name + ".h5");
+}
+
+TokenDatasetContents three_documents() {
+  TokenDatasetContents c;
+  c.tokens = {5, 6, 7, 1, 9, 9, 2, 3, 1};
+  c.offsets = {0, 4, 6, 9};
+  c.vocab_size = 10;
+  c.eos_id = 1;
+  c.tokenizer = "test";
+  return c;
+}
+
+// Writes a file with raw HDF5 calls, independent of the writer under test, so that files
+// the writer refuses to produce (broken offsets, out-of-range tokens) can be built.
+struct RawFile {
+  H5Handle file;
+  explicit RawFile(const std::string& path)
+      : file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, "create " + path) {}
+  template <typename T>
+  void dataset(const char* name, hid_t type, const std::vector<T>& values) {
+    hsize_t n = values.size();
+    H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "space");
+    H5Handle d(H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose, name);
+    h5_check(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), name);
+  }
+  void attribute(const char* name, int64_t value) {
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose, "space");
+    H5Handle a(H5Acreate2(file, name, H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, name);
+    h5_check(H5Awrite(a, H5T_NATIVE_INT64, &value), name);
+  }
+  // As h5py writes a Python str: variable-length UTF-8.
+  void string_attribute(const char* name, const char* value) {
+    H5Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "type");
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    H5Handle space(H5Screate(H5S_SCALAR), H5Sclose, "space");
+    H5Handle a(H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose, name);
+    h5_check(H5Awrite(a, type, &value), name);
+  }
+};
+
+struct BadFile {
+  std::string name;
+  std::function<void(RawFile&)> build;
+  std::string expected;  // part of the error message
+};
+
+void expect_load_error(const std::string& path, const std::string& expected) {
+  try {
+    TokenDataset::load(path);
+    FAIL() << "loading " << path << " should fail with: " << expected;
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(expected), std::string::npos) << message;
+    EXPECT_NE(message.find(path), std::string::npos) << "the error must name the file: " << message;
+  }
+}
+
+TEST(TokenDataset, RoundTripKeepsEveryFieldAndOmitsAllOnesMask) {
+  const std::string path = temp_path("roundtrip");
+  const TokenDatasetContents c = three_documents();
+  write_token_dataset(path, c, WriteOptions{2, 4});
+  const TokenDataset d = TokenDataset::load(path);
+  EXPECT_EQ(d.contents().tokens, c.tokens);
+  EXPECT_EQ(d.contents().offsets, c.offsets);
+  EXPECT_FALSE(d.has_loss_mask());
+  EXPECT_EQ(d.vocab_size(), 10u);
+  EXPECT_EQ(d.eos_id(), 1u);
+  EXPECT_EQ(d.tokenizer(), "test");
+  ASSERT_EQ(d.num_samples(), 3u);
+  const SampleView s = d.sample(1);
+  EXPECT_EQ(s.length, 2u);
+  EXPECT_EQ(s.tokens[0], 9u);
+  EXPECT_EQ(s.loss_mask, nullptr);
+  std::remove(path.c_str());
+}
+
+TEST(TokenDataset, LossMaskIsBackfilledWithOnesWhenItFirstMatters) {
+  const std::string path = temp_path("mask");
+  TokenDatasetWriter writer(path, 10, 1, "test", WriteOptions{3, 0});
+  writer.append({5, 6, 7, 1}, {4}, {});
+  writer.append({9, 9, 2, 3, 1}, {2, 3}, {1, 1, 0, 0, 1});
+  writer.finish();
+  const TokenDataset d = TokenDataset::load(path);
+  EXPECT_EQ(d.contents().loss_mask, (std::vector<uint8_t>{1, 1, 1, 1, 1, 1, 0, 0, 1}));
+  EXPECT_EQ(d.contents().offsets, (std::vector<uint64_t>{0, 4, 6, 9}));
+  EXPECT_EQ(d.sample(2).loss_mask[0], 0);
+  std::remove(path.c_str());
+}
+
+TEST(TokenDataset, UnfinishedWriterLeavesNoFile) {
+  const std::string path = temp_path("unfinished");
+  std::remove(path.c_str());
+  {
+    TokenDatasetWriter writer(path, 10, 1, "test");
+    writer.append({1, 2}, {2}, {});
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(TokenDataset, EachBadFileGetsItsOwnError) {
+  const auto good = [](RawFile& f) {
+    f.attribute("vocab_size", 10);
+    f.attribute("eos_id", 1);
+  };
+  const std::vector<BadFile> cases = {
+      {"no_tokens", [&](RawFile& f) { good(f); f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 1}); },
+       "has no /tokens dataset"},
+      {"no_offsets", [&](RawFile& f) { good(f); f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1}); },
+       "has no /offsets dataset"},
+      {"no_vocab",
+       [&](RawFile& f) {
+         f.attribute("eos_id", 1);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 1});
+       },
+       "has no 'vocab_size' attribute"},
+      {"not_monotonic",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1, 2, 3, 4});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 3, 2, 4});
+       },
+       "offsets are not monotonic at index 2 (2 < 3)"},
+      {"empty_document",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1, 2});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 1, 1, 2});
+       },
+       "document 1 is empty"},
+      {"offsets_past_end",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1, 2});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 1, 5});
+       },
+       "the last offset is 5 but /tokens holds 2 tokens"},
+      {"token_too_large",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1, 2, 3, 12, 4});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 2, 5});
+       },
+       "token at index 3 is 12 >= vocab_size 10"},
+      {"negative_token",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<int64_t>("tokens", H5T_NATIVE_INT64, {1, -1});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 2});
+       },
+       "does not fit uint32"},
+      {"float_tokens",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<float>("tokens", H5T_NATIVE_FLOAT, {1, 2});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 2});
+       },
+       "/tokens in"},
+      {"mask_length",
+       [&](RawFile& f) {
+         good(f);
+         f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, {1, 2, 3});
+         f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, {0, 3});
+         f.dataset<uint8_t>("loss_mask", H5T_NATIVE_UINT8, {1, 0});
+       },
+       "/loss_mask has 2 entries but /tokens has 3"},
+  };
+  for (const BadFile& bad : cases) {
+    SCOPED_TRACE(bad.name);
+    const std::string path = temp_path(bad.name);
+    {
+      RawFile file(path);
+      bad.build(file);
+    }
+    expect_load_error(path, bad.expected);
+    std::remove(path.c_str());
+  }
+}
+
+TEST(TokenDataset, MissingOrForeignFileIsAConfigError) {
+  expect_load_error(temp_path("does_not_exist"), "cannot open dataset file");
+  const std::string path = temp_path("not_hdf5");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("hello", f);
+  std::fclose(f);
+  expect_load_error(path, "not an HDF5 file");
+  std::remove(path.c_str());
+}
+
+TEST(TokenDataset, FileAsH5pyWritesItLoads) {
+  const std::string path = temp_path("int64");
+  {
+    RawFile f(path);
+    f.string_attribute("tokenizer", "Qwen/Qwen3-8B");
+    f.attribute("vocab_size", 300);
+    f.attribute("eos_id", 0);
+    f.dataset<int64_t>("tokens", H5T_NATIVE_INT64, {299, 0, 7});
+    f.dataset<int32_t>("offsets", H5T_NATIVE_INT32, {0, 1, 3});
+  }
+  const TokenDataset d = TokenDataset::load(path);
+  EXPECT_EQ(d.contents().tokens, (std::vector<uint32_t>{299, 0, 7}));
+  EXPECT_EQ(d.sample_length(1), 2u);
+  EXPECT_EQ(d.tokenizer(), "Qwen/Qwen3-8B");
+  std::remove(path.c_str());
+}
+
+TEST(TokenDataset, DemoCorpusIsByteTokenizedParagraphs) {
+  const TokenDataset d = TokenDataset::load(TOPOTRAIN_DEMO_DATASET);
+  EXPECT_EQ(d.tokenizer(), "byte");
+  EXPECT_EQ(d.vocab_size(), 259u);
+  EXPECT_GT(d.num_samples(), 500u);
+  EXPECT_GT(d.num_tokens(), 200000u);
+  EXPECT_FALSE(d.has_loss_mask());
+  for (uint64_t i = 0; i < d.num_samples(); ++i) {
+    const SampleView s = d.sample(i);
+    ASSERT_EQ(s.tokens[s.length - 1], d.eos_id()) << "every paragraph ends with eos";
+  }
+}
+
+}  // namespace
+}  // namespace topotrain::data

@@ -1,0 +1,167 @@
+// Tokenizers on inputs whose ids are worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "test_dir.h"
+#include "topotrain/core/error.h"
+#include "topotrain/data/bpe_tokenizer.h"
+#include "topotrain/data/byte_tokenizer.h"
+#include "topotrain/data/chat_template.h"
+#include "topotrain/data/unicode_regex.h"
+
+namespace topotrain::data {
+namespace {
+
+using Ids = std::vector<uint32_t>;
+
+// Qwen2's pre-tokenizer pattern, as its tokenizer.json spells it.
+const char* kQwenPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A tiny byte-level BPE: "Ġ" is the alphabet's space (byte 0x20 -> U+0120), "Ċ" its
+// newline (0x0A -> U+010A). Merge ranks are the order of `merges`.
+std::string tiny_tokenizer_json(const std::string& pre_tokenizer, bool merges_as_pairs) {
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}, {"Ġ", "w"}, {"o", "r"}, {"Ġw", "or"}};
+  std::string m;
+  for (const auto& [a, b] : merges) {
+    m += (m.empty() ? "" : ",") + (merges_as_pairs ? "[\"" + a + "\",\"" + b + "\"]" : "\"" + a + " " + b + "\"");
+  }
+  return R"({"version": "1.0", "normalizer": {"type": "NFC"}, "pre_tokenizer": )" + pre_tokenizer + R"(,
+  "added_tokens": [{"id": 17, "content": "<|endoftext|>", "special": true},
+                   {"id": 18, "content": "<|im_start|>", "special": true},
+                   {"id": 19, "content": "<|im_end|>", "special": true},
+                   {"id": 20, "content": "<|im", "special": false}],
+  "model": {"type": "BPE", "ignore_merges": false,
+    "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "Ġ": 4, "w": 5, "r": 6, "d": 7, "!": 8, "he": 9, "ll": 10,
+              "hell": 11, "hello": 12, "Ġw": 13, "or": 14, "Ġwor": 15, "Ċ": 16, "'": 21, "s": 22, "S": 23},
+    "merges": [)" + m + "]}}";
+}
+
+std::string qwen_pre_tokenizer() {
+  std::string escaped;
+  for (char c : std::string(kQwenPattern)) {
+    if (c == '\\' || c == '"') escaped += '\\';
+    escaped += c;
+  }
+  return R"({"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": ")" + escaped + R"("}, "behavior": "Isolated", "invert": false},
+    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]})";
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = test_file(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+Ids encode(const Tokenizer& t, const std::string& text) {
+  Ids ids;
+  t.encode(text, ids);
+  return ids;
+}
+
+std::vector<std::string> pieces(const UnicodeRegex& regex, const std::string& text) {
+  std::vector<std::string> out;
+  for (const auto& [begin, end] : regex.find_all(text)) out.push_back(text.substr(begin, end - begin));
+  return out;
+}
+
+TEST(UnicodeRegex, QwenPatternUsesUnicodeClasses) {
+  const UnicodeRegex regex(kQwenPattern, "test");
+  EXPECT_EQ(pieces(regex, "Hello 世界123 ok\n\nIt'S"),
+            (std::vector<std::string>{"Hello", " 世界", "1", "2", "3", " ok", "\n\n", "It", "'S"}));
+  EXPECT_EQ(pieces(regex, "naïve café"), (std::vector<std::string>{"naïve", " café"}));
+}
+
+TEST(UnicodeRegex, InvalidUtf8IsReportedWithItsByte) {
+  const UnicodeRegex regex(kQwenPattern, "test");
+  try {
+    regex.find_all(std::string("ok \xff bad"));
+    FAIL() << "invalid UTF-8 must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid UTF-8 at byte 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ByteTokenizer, BytesAreIdsAndSpecialsFollow) {
+  const ByteTokenizer t;
+  EXPECT_EQ(encode(t, "A\n\xc3\xa9"), (Ids{65, 10, 0xc3, 0xa9}));
+  EXPECT_EQ(encode(t, "<|im_end|>").size(), 10u) << "text is never read as special tokens";
+  EXPECT_EQ(t.special_token("<|im_start|>"), 257u);
+  EXPECT_EQ(t.eos_id(), 256u);
+  EXPECT_EQ(t.vocab_size(), 259u);
+}
+
+TEST(BpeTokenizer, MergesByRankOnQwenStylePreTokenizer) {
+  const auto t = BpeTokenizer::load(write_temp("qwen.json", tiny_tokenizer_json(qwen_pre_tokenizer(), false)), "");
+  // "hello" | " world" | "!": hello = 12; Ġ w o r l d -> Ġw(4) -> or(5) -> Ġwor(6) -> [Ġwor, l, d].
+  EXPECT_EQ(encode(*t, "hello world!"), (Ids{12, 15, 2, 7, 8}));
+  EXPECT_EQ(encode(*t, "hell"), (Ids{11}));          // h e -> he, l l -> ll, he ll -> hell
+  EXPECT_EQ(encode(*t, "llll"), (Ids{10, 10}));      // every occurrence of the best pair
+  EXPECT_EQ(encode(*t, "lll"), (Ids{10, 2}));        // left to right
+  EXPECT_EQ(encode(*t, "he\nhe"), (Ids{9, 16, 9}));  // newline is its own piece, spelled Ċ
+  EXPECT_EQ(encode(*t, "he's"), (Ids{9, 21, 22}));   // the contraction is split off, then not merged
+  EXPECT_EQ(t->vocab_size(), 24u);
+  EXPECT_EQ(t->eos_id(), 17u);
+}
+
+TEST(BpeTokenizer, AddedTokensAreMatchedFirstAndLongestFirst) {
+  const auto t = BpeTokenizer::load(write_temp("added.json", tiny_tokenizer_json(qwen_pre_tokenizer(), false)), "");
+  EXPECT_EQ(encode(*t, "<|im_start|>hello<|im_end|>\n"), (Ids{18, 12, 19, 16}));
+  EXPECT_EQ(encode(*t, "he<|im"), (Ids{9, 20}));  // the shorter added token where the long one does not match
+  EXPECT_EQ(t->special_token("<|im_end|>"), 19u);
+}
+
+TEST(BpeTokenizer, Gpt2ByteLevelRegexAndPairMerges) {
+  const auto t = BpeTokenizer::load(
+      write_temp("gpt2.json",
+                 tiny_tokenizer_json(R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})", true)),
+      "<|im_end|>");
+  EXPECT_EQ(encode(*t, "hello world!"), (Ids{12, 15, 2, 7, 8}));
+  EXPECT_EQ(encode(*t, "he's"), (Ids{9, 21, 22}));
+  EXPECT_EQ(t->eos_id(), 19u);
+}
+
+TEST(BpeTokenizer, UnknownByteAndUnsupportedFilesAreNamed) {
+  const std::string path = write_temp("unknown.json", tiny_tokenizer_json(qwen_pre_tokenizer(), false));
+  const auto t = BpeTokenizer::load(path, "");
+  try {
+    encode(*t, "z");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("byte 0x7a has no token"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(BpeTokenizer::load(path, "<|nope|>"), ConfigError);
+  const std::string wordpiece = write_temp("wp.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
+  try {
+    BpeTokenizer::load(wordpiece, "");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.type \"WordPiece\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(wordpiece), std::string::npos) << e.what();
+  }
+}
+
+TEST(ChatTemplate, AssistantContentAndItsEndAreTrained) {
+  const ByteTokenizer t;
+  EncodedDocument doc;
+  encode_chat_document(t, {{"user", "hi"}, {"assistant", "yo"}}, doc);
+  const Ids expected = {257, 'u', 's', 'e', 'r', '\n', 'h', 'i', 258, '\n',
+                        257, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n', 'y', 'o', 258, '\n'};
+  std::vector<uint8_t> mask(expected.size(), 0);
+  mask[21] = mask[22] = mask[23] = 1;  // "yo" and the <|im_end|> after it
+  EXPECT_EQ(doc.tokens, expected);
+  EXPECT_EQ(doc.loss_mask, mask);
+
+  EncodedDocument text;
+  encode_text_document(t, "ab", text);
+  EXPECT_EQ(text.tokens, (Ids{'a', 'b', 256}));
+  EXPECT_EQ(text.loss_mask, (std::vector<uint8_t>{1, 1, 1}));
+}
+
+}  // namespace
+}  // namespace topotrain::data
