@@ -1,5 +1,6 @@
 #include "topotrain/data/token_budget_packer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "topotrain/core/error.h"
@@ -104,6 +105,7 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
       std::memcpy(mask + at, data.loss_mask.data() + first, static_cast<size_t>(len));
     }
     ids[p] = static_cast<int64_t>(piece.sample);
+    batch.max_seqlen = std::max(batch.max_seqlen, len);
     at += len;
     cu[p + 1] = static_cast<int32_t>(at);
   }

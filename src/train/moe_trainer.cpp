@@ -11,6 +11,7 @@
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
+#include "topotrain/core/stop_signal.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"

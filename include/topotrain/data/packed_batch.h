@@ -15,6 +15,9 @@ struct PackedBatch {
   torch::Tensor sample_ids;  // int64 [n], dataset index of each packed piece
   int64_t num_tokens = 0;       // T
   int64_t num_loss_tokens = 0;  // loss_mask.sum()
+  // Longest piece: varlen attention kernels take it as a host number, and reading it from
+  // cu_seqlens on the GPU would stall the stream.
+  int64_t max_seqlen = 0;
 
   int64_t num_sequences() const { return sample_ids.numel(); }
 };
