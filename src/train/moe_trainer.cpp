@@ -230,22 +230,26 @@ void train_moe(JobContext& context) {
     StepAgreement all = agree(runtime.world(), mine);
 
     if (all.oom_rank >= 0) {
+      // The failed step still gets its row in the timing log (every rank, same count).
+      StepMetrics failed;
+      failed.extra = {StepMetrics::kUnset};
       reducer.zero_grad();
       compat::release_cached_memory(device);
       if (!shrink_on_oom || token_budget <= 1) {
-        timer.end_step({});
+        timings.end_step(failed);
         timings.flush();
         if (writer) writer->wait();
         throw JobExit(3, out_of_memory_message(context, all.oom_rank, state.step + 1, token_budget, all.oom_peak,
                                                writer ? writer->run_dir() : run_dir));
       }
       token_budget /= 2;
-      log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", state.step + 1,
+      if (runtime.rank() == 0)
+        log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", state.step + 1,
                    "; train.oom = \"shrink\": retrying the step with token_budget ", token_budget));
       prefetcher.reset();
       prefetcher = make_step_prefetcher(dataset, settings, token_budget, runtime.role_rank(), world, grad_accum,
                                         plan.position_before, device);
-      timer.end_step({});
+      timings.end_step(failed);
       continue;
     }
 

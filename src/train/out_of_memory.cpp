@@ -25,9 +25,12 @@ void fault_inject_out_of_memory(int rank, std::int64_t step) {
   if (!spec) return;
   long long want_rank = -1, want_step = -1;
   if (std::sscanf(spec, "%lld:%lld", &want_rank, &want_step) != 2) return;
-  if (want_rank == rank && want_step == step)
+  static bool fired = false;  // once: a shrink retry of the same step must succeed
+  if (want_rank == rank && want_step == step && !fired) {
+    fired = true;
     throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
                                 "CUDA out of memory (injected by TOPOTRAIN_FAULT_OOM)");
+  }
 }
 
 std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,

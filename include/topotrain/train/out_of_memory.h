@@ -22,7 +22,7 @@ bool is_out_of_memory(const std::exception& error);
 bool oom_policy_is_shrink(const Settings& settings);
 
 // Test hook: TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an out-of-memory error
-// in that step, so the failure path can be tested without a GPU.
+// once, in that step, so the failure path can be tested without a GPU.
 void fault_inject_out_of_memory(int rank, std::int64_t step);
 
 std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,
