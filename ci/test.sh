@@ -3,9 +3,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/launch/build.sh"
-cores=$(nproc)  # before env.sh: nproc honours the OMP_NUM_THREADS=1 it sets
 source "$root/launch/env.sh"
 labels=()
 if ! nvidia-smi -L >/dev/null 2>&1; then labels=(-LE gpu); fi
 cd "${BUILD_DIR:-$root/build}"
-ctest --output-on-failure -j "$cores" "${labels[@]}"
+ctest --output-on-failure -j "$(nproc --all)"  # --all: env.sh sets OMP_NUM_THREADS=1, which nproc honours "${labels[@]}"

@@ -16,4 +16,4 @@ joined=$(IFS=';'; echo "${prefix[*]:-}")
 if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
 fi
-cmake --build "$build" -j "${JOBS:-$(nproc)}"
+cmake --build "$build" -j "${JOBS:-$(nproc --all)}"

@@ -10,7 +10,7 @@ export BUILD_DIR=${BUILD_DIR:-$root/build-gpu} BUILD_TYPE=${BUILD_TYPE:-Release}
 source launch/env.sh
 cmake_args=()
 [[ -f $BUILD_DIR/CMakeCache.txt ]] || cmake_args=(-DTOPOTRAIN_BUILD_TESTS=OFF)
-JOBS=${JOBS:-$(nproc)} launch/build.sh "${cmake_args[@]}" >/dev/null
+JOBS=${JOBS:-$(nproc --all)} launch/build.sh "${cmake_args[@]}" >/dev/null
 bin=$BUILD_DIR/bin
 results=${OUT:-$(mktemp -d)}
 mkdir -p "$results"
