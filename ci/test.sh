@@ -7,4 +7,5 @@ source "$root/launch/env.sh"
 labels=()
 if ! nvidia-smi -L >/dev/null 2>&1; then labels=(-LE gpu); fi
 cd "${BUILD_DIR:-$root/build}"
-ctest --output-on-failure -j "$(nproc --all)"  # --all: env.sh sets OMP_NUM_THREADS=1, which nproc honours "${labels[@]}"
+# --all: env.sh sets OMP_NUM_THREADS=1, which plain nproc honours.
+ctest --output-on-failure -j "$(nproc --all)" "${labels[@]}"
