@@ -13,7 +13,7 @@ if torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)
 fi
 if [[ -d $root/.deps/root/usr ]]; then prefix+=("$root/.deps/root/usr"); fi
 joined=$(IFS=';'; echo "${prefix[*]:-}")
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
-fi
+# Configuring every time is cheap when nothing changed, and repairs a build folder whose
+# first configure failed.
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
 cmake --build "$build" -j "${JOBS:-$(nproc --all)}"
