@@ -24,7 +24,6 @@ constexpr bool kCudaBuild =
 
 }  // namespace topotrain::compat
 
-<<<<<<< HEAD
 // ---- optimizer -------------------------------------------------------------------------
 #include <ATen/ATen.h>
 
@@ -52,7 +51,8 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
 #endif
 }
 
-=======
+}  // namespace topotrain::compat
+
 // ---------------------------------------------------------------------------------------
 // Model kernels (src/model). Both are CUDA-only and differentiable in the versions named.
 //
@@ -76,5 +76,4 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
 namespace topotrain::compat {
 constexpr bool kHasFlashVarlen = TOPOTRAIN_HAS_FLASH_VARLEN;
 constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
->>>>>>> issue-4
 }  // namespace topotrain::compat
