@@ -128,3 +128,19 @@ inline std::string device_name(const at::Device& device) {
 }
 
 }  // namespace topotrain::compat
+
+// ---------------------------------------------------------------------------------------
+// DFlash attention (src/model/dflash_attention.cpp).
+//
+// TOPOTRAIN_HAS_SDPA: at::scaled_dot_product_attention(q, k, v, attn_mask, dropout_p,
+//   is_causal, scale) with a differentiable additive mask path (memory-efficient kernel on
+//   CUDA); the `scale` argument arrived in 2.1.
+#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
+#define TOPOTRAIN_HAS_SDPA 1
+#else
+#define TOPOTRAIN_HAS_SDPA 0
+#endif
+
+namespace topotrain::compat {
+constexpr bool kHasSdpa = TOPOTRAIN_HAS_SDPA;
+}  // namespace topotrain::compat

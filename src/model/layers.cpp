@@ -16,11 +16,13 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto xf = x.to(torch::kFloat32);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight.to(x.scalar_type()) * normed.to(x.scalar_type());
 }
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype) {
   auto exponent = torch::arange(0, head_dim, 2, positions.options().dtype(torch::kInt64)).to(torch::kFloat32) /
@@ -48,14 +50,27 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
+torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const RotaryTables& rotary) {
+  return apply_rotary(q_norm(q_proj(x).view({x.size(0), heads_, head_dim_})), rotary);
+}
+
+AttentionImpl::KeysValues AttentionImpl::project_keys_values(const torch::Tensor& x, const RotaryTables& rotary) {
   const int64_t tokens = x.size(0);
-  auto q = apply_rotary(q_norm(q_proj(x).view({tokens, heads_, head_dim_})), context.rotary);
-  auto k = apply_rotary(k_norm(k_proj(x).view({tokens, kv_heads_, head_dim_})), context.rotary);
-  auto v = v_proj(x).view({tokens, kv_heads_, head_dim_});
-  auto out = varlen_causal_attention(q, k, v, context.cu_seqlens, context.max_seqlen,
-                                     1.0 / std::sqrt(static_cast<double>(head_dim_)), context.attention);
-  return o_proj(out.reshape({tokens, heads_ * head_dim_}));
+  return {apply_rotary(k_norm(k_proj(x).view({tokens, kv_heads_, head_dim_})), rotary),
+          v_proj(x).view({tokens, kv_heads_, head_dim_})};
+}
+
+torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
+  return o_proj(attended.reshape({attended.size(0), heads_ * head_dim_}));
+}
+
+double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
+  auto q = project_queries(x, context.rotary);
+  auto kv = project_keys_values(x, context.rotary);
+  return project_output(varlen_causal_attention(q, kv.keys, kv.values, context.cu_seqlens, context.max_seqlen, scale(),
+                                                context.attention));
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std) {

@@ -12,56 +12,105 @@ using torch::autograd::tensor_list;
 
 // Invariant: the loss is a scalar, so d(loss)/d(input) is known after the forward; the
 // backward only multiplies the saved gradients by the incoming scalar.
-class LinearCrossEntropySum : public torch::autograd::Function<LinearCrossEntropySum> {
+class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossEntropyFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& targets, int64_t chunk_rows) {
-    const bool want_grad = hidden.requires_grad() || weight.requires_grad();
+  // Optional inputs travel as c10::optional: autograd records every tensor argument.
+  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                             const c10::optional<torch::Tensor>& targets_or_none,
+                             const c10::optional<torch::Tensor>& row_weights_or_none,
+                             const c10::optional<torch::Tensor>& teacher_or_none, int64_t chunk_rows,
+                             bool want_argmax) {
+    const torch::Tensor targets = targets_or_none.value_or(torch::Tensor());
+    const torch::Tensor row_weights = row_weights_or_none.value_or(torch::Tensor());
+    const torch::Tensor teacher_hidden = teacher_or_none.value_or(torch::Tensor());
+    const bool grad_of_hidden = hidden.requires_grad(), grad_of_weight = weight.requires_grad();
+    const bool soft = teacher_hidden.defined();
     const int64_t rows = hidden.size(0);
     auto loss = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
+    auto argmax = torch::empty({want_argmax ? rows : 0}, hidden.options().dtype(torch::kInt64));
     torch::Tensor grad_hidden, grad_weight;
-    if (want_grad) {
-      grad_hidden = torch::empty_like(hidden);
-      grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
-    }
+    if (grad_of_hidden) grad_hidden = torch::empty_like(hidden);
+    if (grad_of_weight) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - begin);
       auto h = hidden.narrow(0, begin, n);
-      auto t = targets.narrow(0, begin, n).unsqueeze(1);
       auto logits = torch::matmul(h, weight.t()).to(torch::kFloat32);
-      auto lse = logits.logsumexp(-1, /*keepdim=*/true);
-      loss += (lse - logits.gather(1, t)).sum();
-      if (!want_grad) continue;
-      // d(sum CE)/d(logits) = softmax - onehot(target)
-      auto dlogits = (logits - lse).exp_();
-      dlogits.scatter_add_(1, t, torch::full({n, 1}, -1.0f, dlogits.options()));
+      if (want_argmax) argmax.narrow(0, begin, n).copy_(logits.argmax(-1));
+      auto log_probs = logits - logits.logsumexp(-1, /*keepdim=*/true);
+      torch::Tensor row_loss, teacher_probs;
+      if (soft) {
+        auto teacher_log_probs = torch::matmul(teacher_hidden.narrow(0, begin, n), weight.t())
+                                     .to(torch::kFloat32)
+                                     .log_softmax(-1);
+        teacher_probs = teacher_log_probs.exp();
+        row_loss = (teacher_probs * (teacher_log_probs - log_probs)).sum(-1);
+      } else {
+        row_loss = -log_probs.gather(1, targets.narrow(0, begin, n).unsqueeze(1)).squeeze(1);
+      }
+      torch::Tensor w;
+      if (row_weights.defined()) w = row_weights.narrow(0, begin, n).to(torch::kFloat32);
+      loss += w.defined() ? (row_loss * w).sum() : row_loss.sum();
+      if (!grad_of_hidden && !grad_of_weight) continue;
+      // d(loss_i)/d(logits_i) = softmax(logits_i) - target distribution (one-hot or teacher)
+      auto dlogits = log_probs.exp_();
+      if (soft) {
+        dlogits -= teacher_probs;
+      } else {
+        dlogits.scatter_add_(1, targets.narrow(0, begin, n).unsqueeze(1), torch::full({n, 1}, -1.0f, dlogits.options()));
+      }
+      if (w.defined()) dlogits *= w.unsqueeze(1);
       auto d = dlogits.to(hidden.scalar_type());
-      grad_hidden.narrow(0, begin, n).copy_(torch::matmul(d, weight));
-      grad_weight += torch::matmul(d.t(), h).to(torch::kFloat32);
+      if (grad_of_hidden) grad_hidden.narrow(0, begin, n).copy_(torch::matmul(d, weight));
+      if (grad_of_weight) grad_weight += torch::matmul(d.t(), h).to(torch::kFloat32);
     }
-    if (want_grad) ctx->save_for_backward({grad_hidden, grad_weight.to(weight.scalar_type())});
-    return loss;
+    ctx->save_for_backward({grad_hidden, grad_of_weight ? grad_weight.to(weight.scalar_type()) : grad_weight});
+    ctx->mark_non_differentiable({argmax});
+    return {loss, argmax};
   }
 
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto& scale = grad_outputs[0];
-    return {saved[0] * scale.to(saved[0].scalar_type()), saved[1] * scale.to(saved[1].scalar_type()),
-            torch::Tensor(), torch::Tensor()};
+    auto scaled = [&](const torch::Tensor& g) { return g.defined() ? g * scale.to(g.scalar_type()) : torch::Tensor(); };
+    return {scaled(saved[0]), scaled(saved[1]), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
 }  // namespace
 
+LinearCrossEntropy linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                        const torch::Tensor& targets, const LinearCrossEntropyOptions& options) {
+  if (options.chunk_rows <= 0) {
+    throw std::invalid_argument(cat("linear_cross_entropy: chunk_rows must be positive, got ", options.chunk_rows));
+  }
+  const bool soft = options.teacher_hidden.defined();
+  const bool shapes_ok = hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) &&
+                         (soft || (targets.defined() && targets.dim() == 1 && targets.size(0) == hidden.size(0))) &&
+                         (!soft || options.teacher_hidden.sizes() == hidden.sizes()) &&
+                         (!options.row_weights.defined() || options.row_weights.sizes() == torch::IntArrayRef{hidden.size(0)});
+  if (!shapes_ok) {
+    throw std::invalid_argument(cat("linear_cross_entropy: expected hidden [N, H], weight [V, H], targets [N] (or "
+                                    "teacher_hidden [N, H]), row_weights [N]; got hidden ",
+                                    hidden.sizes(), ", weight ", weight.sizes(),
+                                    ", targets ", targets.defined() ? targets.sizes() : torch::IntArrayRef{},
+                                    ", teacher_hidden ", soft ? options.teacher_hidden.sizes() : torch::IntArrayRef{},
+                                    ", row_weights ",
+                                    options.row_weights.defined() ? options.row_weights.sizes() : torch::IntArrayRef{}));
+  }
+  auto present = [](const torch::Tensor& t) { return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt; };
+  auto out = LinearCrossEntropyFunction::apply(hidden, weight, present(soft ? torch::Tensor() : targets),
+                                               present(options.row_weights),
+                                               present(soft ? options.teacher_hidden.detach() : torch::Tensor()),
+                                               options.chunk_rows, options.argmax);
+  return {out[0], out[1]};
+}
+
 torch::Tensor linear_cross_entropy_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, int64_t chunk_rows) {
-  if (chunk_rows <= 0) throw std::invalid_argument(cat("linear_cross_entropy_sum: chunk_rows must be positive, got ", chunk_rows));
-  if (hidden.dim() != 2 || weight.dim() != 2 || hidden.size(1) != weight.size(1) || targets.dim() != 1 ||
-      targets.size(0) != hidden.size(0)) {
-    throw std::invalid_argument(cat("linear_cross_entropy_sum: expected hidden [N, H], weight [V, H], targets [N]; got ",
-                                    hidden.sizes(), ", ", weight.sizes(), ", ", targets.sizes()));
-  }
-  return LinearCrossEntropySum::apply(hidden, weight, targets, chunk_rows);
+  LinearCrossEntropyOptions options;
+  options.chunk_rows = chunk_rows;
+  return linear_cross_entropy(hidden, weight, targets, options).loss;
 }
 
 LmLoss lm_loss(Qwen3CausalLMImpl& model, const torch::Tensor& hidden, const PackedBatch& batch, int64_t chunk_rows) {

@@ -19,7 +19,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
                                         RouterLoad* load) {
-  auto h = x + self_attn(input_layernorm(x), context);
+  return feed_forward(x + self_attn(input_layernorm(x), context), experts, load);
+}
+
+torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& h, ExpertBackend experts, RouterLoad* load) {
   auto normed = post_attention_layernorm(h);
   return h + (sparse_mlp ? sparse_mlp(normed, experts, load) : dense_mlp(normed));
 }

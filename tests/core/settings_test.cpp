@@ -105,7 +105,7 @@ TEST(Settings, LoadRunAppliesFileThenConfigThenSet) {
   std::string topology = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu4.toml";
   RunFile run = load_run(topology, {path}, {"train.token_budget=256"});
   EXPECT_EQ(run.topology.name, "cpu4");
-  EXPECT_EQ(run.settings.integer("train.max_steps"), 200);  // from the topology file
+  EXPECT_EQ(run.settings.integer("train.epochs"), 2);  // from the topology file
   EXPECT_EQ(run.settings.integer("train.grad_accum"), 5);   // --config wins over the file
   EXPECT_EQ(run.settings.integer("train.token_budget"), 256);  // --set wins over both
   EXPECT_NE(run.topology_text.find("[[roles]]"), std::string::npos);

@@ -25,7 +25,10 @@ class ProjectionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Projection);
 
-// RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale.
+// RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale by
+// `weight` (cast to the input dtype).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
@@ -58,6 +61,16 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& context);  // x [T, hidden]
+
+  // The pieces of forward, for attention patterns other than causal self-attention (the
+  // DFlash drafter projects its context and its blocks with the same weights).
+  torch::Tensor project_queries(const torch::Tensor& x, const RotaryTables& rotary);  // [T, heads, head_dim]
+  struct KeysValues {
+    torch::Tensor keys, values;  // [T, kv_heads, head_dim]; keys normed and rotated
+  };
+  KeysValues project_keys_values(const torch::Tensor& x, const RotaryTables& rotary);
+  torch::Tensor project_output(const torch::Tensor& attended);  // [T, heads, head_dim] -> [T, hidden]
+  double scale() const;  // 1 / sqrt(head_dim)
 
   Projection q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};

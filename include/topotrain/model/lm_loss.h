@@ -10,12 +10,33 @@
 
 namespace topotrain::model {
 
-// Sum over rows of -log softmax(hidden W^T)[target], computed `chunk_rows` rows at a
-// time. When hidden or weight requires grad, the gradients are computed chunk by chunk
-// during the forward and only scaled in backward, so peak extra memory is one chunk of
-// fp32 logits instead of all of them (autograd would keep every chunk's softmax).
-// hidden [N, H] and weight [V, H] share the compute dtype; targets int64 [N].
-// Returns an fp32 scalar.
+struct LinearCrossEntropyOptions {
+  int64_t chunk_rows = 4096;
+  // fp32 [N]: row i contributes row_weights[i] * loss_i. Undefined: every row weighs 1.
+  torch::Tensor row_weights;
+  // [N, H] in the compute dtype. When given, the target of row i is the distribution
+  // softmax(teacher_hidden[i] W^T) instead of targets[i], and loss_i is
+  // KL(teacher || model) = cross-entropy minus the teacher's entropy (0 when they agree).
+  // No gradient flows into it.
+  torch::Tensor teacher_hidden;
+  bool argmax = false;  // also return the model's most likely token per row
+};
+
+struct LinearCrossEntropy {
+  torch::Tensor loss;    // fp32 scalar: sum over rows of row_weights[i] * loss_i, differentiable
+  torch::Tensor argmax;  // int64 [N] when options.argmax, else empty
+};
+
+// Sum over rows of -log softmax(hidden W^T)[target] (or the KL above), computed
+// `chunk_rows` rows at a time. The gradients of hidden and weight (each only when it
+// requires grad) are computed chunk by chunk during the forward and only scaled in
+// backward, so peak extra memory is one chunk of fp32 logits instead of all of them
+// (autograd would keep every chunk's softmax). hidden [N, H] and weight [V, H] share the
+// compute dtype; targets int64 [N] (may be undefined with teacher_hidden).
+LinearCrossEntropy linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                        const torch::Tensor& targets, const LinearCrossEntropyOptions& options);
+
+// The unweighted hard-target sum, an fp32 scalar.
 torch::Tensor linear_cross_entropy_sum(const torch::Tensor& hidden, const torch::Tensor& weight,
                                        const torch::Tensor& targets, int64_t chunk_rows);
 

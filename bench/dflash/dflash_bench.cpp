@@ -1,0 +1,113 @@
+// Forward + backward throughput of the DFlash drafter alone on one GPU, in the training
+// setup (fp32 master weights, bf16 compute, chunked weighted CE through the frozen lm_head),
+// with random qwen3-8b-shaped target tensors and random taps.
+//
+//   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,math]
+//
+// MFU counts the matmul FLOPs the step performs (listed in step_flops) over 989 TFLOP/s, the
+// dense bf16 peak of an H100/H200 SXM.
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "topotrain/model/dflash_drafter.h"
+
+namespace mdl = topotrain::model;
+
+namespace {
+
+constexpr double kPeakFlops = 989e12;
+
+// 2 FLOPs per multiply-accumulate forward; backward 4 where both the input and the weight
+// need a gradient, 2 where only one does.
+double step_flops(const mdl::DFlashConfig& config, const mdl::DFlashBlocks& blocks, int64_t tokens) {
+  const mdl::ModelConfig c = config.layer_config();
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim), layers = static_cast<double>(c.num_hidden_layers);
+  const double slots = static_cast<double>(blocks.num_blocks() * config.block_size), t = static_cast<double>(tokens);
+  const double taps = static_cast<double>(config.resolved_taps().size());
+  const double block_layer = h * (2 * q + 2 * kv) + 3 * h * static_cast<double>(c.intermediate_size);
+  double keys = 0;  // sum over query slots of the keys each one attends to
+  for (int64_t v : blocks.visible_context) keys += static_cast<double>(config.block_size * (v + config.block_size));
+  return 6 * slots * block_layer * layers               // block projections and MLPs
+         + 4 * t * taps * h * h                          // fc (the taps need no gradient)
+         + 6 * t * 2 * h * kv * layers                   // context k/v projections
+         + 3 * 4 * keys * q * layers                     // QK^T and PV
+         + 4 * static_cast<double>(blocks.num_valid_slots()) * h * static_cast<double>(c.vocab_size);  // frozen lm_head
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t tokens = argc > 1 ? std::stoll(argv[1]) : 16384;
+  const int64_t doc_len = argc > 2 ? std::stoll(argv[2]) : 4096;
+  const int64_t anchors = argc > 3 ? std::stoll(argv[3]) : 512;
+  const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
+  const std::string backends = argc > 5 ? argv[5] : "sdpa,math";
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "dflash_bench needs a GPU\n");
+    return 2;
+  }
+  const torch::Device device(torch::kCUDA);
+  torch::manual_seed(0);
+  mdl::DFlashConfig config;
+  config.source = "dflash_bench";
+  config.target = mdl::ModelConfig::preset("qwen3-8b");
+  config.mask_token_id = 151669;
+  config.max_anchors = anchors;
+  mdl::DFlashDrafter drafter(config);
+  drafter->to(device);
+  drafter->set_compute_dtype(torch::kBFloat16);
+
+  mdl::DFlashBatch batch;
+  std::vector<std::vector<int64_t>> docs;
+  for (int64_t begin = 0; begin < tokens; begin += doc_len) {
+    auto t = torch::randint(config.target.vocab_size, {std::min(doc_len, tokens - begin)}, torch::kInt64);
+    docs.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  }
+  auto host = mdl::PackedBatch::from_documents(docs);
+  batch.packed = host.to(device);
+  batch.loss_mask = torch::ones({tokens}, torch::kUInt8);
+  batch.taps = torch::randn({tokens, static_cast<int64_t>(drafter->taps().size()) * config.target.hidden_size},
+                            torch::TensorOptions().dtype(torch::kBFloat16).device(device));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  const auto blocks = mdl::sample_anchors(host.cu_seqlens, batch.loss_mask, config.block_size, anchors, gen);
+  std::printf("drafter: %lld layers of qwen3-8b shape, %.2fB trainable parameters, taps",
+              static_cast<long long>(config.num_draft_layers), mdl::count_drafter_parameters(config) / 1e9);
+  for (int64_t t : drafter->taps()) std::printf(" %lld", static_cast<long long>(t));
+  std::printf("; %lld tokens in docs of %lld, %lld blocks of %lld (%lld loss slots)\n", static_cast<long long>(tokens),
+              static_cast<long long>(doc_len), static_cast<long long>(blocks.num_blocks()),
+              static_cast<long long>(config.block_size), static_cast<long long>(blocks.num_valid_slots()));
+
+  std::stringstream list(backends);
+  for (std::string name; std::getline(list, name, ',');) {
+    mdl::DFlashAttentionOptions options;
+    options.backend = name == "math" ? mdl::DFlashAttentionBackend::math_chunked : mdl::DFlashAttentionBackend::sdpa_chunked;
+    drafter->force_attention_options(options);
+    auto step = [&] {
+      auto out = drafter->forward(batch, blocks);
+      (out.loss_sum / out.weight_sum).backward();
+    };
+    try {
+      for (int i = 0; i < 2; ++i) step();
+      torch::cuda::synchronize();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < steps; ++i) step();
+      torch::cuda::synchronize();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+      const double mfu = step_flops(config, blocks, tokens) / seconds / kPeakFlops;
+      std::printf("attention %s: %.1f ms fwd+bwd, %.0f context tokens/s, %.0f block tokens/s, MFU %.1f%%\n",
+                  mdl::to_string(options.backend).c_str(), seconds * 1e3, static_cast<double>(tokens) / seconds,
+                  static_cast<double>(blocks.num_blocks() * config.block_size) / seconds, mfu * 100);
+    } catch (const std::exception& e) {
+      std::printf("attention %s: failed: %s\n", mdl::to_string(options.backend).c_str(), e.what());
+    }
+    drafter->zero_grad();
+  }
+  return 0;
+}

@@ -1,0 +1,151 @@
+#include "topotrain/model/dflash_attention.h"
+
+#include <limits>
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+#include "topotrain/torch_compat.h"
+
+namespace topotrain::model {
+namespace {
+
+constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
+
+// Visible context rows of the chunk's blocks, [n] int64 on `device`.
+torch::Tensor chunk_visible(const DFlashBlocks& blocks, const DFlashAttentionChunk& chunk, const torch::Device& device) {
+  const auto* first = blocks.visible_context.data() + chunk.first_block;
+  return torch::tensor(std::vector<int64_t>(first, first + (chunk.last_block - chunk.first_block)), torch::kInt64)
+      .to(device);
+}
+
+// GQA without repeating k/v: query head h = kv * groups + g (HF's repeat_kv order), so the
+// queries are viewed as [Hkv, groups, ...] and each kv head serves its group by broadcasting.
+torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
+                         const torch::Tensor& blk_k, const torch::Tensor& blk_v, const torch::Tensor& visible,
+                         int64_t block_size, double scale) {
+  const int64_t n = visible.size(0), B = block_size, L = ctx_k.size(0);
+  const int64_t hkv = blk_k.size(1), groups = q.size(1) / hkv, dim = q.size(2);
+  auto qh = q.view({n, B, hkv, groups, dim}).permute({2, 3, 0, 1, 4});       // [Hkv, G, n, B, D]
+  auto kb = blk_k.view({n, B, hkv, dim}).permute({2, 0, 3, 1}).unsqueeze(1);  // [Hkv, 1, n, D, B]
+  auto vb = blk_v.view({n, B, hkv, dim}).permute({2, 0, 1, 3}).unsqueeze(1);  // [Hkv, 1, n, B, D]
+  auto scores = torch::matmul(qh, kb);                                         // [Hkv, G, n, B, B]
+  if (L > 0) {
+    auto ctx_scores = torch::matmul(qh.reshape({hkv, groups * n * B, dim}), ctx_k.permute({1, 2, 0}))
+                          .view({hkv, groups, n, B, L});
+    auto hidden = torch::arange(L, visible.options()).unsqueeze(0) >= visible.unsqueeze(1);  // [n, L]
+    ctx_scores = ctx_scores.masked_fill(hidden.view({1, 1, n, 1, L}), kMinusInfinity);
+    scores = torch::cat({ctx_scores, scores}, -1);
+  }
+  // Softmax in at least fp32 as HF's eager path; every row sees its own block, so none is
+  // all -inf.
+  const auto softmax_dtype = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  auto probs = torch::softmax(scores * scale, -1, softmax_dtype).to(q.scalar_type());
+  auto out = torch::matmul(probs.narrow(-1, L, B), vb);  // [Hkv, G, n, B, D]
+  if (L > 0) {
+    out = out + torch::matmul(probs.narrow(-1, 0, L).reshape({hkv, groups * n * B, L}), ctx_v.permute({1, 0, 2}))
+                    .view({hkv, groups, n, B, dim});
+  }
+  return out.permute({2, 3, 0, 1, 4}).reshape({n * B, hkv * groups, dim});
+}
+
+#if TOPOTRAIN_HAS_SDPA
+torch::Tensor sdpa_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
+                         const torch::Tensor& blk_k, const torch::Tensor& blk_v, const torch::Tensor& visible,
+                         int64_t block_size, double scale) {
+  const int64_t queries = q.size(0), L = ctx_k.size(0), groups = q.size(1) / blk_k.size(1);
+  auto opts = visible.options();
+  auto query_block = torch::arange(queries, opts).div(block_size, "floor");                  // [nB]
+  auto ctx_allowed = torch::arange(L, opts).unsqueeze(0) < visible.index_select(0, query_block).unsqueeze(1);
+  auto blk_allowed = query_block.unsqueeze(1) == query_block.unsqueeze(0);                    // [nB, nB]
+  auto mask = torch::zeros({queries, L + queries}, q.options())
+                  .masked_fill(torch::cat({ctx_allowed, blk_allowed}, 1).logical_not(), kMinusInfinity);
+  // The memory-efficient kernel takes no grouped k/v with a mask: repeat the chunk's keys.
+  auto keys = torch::cat({ctx_k, blk_k}, 0).repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
+  auto values = torch::cat({ctx_v, blk_v}, 0).repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
+  auto out = at::scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values, mask, 0.0,
+                                              /*is_causal=*/false, scale);
+  return out.squeeze(0).transpose(0, 1);
+}
+#endif
+
+}  // namespace
+
+std::string to_string(DFlashAttentionBackend backend) {
+  switch (backend) {
+    case DFlashAttentionBackend::math_chunked:
+      return "math (chunked per document)";
+    case DFlashAttentionBackend::sdpa_chunked:
+      return "sdpa with an additive mask (chunked per document)";
+  }
+  return "unknown";
+}
+
+DFlashAttentionBackend choose_dflash_attention_backend(const torch::Device& device, torch::ScalarType dtype) {
+  const bool half = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
+  if (compat::kHasSdpa && device.is_cuda() && half) return DFlashAttentionBackend::sdpa_chunked;
+  return DFlashAttentionBackend::math_chunked;
+}
+
+std::vector<DFlashAttentionChunk> plan_dflash_chunks(const DFlashBlocks& blocks, int64_t max_scores,
+                                                     int64_t max_blocks) {
+  if (max_scores <= 0 || max_blocks <= 0) {
+    throw std::invalid_argument(cat("plan_dflash_chunks: budgets must be positive, got ", max_scores, " scores and ",
+                                    max_blocks, " blocks"));
+  }
+  const int64_t B = blocks.block_size;
+  std::vector<DFlashAttentionChunk> chunks;
+  for (int64_t d = 0; d < blocks.num_documents(); ++d) {
+    const int64_t end = blocks.document_blocks[d + 1];
+    for (int64_t first = blocks.document_blocks[d]; first < end;) {
+      // Anchors ascend, so the last block of a chunk sees the longest context prefix.
+      int64_t last = first + 1;
+      while (last < end && last - first < max_blocks &&
+             (last + 1 - first) * B * (blocks.visible_context[last] + B) <= max_scores) {
+        ++last;
+      }
+      chunks.push_back({first, last, blocks.document_begin[d], blocks.visible_context[last - 1]});
+      first = last;
+    }
+  }
+  return chunks;
+}
+
+torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& context_k, const torch::Tensor& context_v,
+                               const torch::Tensor& block_k, const torch::Tensor& block_v, const DFlashBlocks& blocks,
+                               double scale, const DFlashAttentionOptions& options) {
+  const int64_t B = blocks.block_size, slots = blocks.num_blocks() * B;
+  if (q.dim() != 3 || q.size(0) != slots || block_k.sizes() != block_v.sizes() || block_k.size(0) != slots ||
+      context_k.sizes() != context_v.sizes() || context_k.dim() != 3 || block_k.size(1) != context_k.size(1) ||
+      q.size(1) % block_k.size(1) != 0) {
+    throw std::invalid_argument(cat("dflash_attention: expected q [", slots, ", Hq, D], block k/v [", slots,
+                                    ", Hkv, D], context k/v [T, Hkv, D] with Hq a multiple of Hkv; got q ", q.sizes(),
+                                    ", block k ", block_k.sizes(), ", block v ", block_v.sizes(), ", context k ",
+                                    context_k.sizes(), ", context v ", context_v.sizes()));
+  }
+  const bool sdpa = options.backend == DFlashAttentionBackend::sdpa_chunked;
+#if !TOPOTRAIN_HAS_SDPA
+  if (sdpa) throw std::runtime_error("dflash_attention: this build has no scaled_dot_product_attention (torch >= 2.1)");
+#endif
+  const auto chunks =
+      plan_dflash_chunks(blocks, options.max_chunk_scores, sdpa ? options.max_sdpa_chunk_blocks : blocks.num_blocks() + 1);
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(chunks.size());
+  for (const auto& c : chunks) {
+    const int64_t first = c.first_block * B, rows = (c.last_block - c.first_block) * B;
+    auto visible = chunk_visible(blocks, c, q.device());
+    auto ctx_k = context_k.narrow(0, c.context_begin, c.context_rows);
+    auto ctx_v = context_v.narrow(0, c.context_begin, c.context_rows);
+    auto qc = q.narrow(0, first, rows), kc = block_k.narrow(0, first, rows), vc = block_v.narrow(0, first, rows);
+#if TOPOTRAIN_HAS_SDPA
+    if (sdpa) {
+      outputs.push_back(sdpa_chunk(qc, ctx_k, ctx_v, kc, vc, visible, B, scale));
+      continue;
+    }
+#endif
+    outputs.push_back(math_chunk(qc, ctx_k, ctx_v, kc, vc, visible, B, scale));
+  }
+  if (outputs.empty()) return torch::empty_like(q);
+  return torch::cat(outputs, 0);
+}
+
+}  // namespace topotrain::model

@@ -1,0 +1,111 @@
+// The DFlash mask against a naive dense implementation that builds the whole [queries,
+// keys] mask from the definition: outputs and gradients, for several chunkings.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+#include "topotrain/model/dflash_anchors.h"
+#include "topotrain/model/dflash_attention.h"
+
+namespace mdl = topotrain::model;
+
+namespace {
+
+class DFlashAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::set_num_threads(1);
+    torch::manual_seed(11);
+  }
+};
+
+// Keys are [context rows (T) ; block slots (N*B)]. Query slot (i, s) may see context row
+// j iff j is in the block's document and j < anchor_i, and block slot (i', s') iff i' == i.
+torch::Tensor dense_reference(const torch::Tensor& q, const torch::Tensor& ck, const torch::Tensor& cv,
+                              const torch::Tensor& bk, const torch::Tensor& bv, const std::vector<int64_t>& cu,
+                              const mdl::DFlashBlocks& blocks, double scale) {
+  const int64_t T = ck.size(0), B = blocks.block_size, N = blocks.num_blocks(), Q = N * B;
+  const int64_t groups = q.size(1) / ck.size(1);
+  auto allowed = torch::zeros({Q, T + Q}, torch::kBool);
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t a = blocks.anchor_rows[i];
+    int64_t doc_begin = 0;
+    for (size_t d = 0; d + 1 < cu.size(); ++d) {
+      if (a >= cu[d] && a < cu[d + 1]) doc_begin = cu[d];
+    }
+    for (int64_t s = 0; s < B; ++s) {
+      for (int64_t j = doc_begin; j < a; ++j) allowed[i * B + s][j] = true;
+      for (int64_t s2 = 0; s2 < B; ++s2) allowed[i * B + s][T + i * B + s2] = true;
+    }
+  }
+  auto k = torch::cat({ck, bk}, 0).repeat_interleave(groups, 1).transpose(0, 1);  // [Hq, K, D]
+  auto v = torch::cat({cv, bv}, 0).repeat_interleave(groups, 1).transpose(0, 1);
+  auto scores = torch::matmul(q.transpose(0, 1), k.transpose(1, 2)) * scale;        // [Hq, Q, K]
+  scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v).transpose(0, 1);
+}
+
+}  // namespace
+
+TEST_F(DFlashAttentionTest, MatchesDenseReferenceInOutputsAndGradients) {
+  const int64_t B = 4, hq = 4, hkv = 2, dim = 8;
+  const std::vector<int64_t> cu{0, 9, 12, 25};
+  const int64_t T = cu.back();
+  auto loss_mask = torch::ones({T}, torch::kUInt8);
+  // Anchors at a document start, adjacent anchors, one whose block runs past its document's
+  // end, and a document of three tokens.
+  const auto blocks = mdl::blocks_at(torch::tensor(std::vector<int32_t>{0, 9, 12, 25}), loss_mask, B,
+                                     {0, 3, 4, 7, 10, 13, 18, 23});
+  const int64_t Q = blocks.num_blocks() * B;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  auto q = torch::randn({Q, hq, dim}, opts).requires_grad_();
+  auto ck = torch::randn({T, hkv, dim}, opts).requires_grad_();
+  auto cv = torch::randn({T, hkv, dim}, opts).requires_grad_();
+  auto bk = torch::randn({Q, hkv, dim}, opts).requires_grad_();
+  auto bv = torch::randn({Q, hkv, dim}, opts).requires_grad_();
+  const double scale = 0.35;
+  auto upstream = torch::randn({Q, hq, dim}, opts);
+
+  auto reference = dense_reference(q, ck, cv, bk, bv, cu, blocks, scale);
+  auto ref_grads = torch::autograd::grad({(reference * upstream).sum()}, {q, ck, cv, bk, bv});
+
+  // One block per chunk, a few blocks per chunk, everything of a document in one chunk.
+  for (int64_t budget : {int64_t{1}, int64_t{100}, int64_t{1} << 20}) {
+    mdl::DFlashAttentionOptions options;
+    options.max_chunk_scores = budget;
+    auto out = mdl::dflash_attention(q, ck, cv, bk, bv, blocks, scale, options);
+    EXPECT_LE((out - reference).abs().max().item<double>(), 1e-12) << "budget " << budget;
+    auto grads = torch::autograd::grad({(out * upstream).sum()}, {q, ck, cv, bk, bv});
+    for (size_t i = 0; i < grads.size(); ++i) {
+      EXPECT_LE((grads[i] - ref_grads[i]).abs().max().item<double>(), 1e-12) << "budget " << budget << " grad " << i;
+    }
+  }
+}
+
+TEST_F(DFlashAttentionTest, ChunksCoverEveryBlockOnceWithinTheBudget) {
+  const int64_t B = 4;
+  auto cu = torch::tensor(std::vector<int32_t>{0, 40, 41, 100});
+  std::vector<int64_t> anchors;
+  for (int64_t a = 0; a < 39; a += 3) anchors.push_back(a);
+  for (int64_t a = 41; a < 99; a += 2) anchors.push_back(a);
+  const auto blocks = mdl::blocks_at(cu, torch::ones({100}, torch::kUInt8), B, anchors);
+  const int64_t budget = 600, max_blocks = 5;
+  const auto chunks = mdl::plan_dflash_chunks(blocks, budget, max_blocks);
+  int64_t next = 0;
+  for (const auto& c : chunks) {
+    EXPECT_EQ(c.first_block, next);
+    EXPECT_GT(c.last_block, c.first_block);
+    const int64_t n = c.last_block - c.first_block;
+    EXPECT_LE(n, max_blocks);
+    // A chunk of one block may exceed the budget (it cannot be split); larger ones may not.
+    if (n > 1) {
+      EXPECT_LE(n * B * (c.context_rows + B), budget);
+    }
+    // Keys stop at the last anchor of the chunk: nothing beyond what some block sees.
+    EXPECT_EQ(c.context_rows, blocks.visible_context[c.last_block - 1]);
+    EXPECT_EQ(c.context_begin, blocks.anchor_rows[c.first_block] < 40 ? 0 : 41);
+    next = c.last_block;
+  }
+  EXPECT_EQ(next, blocks.num_blocks());
+}
