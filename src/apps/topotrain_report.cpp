@@ -1,12 +1,12 @@
 // topotrain-report RUN_DIR: where the time of every step went, per role, from the run's
 // timings.h5; optionally a Chrome/Perfetto trace and an SVG chart.
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 
+#include "topotrain/core/files.h"
 #include "topotrain/store/chrome_trace.h"
 #include "topotrain/store/phase_chart_svg.h"
 #include "topotrain/store/run_report.h"
@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const std::string path =
-        std::filesystem::is_directory(run) ? (std::filesystem::path(run) / topotrain::kTimingsFileName).string() : run;
-    if (!std::filesystem::exists(path))
+        topotrain::is_directory(run) ? topotrain::join_path(run, topotrain::kTimingsFileName) : run;
+    if (!topotrain::file_exists(path))
       throw std::runtime_error(path + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
     const topotrain::TimingsData data = topotrain::read_timings(path);
     std::fputs(topotrain::format_report(topotrain::analyse_timings(data, skip)).c_str(), stdout);

@@ -1,9 +1,10 @@
 #include "topotrain/data/corpus_reader.h"
 
-#include <filesystem>
 #include <sstream>
+#include <system_error>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 namespace topotrain::data {
 namespace {
@@ -16,18 +17,20 @@ CorpusReader::CorpusReader(std::vector<std::string> inputs, InputFormat format, 
     : inputs_(std::move(inputs)), format_(format), split_(split) {
   if (inputs_.empty()) throw ConfigError("no input files given; pass text or JSONL files to tokenize");
   for (const std::string& path : inputs_) {
-    std::error_code error;
-    const auto size = std::filesystem::file_size(path, error);
-    if (error || !std::filesystem::is_regular_file(path)) {
-      throw ConfigError(cat("cannot read input '", path, "': ", error ? error.message() : "not a regular file"));
+    uint64_t size = 0;
+    try {
+      size = file_size(path);
+    } catch (const std::system_error& e) {
+      throw ConfigError(cat("cannot read input '", path, "': ", e.code().message()));
     }
+    if (!is_regular_file(path)) throw ConfigError(cat("cannot read input '", path, "': not a regular file"));
     total_bytes_ += size;
   }
 }
 
 bool CorpusReader::is_jsonl(const std::string& path) const {
   if (format_ != InputFormat::by_extension) return format_ == InputFormat::jsonl;
-  const std::string ext = std::filesystem::path(path).extension().string();
+  const std::string ext = file_extension(path);
   return ext == ".jsonl" || ext == ".json";
 }
 

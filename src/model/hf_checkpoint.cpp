@@ -1,9 +1,9 @@
 #include "topotrain/model/hf_checkpoint.h"
 
-#include <filesystem>
 #include <set>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 namespace topotrain::model {
 namespace {
@@ -86,7 +86,7 @@ void save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory, 
     tensors.emplace_back(name, view.detach().to(torch::kCPU, dtype).contiguous());
   }
   write_safetensors_checkpoint(directory, tensors, max_shard_bytes);
-  model.config().write_json_file((std::filesystem::path(directory) / "config.json").string());
+  model.config().write_json_file(join_path(directory, "config.json"));
 }
 
 }  // namespace topotrain::model

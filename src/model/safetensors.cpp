@@ -1,18 +1,18 @@
 #include "topotrain/model/safetensors.h"
 
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <set>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 namespace topotrain::model {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit
@@ -82,9 +82,12 @@ json read_json_file(const std::string& path) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  std::error_code ec;
-  const uint64_t size = fs::file_size(path_, ec);
-  if (ec) throw ConfigError(cat("cannot open safetensors file '", path_, "': ", ec.message()));
+  uint64_t size = 0;
+  try {
+    size = file_size(path_);
+  } catch (const std::system_error& e) {
+    throw ConfigError(cat("cannot open safetensors file '", path_, "': ", e.code().message()));
+  }
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw ConfigError(cat("cannot open safetensors file '", path_, "'"));
   unsigned char prefix[8] = {};
@@ -136,36 +139,36 @@ torch::Tensor SafetensorsFile::load(const std::string& name) const {
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& path) : path_(path) {
-  fs::path p(path);
-  if (fs::is_directory(p)) {
-    if (fs::exists(p / kIndexName)) {
-      p /= kIndexName;
-    } else if (fs::exists(p / "model.safetensors")) {
-      p /= "model.safetensors";
+  std::string p = path;
+  if (is_directory(path)) {
+    if (file_exists(join_path(path, kIndexName))) {
+      p = join_path(path, kIndexName);
+    } else if (file_exists(join_path(path, "model.safetensors"))) {
+      p = join_path(path, "model.safetensors");
     } else {
       throw ConfigError(cat("checkpoint directory '", path, "' has neither ", kIndexName, " nor model.safetensors"));
     }
   }
-  if (p.extension() != ".json") {
-    files_.emplace_back(p.string());
+  if (file_extension(p) != ".json") {
+    files_.emplace_back(p);
   } else {
-    const json index = read_json_file(p.string());
+    const json index = read_json_file(p);
     if (!index.contains("weight_map") || !index["weight_map"].is_object()) {
-      throw ConfigError(cat(p.string(), ": no \"weight_map\" object"));
+      throw ConfigError(cat(p, ": no \"weight_map\" object"));
     }
     std::map<std::string, std::string> weight_map;
     for (const auto& [name, file] : index["weight_map"].items()) {
-      if (!file.is_string()) throw ConfigError(cat(p.string(), ": weight_map entry '", name, "' is not a file name"));
+      if (!file.is_string()) throw ConfigError(cat(p, ": weight_map entry '", name, "' is not a file name"));
       weight_map[name] = file.get<std::string>();
     }
     std::set<std::string> shard_names;
     for (const auto& [name, file] : weight_map) shard_names.insert(file);
-    for (const auto& shard : shard_names) files_.emplace_back((p.parent_path() / shard).string());
+    for (const auto& shard : shard_names) files_.emplace_back(join_path(parent_directory(p), shard));
     for (const auto& [name, file] : weight_map) {
-      const std::string shard = (p.parent_path() / file).string();
+      const std::string shard = join_path(parent_directory(p), file);
       auto f = std::find_if(files_.begin(), files_.end(), [&](const SafetensorsFile& s) { return s.path() == shard; });
       if (f->entries().count(name) == 0) {
-        throw ConfigError(cat(p.string(), " maps tensor '", name, "' to ", shard, " which does not contain it"));
+        throw ConfigError(cat(p, " maps tensor '", name, "' to ", shard, " which does not contain it"));
       }
     }
   }
@@ -232,7 +235,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 void write_safetensors_checkpoint(const std::string& directory, const NamedTensors& tensors, int64_t max_shard_bytes) {
-  fs::create_directories(directory);
+  make_directories(directory);
   std::vector<NamedTensors> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0;
   for (const auto& named : tensors) {
@@ -246,18 +249,18 @@ void write_safetensors_checkpoint(const std::string& directory, const NamedTenso
     total_bytes += bytes;
   }
   if (shards.size() == 1) {
-    write_safetensors((fs::path(directory) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+    write_safetensors(join_path(directory, "model.safetensors"), tensors, {{"format", "pt"}});
     return;
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    write_safetensors((fs::path(directory) / name).string(), shards[i], {{"format", "pt"}});
+    write_safetensors(join_path(directory, name), shards[i], {{"format", "pt"}});
     for (const auto& named : shards[i]) weight_map[named.first] = name;
   }
   const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-  std::ofstream out(fs::path(directory) / kIndexName);
+  std::ofstream out(join_path(directory, kIndexName));
   out << index.dump(2) << "\n";
   if (!out) throw std::runtime_error(cat("could not write ", directory, "/", kIndexName));
 }

@@ -1,22 +1,20 @@
 #include "topotrain/store/checkpoint_reader.h"
 
-#include <filesystem>
 #include <fstream>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
 
-namespace fs = std::filesystem;
-
 namespace topotrain {
 
 std::optional<std::string> CheckpointReader::find_latest(const std::string& run_dir) {
-  std::ifstream latest(fs::path(run_dir) / "latest");
+  std::ifstream latest(join_path(run_dir, "latest"));
   std::string name;
   if (latest && std::getline(latest, name) && checkpoint_step(name)) {
-    const std::string path = (fs::path(run_dir) / name).string();
+    const std::string path = join_path(run_dir, name);
     if (checkpoint_file_complete(path)) return path;
     log_warn("checkpoint " + path + " named by " + run_dir + "/latest is missing or incomplete; looking for an older one");
   }
@@ -43,7 +41,7 @@ std::optional<std::string> CheckpointReader::resolve_resume(const std::string& r
       log_info("--resume auto: no complete checkpoint in " + run_dir + "; starting fresh");
     return latest;
   }
-  if (!fs::is_regular_file(resume))
+  if (!is_regular_file(resume))
     throw ConfigError("--resume " + resume + ": no such checkpoint file; pass a step-*.h5 file or --resume auto");
   return resume;
 }

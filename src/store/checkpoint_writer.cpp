@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <memory>
+#include <system_error>
 #include <vector>
 
 #ifdef TOPOTRAIN_CUDA
@@ -12,11 +12,10 @@
 #endif
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
-
-namespace fs = std::filesystem;
 
 namespace topotrain {
 namespace {
@@ -74,17 +73,22 @@ void prune(const std::string& run_dir, int keep, const std::string& newest) {
   if (keep > 0 && files.size() > static_cast<std::size_t>(keep)) {
     for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < files.size(); ++i) {
       if (files[i].second == newest) continue;
-      std::error_code error;
-      fs::remove(files[i].second, error);
-      if (error) log_warn("cannot delete old checkpoint " + files[i].second + ": " + error.message());
+      try {
+        remove_file(files[i].second);
+      } catch (const std::system_error& e) {
+        log_warn("cannot delete old checkpoint " + files[i].second + ": " + e.code().message());
+      }
     }
   }
   // Leftovers of writers that were killed mid-write; this writer owns the directory.
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(run_dir, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && name.rfind("step-", 0) == 0)
-      fs::remove(entry.path(), error);
+  for (const std::string& name : list_directory(run_dir)) {
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0 && name.rfind("step-", 0) == 0) {
+      try {
+        remove_file(join_path(run_dir, name));
+      } catch (const std::system_error& e) {
+        log_warn("cannot delete the leftover " + join_path(run_dir, name) + ": " + e.code().message());
+      }
+    }
   }
 }
 
@@ -93,24 +97,24 @@ void write_snapshot(const std::string& run_dir, int keep, Snapshot& snapshot) {
   for (auto& event : snapshot.copies_done) event->synchronize();
 #endif
   const std::string name = CheckpointWriter::file_name(snapshot.state.step);
-  const std::string final_path = (fs::path(run_dir) / name).string();
+  const std::string final_path = join_path(run_dir, name);
   const std::string temporary = final_path + ".tmp";
   write_checkpoint_file(temporary, snapshot.state);
   fsync_path(temporary);
-  std::error_code error;
-  fs::rename(temporary, final_path, error);
-  if (error) throw std::runtime_error("cannot rename " + temporary + " to " + final_path + ": " + error.message());
+  rename_file(temporary, final_path);
   fsync_path(run_dir);
-  write_file_atomically((fs::path(run_dir) / "latest").string(), name + "\n");
+  write_file_atomically(join_path(run_dir, "latest"), name + "\n");
   prune(run_dir, keep, final_path);
 }
 
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string run_dir, int keep) : run_dir_(std::move(run_dir)), keep_(keep) {
-  std::error_code error;
-  fs::create_directories(run_dir_, error);
-  if (error) throw ConfigError("cannot create checkpoint directory " + run_dir_ + ": " + error.message());
+  try {
+    make_directories(run_dir_);
+  } catch (const std::system_error& e) {
+    throw ConfigError("cannot create checkpoint directory " + run_dir_ + ": " + e.code().message());
+  }
 }
 
 CheckpointWriter::~CheckpointWriter() {

@@ -7,9 +7,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <stdexcept>
+
+#include "topotrain/core/files.h"
 
 namespace topotrain {
 
@@ -26,10 +27,11 @@ std::optional<std::int64_t> checkpoint_step(const std::string& name) {
 
 std::vector<std::pair<std::int64_t, std::string>> checkpoint_files(const std::string& run_dir) {
   std::vector<std::pair<std::int64_t, std::string>> files;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(run_dir, error)) {
-    if (!entry.is_regular_file()) continue;
-    if (auto step = checkpoint_step(entry.path().filename().string())) files.emplace_back(*step, entry.path().string());
+  if (!is_directory(run_dir)) return files;
+  for (const std::string& name : list_directory(run_dir)) {
+    const std::string path = join_path(run_dir, name);
+    if (!is_regular_file(path)) continue;
+    if (auto step = checkpoint_step(name)) files.emplace_back(*step, path);
   }
   std::sort(files.begin(), files.end());
   return files;
@@ -53,10 +55,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
     if (!out) throw std::runtime_error("cannot write " + temporary);
   }
   fsync_path(temporary);
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) throw std::runtime_error("cannot rename " + temporary + " to " + path + ": " + error.message());
-  fsync_path(std::filesystem::path(path).parent_path().string());
+  rename_file(temporary, path);
+  fsync_path(parent_directory(path));
 }
 
 }  // namespace topotrain

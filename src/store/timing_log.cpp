@@ -1,13 +1,10 @@
 #include "topotrain/store/timing_log.h"
 
-#include <filesystem>
-
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/h5_io.h"
 #include "topotrain/store/timings_file.h"
-
-namespace fs = std::filesystem;
 
 namespace topotrain {
 namespace {
@@ -103,7 +100,7 @@ struct TimingLog::File {
 };
 
 TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::string& role, TimingLogConfig config)
-    : world_(world), config_(std::move(config)), path_((fs::path(run_dir) / kTimingsFileName).string()) {
+    : world_(world), config_(std::move(config)), path_(join_path(run_dir, kTimingsFileName)) {
   MPI_Comm_rank(world_, &rank_);
   MPI_Comm_size(world_, &world_size_);
   if (config_.gather_every < 1)
@@ -115,13 +112,12 @@ TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::stri
   std::string error;
   if (rank_ == 0) {
     try {
-      std::error_code ec;
-      fs::create_directories(run_dir, ec);
-      if (fs::exists(path_)) {
+      make_directories(run_dir);
+      if (file_exists(path_)) {
         // A resumed run starts a new log; the previous one is kept beside it.
         std::string kept;
-        for (int n = 1; kept.empty() || fs::exists(kept); ++n) kept = cat(run_dir, "/timings.", n, ".h5");
-        fs::rename(path_, kept);
+        for (int n = 1; kept.empty() || file_exists(kept); ++n) kept = cat(run_dir, "/timings.", n, ".h5");
+        rename_file(path_, kept);
         log_info("previous timing log kept as " + kept);
       }
       file_ = std::make_unique<File>(path_, world_size_, roles, config_.gather_every, config_.extra_fields, rank_rows);

@@ -1,15 +1,15 @@
 #include "topotrain/train/sample_log.h"
 
-#include <filesystem>
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 namespace topotrain {
 
 SampleLog::SampleLog(const Settings& settings, const std::string& run_dir, int rank) {
   if (!settings.boolean("log.samples")) return;
-  std::filesystem::create_directories(run_dir);
+  make_directories(run_dir);
   const std::string path = cat(run_dir, "/samples-rank-", rank, ".txt");
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) throw std::runtime_error(cat("cannot open ", path, " for log.samples"));

@@ -2,7 +2,6 @@
 // the number of threads; errors name the file and line.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "test_dir.h"

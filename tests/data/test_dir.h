@@ -2,25 +2,25 @@
 // process exits (ctest -j may run several test binaries at once).
 #pragma once
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
+
+#include "topotrain/core/files.h"
 
 namespace topotrain::data {
 
 inline std::string test_file(const std::string& name) {
   struct Dir {
-    std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                 ("topotrain_data_test_" + std::to_string(::getpid()));
-    Dir() { std::filesystem::create_directories(path); }
+    std::string path = make_temp_directory("topotrain_data_test_");
     ~Dir() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
+      try {
+        remove_tree(path);
+      } catch (const std::exception&) {
+        // Leftover files in the temporary directory must not fail the tests at exit.
+      }
     }
   };
   static const Dir dir;
-  return (dir.path / name).string();
+  return join_path(dir.path, name);
 }
 
 }  // namespace topotrain::data

@@ -4,7 +4,6 @@
 #include <hdf5.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 
 #include "test_dir.h"
@@ -114,8 +113,8 @@ TEST(TokenDataset, UnfinishedWriterLeavesNoFile) {
     TokenDatasetWriter writer(path, 10, 1, "test");
     writer.append({1, 2}, {2}, {});
   }
-  EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_FALSE(file_exists(path));
+  EXPECT_FALSE(file_exists(path + ".tmp"));
 }
 
 TEST(TokenDataset, EachBadFileGetsItsOwnError) {

@@ -1,16 +1,16 @@
 // safetensors files and HF checkpoints: bit-exact round trips and the loading errors.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/model/safetensors.h"
 
-namespace fs = std::filesystem;
 namespace mdl = topotrain::model;
 
 namespace {
@@ -20,14 +20,11 @@ class CheckpointTest : public ::testing::Test {
   void SetUp() override {
     at::set_num_threads(1);
     torch::manual_seed(3);
-    dir_ = fs::temp_directory_path() /
-           ("topotrain_model_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = topotrain::make_temp_directory("topotrain_model_");
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { topotrain::remove_tree(dir_); }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string path(const std::string& name) const { return topotrain::join_path(dir_, name); }
 
   // Expects loading `checkpoint` into a fresh tiny-moe to fail naming all of `pieces`.
   void expect_load_error(const std::string& checkpoint, const std::vector<std::string>& pieces) {
@@ -48,7 +45,7 @@ class CheckpointTest : public ::testing::Test {
     return out;
   }
 
-  fs::path dir_;
+  std::string dir_;
 };
 
 }  // namespace
@@ -74,10 +71,10 @@ TEST_F(CheckpointTest, RoundTripIsBitExactForEveryDtype) {
 
 TEST_F(CheckpointTest, ShardedCheckpointWritesAnIndexAndReadsBack) {
   const mdl::NamedTensors tensors = {{"a", torch::randn({64})}, {"b", torch::randn({64})}, {"c", torch::randn({64})}};
-  mdl::write_safetensors_checkpoint(dir_.string(), tensors, /*max_shard_bytes=*/300);
-  EXPECT_TRUE(fs::exists(dir_ / "model.safetensors.index.json"));
-  EXPECT_TRUE(fs::exists(dir_ / "model-00003-of-00003.safetensors"));
-  const mdl::SafetensorsCheckpoint checkpoint(dir_.string());
+  mdl::write_safetensors_checkpoint(dir_, tensors, /*max_shard_bytes=*/300);
+  EXPECT_TRUE(topotrain::file_exists(path("model.safetensors.index.json")));
+  EXPECT_TRUE(topotrain::file_exists(path("model-00003-of-00003.safetensors")));
+  const mdl::SafetensorsCheckpoint checkpoint(dir_);
   for (const auto& [name, tensor] : tensors) EXPECT_TRUE(torch::equal(checkpoint.load(name), tensor)) << name;
   EXPECT_NE(checkpoint.file_of("a"), checkpoint.file_of("c"));
 }
@@ -85,8 +82,8 @@ TEST_F(CheckpointTest, ShardedCheckpointWritesAnIndexAndReadsBack) {
 TEST_F(CheckpointTest, HfExportUnstacksExpertsAndImportRestoresEveryParameter) {
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
     mdl::Qwen3CausalLM source(mdl::ModelConfig::preset("tiny-moe"));
-    mdl::save_hf_checkpoint(*source, dir_.string(), dtype, /*max_shard_bytes=*/200'000);
-    const mdl::SafetensorsCheckpoint saved(dir_.string());
+    mdl::save_hf_checkpoint(*source, dir_, dtype, /*max_shard_bytes=*/200'000);
+    const mdl::SafetensorsCheckpoint saved(dir_);
     EXPECT_TRUE(saved.contains("model.layers.0.mlp.experts.7.up_proj.weight"));
     EXPECT_TRUE(saved.contains("model.layers.0.mlp.gate.weight"));
     EXPECT_TRUE(saved.contains("model.layers.1.mlp.gate_proj.weight"));  // the dense layer
@@ -98,12 +95,12 @@ TEST_F(CheckpointTest, HfExportUnstacksExpertsAndImportRestoresEveryParameter) {
                              stacked[7].narrow(0, inter, inter).to(dtype)));
 
     mdl::Qwen3CausalLM loaded(mdl::ModelConfig::from_json_file(path("config.json")));
-    mdl::load_hf_checkpoint(*loaded, dir_.string());
+    mdl::load_hf_checkpoint(*loaded, dir_);
     const auto expected = source->named_parameters();
     for (const auto& item : loaded->named_parameters()) {
       EXPECT_TRUE(torch::equal(item.value(), expected[item.key()].to(dtype).to(torch::kFloat32))) << item.key();
     }
-    fs::remove_all(dir_);
+    topotrain::remove_tree(dir_);
   }
 }
 
@@ -138,9 +135,10 @@ TEST_F(CheckpointTest, DtypeMismatchIsNamed) {
 
 TEST_F(CheckpointTest, TruncatedFileIsNamed) {
   mdl::write_safetensors(path("t.safetensors"), tiny_moe_tensors());
-  fs::resize_file(path("t.safetensors"), fs::file_size(path("t.safetensors")) - 10);
+  const auto size = static_cast<off_t>(topotrain::file_size(path("t.safetensors")));
+  ASSERT_EQ(::truncate(path("t.safetensors").c_str(), size - 10), 0);
   expect_load_error(path("t.safetensors"), {path("t.safetensors"), "truncated", "lm_head.weight"});
-  fs::resize_file(path("t.safetensors"), 5);
+  ASSERT_EQ(::truncate(path("t.safetensors").c_str(), 5), 0);
   expect_load_error(path("t.safetensors"), {path("t.safetensors"), "truncated"});
 }
 
@@ -158,7 +156,7 @@ TEST_F(CheckpointTest, IndexPointingAtTheWrongShardIsNamed) {
   mdl::write_safetensors(path("shard.safetensors"), {{"x", torch::zeros({2})}});
   std::ofstream(path("model.safetensors.index.json")) << R"({"weight_map": {"y": "shard.safetensors"}})";
   try {
-    mdl::SafetensorsCheckpoint checkpoint(dir_.string());
+    mdl::SafetensorsCheckpoint checkpoint(dir_);
     ADD_FAILURE() << "bad index accepted";
   } catch (const topotrain::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'y'"), std::string::npos) << e.what();

@@ -5,16 +5,15 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <filesystem>
 #include <fstream>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/checkpoint_writer.h"
 
 using namespace topotrain;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -22,14 +21,13 @@ class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     at::set_num_threads(1);
-    dir_ = fs::temp_directory_path() /
-           ("topotrain-ckpt-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    // The run directory itself does not exist yet: the writer creates it.
+    temp_ = make_temp_directory("topotrain-ckpt-");
+    dir_ = join_path(temp_, "run");
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir() const { return dir_.string(); }
-  fs::path dir_;
+  void TearDown() override { remove_tree(temp_); }
+  const std::string& dir() const { return dir_; }
+  std::string temp_, dir_;
 };
 
 // A state with every dtype a trainer stores, filled with bit patterns that a lossy
@@ -97,7 +95,7 @@ TEST_F(CheckpointTest, RoundTripIsBitExact) {
   }
   auto latest = CheckpointReader::find_latest(dir());
   ASSERT_TRUE(latest);
-  EXPECT_EQ(fs::path(*latest).filename(), "step-00000100.h5");
+  EXPECT_EQ(file_name(*latest), "step-00000100.h5");
   CheckpointExpectations expect;
   expect.model_identity = state.model_identity;
   expect.expect_like(state.tensors);
@@ -120,9 +118,9 @@ TEST_F(CheckpointTest, KeepsTheNewestKAndLatestPointsAtTheNewest) {
   for (std::int64_t step : {10, 20, 30, 40}) writer.save(sample_state(step));
   writer.wait();
   std::vector<std::string> names;
-  for (const auto& path : CheckpointReader::list(dir())) names.push_back(fs::path(path).filename().string());
+  for (const auto& path : CheckpointReader::list(dir())) names.push_back(file_name(path));
   EXPECT_EQ(names, (std::vector<std::string>{"step-00000030.h5", "step-00000040.h5"}));
-  std::ifstream latest(fs::path(dir()) / "latest");
+  std::ifstream latest(join_path(dir(), "latest"));
   std::string line;
   std::getline(latest, line);
   EXPECT_EQ(line, "step-00000040.h5");
@@ -145,23 +143,23 @@ TEST_F(CheckpointTest, WriterKilledMidWriteLeavesPreviousLatestUsable) {
     writer.wait();
     std::_Exit(0);
   }
-  const fs::path tmp = fs::path(dir()) / "step-00000200.h5.tmp";
-  for (int i = 0; i < 2000 && !fs::exists(tmp); ++i) ::usleep(1000);
+  const std::string tmp = join_path(dir(), "step-00000200.h5.tmp");
+  for (int i = 0; i < 2000 && !file_exists(tmp); ++i) ::usleep(1000);
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child finished before it was killed; make its checkpoint larger";
-  EXPECT_FALSE(fs::exists(fs::path(dir()) / "step-00000200.h5"));
+  EXPECT_FALSE(file_exists(join_path(dir(), "step-00000200.h5")));
   auto latest = CheckpointReader::find_latest(dir());
   ASSERT_TRUE(latest);
-  EXPECT_EQ(fs::path(*latest).filename(), "step-00000100.h5");
+  EXPECT_EQ(file_name(*latest), "step-00000100.h5");
   expect_same_state(sample_state(100), CheckpointReader::load(*latest, {}));
   // The next save of a fresh writer removes the leftover.
   {
     CheckpointWriter writer(dir(), 3);
     writer.save(sample_state(300));
   }
-  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(file_exists(tmp));
 }
 
 TEST_F(CheckpointTest, StaleLatestFallsBackToNewestCompleteFile) {
@@ -171,10 +169,10 @@ TEST_F(CheckpointTest, StaleLatestFallsBackToNewestCompleteFile) {
     writer.save(sample_state(2));
   }
   // `latest` names a file that has since been truncated on disk.
-  fs::resize_file(fs::path(dir()) / "step-00000002.h5", 100);
+  ASSERT_EQ(::truncate(join_path(dir(), "step-00000002.h5").c_str(), 100), 0);
   auto latest = CheckpointReader::find_latest(dir());
   ASSERT_TRUE(latest);
-  EXPECT_EQ(fs::path(*latest).filename(), "step-00000001.h5");
+  EXPECT_EQ(file_name(*latest), "step-00000001.h5");
 }
 
 TEST_F(CheckpointTest, EmptyRunDirHasNoLatest) {
@@ -221,7 +219,7 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
             std::string::npos)
       << message;
 
-  fs::resize_file(path, fs::file_size(path) / 2);
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(file_size(path) / 2)), 0);
   message = error_of([&] { CheckpointReader::load(path, {}); });
   EXPECT_NE(message.find("is truncated or corrupt"), std::string::npos) << message;
 
@@ -231,7 +229,7 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
 }
 
 TEST_F(CheckpointTest, FileWithoutCompletionMarkerIsRefused) {
-  fs::create_directories(dir());
+  make_directories(dir());
   const std::string path = dir() + "/step-00000009.h5";
   CheckpointState state = sample_state(9);
   write_checkpoint_file(path, state);
@@ -263,7 +261,7 @@ TEST_F(CheckpointTest, WriteErrorSurfacesOnNextCall) {
   }
   writer.save(sample_state(4));
   EXPECT_NO_THROW(writer.wait());
-  EXPECT_FALSE(fs::exists(fs::path(dir()) / "step-00000003.h5"));
+  EXPECT_FALSE(file_exists(join_path(dir(), "step-00000003.h5")));
 }
 
 TEST(ModelIdentity, DependsOnShapesNotValues) {

@@ -1,9 +1,8 @@
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "topotrain/core/files.h"
 #include "topotrain/store/chrome_trace.h"
 #include "topotrain/store/h5_io.h"
 #include "topotrain/store/phase.h"
@@ -13,7 +12,6 @@
 #include "topotrain/store/timings_file.h"
 
 using namespace topotrain;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -30,9 +28,8 @@ std::map<std::string, double> synthetic_row(int rank, int step) {
 }
 
 // Written with the layout of timings_file.h directly, independent of TimingLog.
-std::string write_synthetic(const fs::path& dir) {
-  fs::create_directories(dir);
-  const std::string path = (dir / kTimingsFileName).string();
+std::string write_synthetic(const std::string& dir) {
+  const std::string path = join_path(dir, kTimingsFileName);
   H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
   write_attribute(file, "format", std::string("topotrain-timings"));
   write_attribute(file, "world_size", std::int64_t{3});
@@ -71,11 +68,11 @@ std::string write_synthetic(const fs::path& dir) {
 class ReportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("topotrain-report-" + std::to_string(::getpid()));
+    dir_ = make_temp_directory("topotrain-report-");
     data_ = read_timings(write_synthetic(dir_));
   }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  void TearDown() override { remove_tree(dir_); }
+  std::string dir_;
   TimingsData data_;
 };
 

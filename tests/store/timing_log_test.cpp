@@ -1,26 +1,27 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <set>
 
+#include "topotrain/core/files.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/store/timings_file.h"
 
 using namespace topotrain;
-namespace fs = std::filesystem;
 
 namespace {
 
-// One directory for all ranks of this run, named by rank 0.
+// One directory for all ranks of this run, created by rank 0.
 std::string shared_dir(const char* test) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int pid = ::getpid();
-  MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return (fs::temp_directory_path() / ("topotrain-timings-" + std::to_string(pid) + "-" + test)).string();
+  std::string dir = rank == 0 ? make_temp_directory(std::string("topotrain-timings-") + test + "-") : "";
+  int length = static_cast<int>(dir.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  dir.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(dir.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
 }
 
 std::string role_of(int rank, int world) { return rank == world - 1 ? "drafter" : "target"; }
@@ -87,7 +88,7 @@ TEST(TimingLog, HoldsEveryRankAndStep) {
     EXPECT_EQ(data.spans.rows, static_cast<std::size_t>(2 * kSteps * world));
     EXPECT_EQ(data.span_phases.size(), kPhaseCount);
     EXPECT_EQ(data.nvml.rows, 0u);  // no device sampled
-    fs::remove_all(dir);
+    remove_tree(dir);
   }
 }
 
@@ -111,5 +112,5 @@ TEST(TimingLog, FlushLocalNeedsNoOtherRank) {
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) fs::remove_all(dir);
+  if (rank == 0) remove_tree(dir);
 }
