@@ -25,7 +25,9 @@ registered through transformers' AttentionInterface: it runs torch's
 scaled_dot_product_attention(is_causal=True) once per document of the packed row (the
 document lengths are known on the host, so no synchronisation), which takes the flash kernel
 with the exact causal-within-document mask that topotrain's flash varlen kernel computes.
-Because the name is not a mask-building implementation, HF creates no mask at all.
+Because the name is not a mask-building implementation, HF creates no mask at all. cuDNN's
+SDPA backend is switched off: it re-plans for every new document length (~5 ms host time per
+call), so SDPA takes the flash kernel (GQA inside the kernel when torch supports it there).
 
 Experts: transformers' grouped_mm experts (torch._grouped_mm) when it computes in bf16 under
 autocast; otherwise (torch._grouped_mm outside autocast's cast list) an equivalent
@@ -309,6 +311,10 @@ def build_model(torch, args, fields, device):
 
     use_gqa_flag = False
     if device.type == "cuda":
+        # cuDNN's SDPA plans a graph for every new sequence length (~5 ms of host time per
+        # call, measured on an H200), and every document of a packed row has its own length:
+        # leave it out so that SDPA takes the flash kernel.
+        torch.backends.cuda.enable_cudnn_sdp(False)
         from torch.nn.attention import SDPBackend, sdpa_kernel
         q = torch.randn(1, 8, 256, 128, device=device, dtype=torch.bfloat16)
         k = torch.randn(1, 4, 256, 128, device=device, dtype=torch.bfloat16)

@@ -21,7 +21,9 @@
 # holds the tail of every log). A failed configuration is reported and the others go on. New
 # runs stop starting once MOE_BENCH_BUDGET_S (420) seconds have passed; what was skipped says so.
 # Other knobs: NGPU (default: all GPUs, at most 2), TOKEN_BUDGET, RUN_TIMEOUT_S (150 per run),
-# KEEP_WORK=1 (keep the work directory).
+# KEEP_WORK=1 (keep the work directory), SKIP_BUILD=1 (use $BUILD_DIR/bin as it is), PYTHON.
+# MOE_BENCH_SMOKE=1 runs the same script on CPUs (2 ranks, tiny-moe, short runs): a check of
+# the script itself on any machine, with no meaningful numbers.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
@@ -32,35 +34,55 @@ source launch/env.sh
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 
 budget_s=${MOE_BENCH_BUDGET_S:-420}
-token_budget=${TOKEN_BUDGET:-16384}
 run_timeout=${RUN_TIMEOUT_S:-150}
-steps_ga10=${STEPS_GA10:-10} skip_ga10=${SKIP_GA10:-2}
-steps_ga1=${STEPS_GA1:-30} skip_ga1=${SKIP_GA1:-5}
+python=${PYTHON:-python3}
+smoke=${MOE_BENCH_SMOKE:-0}
+if [[ $smoke == 1 ]]; then
+  preset=tiny-moe token_budget=${TOKEN_BUDGET:-1024} devices_kind=cpu
+  data_args=(--tokens 200000 --mean-len 300 --vocab 512)
+  reference_args=(--device cpu --tiny)
+  mpirun_args=(--oversubscribe)
+  steps_ga10=${STEPS_GA10:-4} skip_ga10=${SKIP_GA10:-1} steps_ga1=${STEPS_GA1:-6} skip_ga1=${SKIP_GA1:-2}
+else
+  preset=moe-500m token_budget=${TOKEN_BUDGET:-16384} devices_kind=gpu
+  data_args=(--tokens 8000000 --mean-len 2048)
+  reference_args=()
+  mpirun_args=()
+  steps_ga10=${STEPS_GA10:-10} skip_ga10=${SKIP_GA10:-2} steps_ga1=${STEPS_GA1:-30} skip_ga1=${SKIP_GA1:-5}
+fi
 
 say() { printf '[moe bench %4ds] %s\n' "$SECONDS" "$*"; }
 die() { printf 'moe bench: error: %s\n' "$*" >&2; exit 1; }
 
 command -v mpirun >/dev/null || die "mpirun not found (Open MPI is needed for moe_train and the reference)"
-command -v python3 >/dev/null || die "python3 not found"
-python3 -c 'import torch, transformers, h5py' 2>/dev/null ||
-  die "python3 needs torch, transformers and h5py for the reference (python3 -c 'import torch, transformers, h5py')"
+command -v "$python" >/dev/null || die "$python not found (set PYTHON)"
+"$python" -c 'import numpy, h5py' 2>/dev/null || die "$python needs numpy and h5py (dataset and timings)"
+"$python" -c 'import torch, transformers' 2>/dev/null ||
+  say "warning: $python cannot import torch and transformers: every reference run will fail"
 
 # ---- build (not counted in the time budget)
-build_log=$(mktemp)
-if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
-  say "configuring and building topotrain into $BUILD_DIR (tests off; first time takes minutes)"
-  JOBS=${JOBS:-$(nproc)} launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF >"$build_log" 2>&1 ||
-    { tail -40 "$build_log"; die "build failed (log above)"; }
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  build_log=$(mktemp)
+  if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
+    say "configuring and building topotrain into $BUILD_DIR (tests off; first time takes minutes)"
+    JOBS=${JOBS:-$(nproc)} launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF >"$build_log" 2>&1 ||
+      { tail -40 "$build_log"; die "build failed (log above)"; }
+  fi
+  cmake --build "$BUILD_DIR" --target moe_train topotrain_report -j "$(nproc)" >"$build_log" 2>&1 ||
+    { tail -40 "$build_log"; die "building moe_train / topotrain-report in $BUILD_DIR failed (log above)"; }
+  rm -f "$build_log"
 fi
-cmake --build "$BUILD_DIR" --target moe_train topotrain_report -j "$(nproc)" >"$build_log" 2>&1 ||
-  { tail -40 "$build_log"; die "building moe_train / topotrain-report in $BUILD_DIR failed (log above)"; }
-rm -f "$build_log"
 bin=$BUILD_DIR/bin
 [[ -x $bin/moe_train && -x $bin/topotrain-report ]] || die "$bin/moe_train or $bin/topotrain-report missing after the build"
 
-gpus_present=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-ngpu=${NGPU:-$(( gpus_present > 2 ? 2 : gpus_present ))}
-(( ngpu >= 1 )) || die "no GPU found (nvidia-smi -L lists none); this benchmark needs a GPU machine"
+if [[ $smoke == 1 ]]; then
+  gpus_present=0 ngpu=${NGPU:-2} hardware="CPU (smoke test)"
+else
+  gpus_present=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  ngpu=${NGPU:-$(( gpus_present > 2 ? 2 : gpus_present ))}
+  (( ngpu >= 1 )) || die "no GPU found (nvidia-smi -L lists none); this benchmark needs a GPU machine"
+  hardware="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu"
+fi
 
 # ---- work directory: /dev/shm when roomy (each moe_train run writes a ~6 GB final checkpoint)
 shm_free_gb=$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc '0-9')
@@ -77,21 +99,22 @@ reports=$work/reports.md
 : >"$notes"
 : >"$reports"
 start=$SECONDS
-say "work directory $work; $ngpu GPU(s) of $gpus_present; time budget ${budget_s}s"
+say "work directory $work; $ngpu rank(s) on $hardware; time budget ${budget_s}s"
 
-python3 bench/moe/make_dataset.py "$work/data.h5" --tokens 8000000 --mean-len 2048 ||
-  die "writing the synthetic dataset failed"
+"$python" bench/moe/make_dataset.py "$work/data.h5" "${data_args[@]}" || die "writing the synthetic dataset failed"
 
 write_topology() {  # NAME GPUS INTERCONNECT
-  local ranks
+  local ranks devices interconnect=$3
   ranks=$(seq -s, 0 $(( $2 - 1 )))
-  printf '[topology]\nname = "%s"\ninterconnect = "%s"\n\n[[roles]]\nrole = "trainer"\nranks = [%s]\ndevices = [%s]\n' \
-    "$1" "$3" "$ranks" "$ranks" >"$work/$1.toml"
+  devices="[$ranks]"
+  [[ $devices_kind == cpu ]] && devices='"cpu"' interconnect=cpu
+  printf '[topology]\nname = "%s"\ninterconnect = "%s"\n\n[[roles]]\nrole = "trainer"\nranks = [%s]\ndevices = %s\n' \
+    "$1" "$interconnect" "$ranks" "$devices" >"$work/$1.toml"
 }
 
 port=29600
 mpirun_base() {  # GPUS [NCCL_P2P_DISABLE value or empty]
-  local cmd=(timeout -k 15 "$run_timeout" mpirun --allow-run-as-root --bind-to none -np "$1"
+  local cmd=(timeout -k 15 "$run_timeout" mpirun --allow-run-as-root --bind-to none "${mpirun_args[@]}" -np "$1"
              -x LD_LIBRARY_PATH -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE -x PYTHONUNBUFFERED -x PATH)
   [[ -n ${2:-} ]] && cmd+=(-x "NCCL_P2P_DISABLE=$2")
   printf '%s\n' "${cmd[@]}"
@@ -107,7 +130,7 @@ run_topotrain() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra --set ...]
   mapfile -t launch < <(mpirun_base "$gpus" "$p2p")
   say "$name: moe_train ($gpus GPU(s), grad_accum $ga, $steps steps)"
   "${launch[@]}" "$bin/moe_train" "$work/$name.toml" \
-    --set model.preset=moe-500m --set "data.path=$work/data.h5" --set "train.token_budget=$token_budget" \
+    --set "model.preset=$preset" --set "data.path=$work/data.h5" --set "train.token_budget=$token_budget" \
     --set "train.grad_accum=$ga" --set "train.max_steps=$steps" --set train.lr=6e-4 \
     --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$name-tt" --set checkpoint.every_steps=0 \
     --set checkpoint.keep=1 --set log.every=5 "$@" >"$log" 2>&1
@@ -123,8 +146,9 @@ run_reference() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra args]
   mapfile -t launch < <(mpirun_base "$gpus" "$p2p")
   port=$(( port + 1 ))
   say "$name: PyTorch reference ($gpus GPU(s), grad_accum $ga, $steps steps)"
-  "${launch[@]}" -x "MASTER_PORT=$port" python3 bench/moe/reference_train.py --data "$work/data.h5" \
-    --token-budget "$token_budget" --grad-accum "$ga" --steps "$steps" --warmup "$skip" --lr 6e-4 "$@" \
+  "${launch[@]}" -x "MASTER_PORT=$port" "$python" bench/moe/reference_train.py --data "$work/data.h5" \
+    --token-budget "$token_budget" --grad-accum "$ga" --steps "$steps" --warmup "$skip" --lr 6e-4 \
+    "${reference_args[@]}" "$@" \
     >"$work/$name.ref.log" 2>&1
 }
 
@@ -153,7 +177,7 @@ bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE
   fi
   if run_topotrain "$name" "$gpus" "$ga" "$steps" "$skip" "$p2p"; then
     local run_dir=$work/runs/$name-tt
-    if python3 bench/moe/summarize.py timings "$run_dir" --skip "$skip" >"$results/$name.tt.json" 2>"$work/$name.sum.log"; then
+    if "$python" bench/moe/summarize.py timings "$run_dir" --skip "$skip" >"$results/$name.tt.json" 2>"$work/$name.sum.log"; then
       { echo "### $label: topotrain-report --skip $skip"; echo '```'
         "$bin/topotrain-report" "$run_dir" --skip "$skip" 2>&1
         grep -E '^.*step [0-9]+ \|' "$work/$name.tt.log" | tail -3
@@ -206,12 +230,12 @@ fi
 # ---- summary
 summary=$work/moe_bench.md
 {
-  echo "# moe_train vs PyTorch reference: moe-500m, token_budget $token_budget"
+  echo "# moe_train vs PyTorch reference: $preset, token_budget $token_budget"
   echo
-  echo "$(date -u '+%F %H:%M UTC'), $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$ngpu, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
-       "$(python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
+  echo "$(date -u '+%F %H:%M UTC'), $hardware, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
+       "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
   echo
-  python3 bench/moe/summarize.py table "$results" || echo "(summary table failed)"
+  "$python" bench/moe/summarize.py table "$results" || echo "(summary table failed)"
   echo
   echo "tok/s: global tokens per second over the measured steps (per GPU in brackets); ratio = topotrain / reference;"
   echo "MFU with topotrain's FLOPs per token (active matmuls + attention at the mean document length) and 989 TFLOP/s;"
