@@ -19,7 +19,7 @@
 # efficiency = 2-GPU tok/s / (2 x 1-GPU tok/s)) and topotrain-report's phase breakdown for each
 # moe_train run, to stdout and to "$OUT/moe_bench.md" when OUT is set ("$OUT/moe_bench_logs.txt"
 # holds the tail of every log). A failed configuration is reported and the others go on. New
-# runs stop starting once MOE_BENCH_BUDGET_S (420) seconds have passed; what was skipped says so.
+# runs stop starting once MOE_BENCH_BUDGET_S (380) seconds have passed; what was skipped says so.
 # Other knobs: NGPU (default: all GPUs, at most 2), TOKEN_BUDGET, RUN_TIMEOUT_S (150 per run),
 # KEEP_WORK=1 (keep the work directory), SKIP_BUILD=1 (use $BUILD_DIR/bin as it is), PYTHON.
 # MOE_BENCH_SMOKE=1 runs the same script on CPUs (2 ranks, tiny-moe, short runs): a check of
@@ -33,7 +33,7 @@ export BUILD_TYPE=${BUILD_TYPE:-Release}
 source launch/env.sh
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 
-budget_s=${MOE_BENCH_BUDGET_S:-420}
+budget_s=${MOE_BENCH_BUDGET_S:-380}
 run_timeout=${RUN_TIMEOUT_S:-150}
 python=${PYTHON:-python3}
 smoke=${MOE_BENCH_SMOKE:-0}
@@ -152,10 +152,15 @@ run_reference() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra args]
     >"$work/$name.ref.log" 2>&1
 }
 
+log_tail() {  # LOG LINES: the end of a log without mpirun's abort banner
+  grep -v -E '^-{20,}$|^(Primary job|a non-zero exit code|mpirun (detected|noticed)|the job to be terminated|  Process name|  Exit code|process rank|Node:|exited on signal)' "$1" 2>/dev/null |
+    tail -"$2"
+}
+
 failed() {  # NAME WHAT LOG
   say "$1: $2 FAILED (log tail below)"
-  tail -25 "$3"
-  { echo "- **$1: $2 failed** — last lines of its log:"; echo '```'; tail -15 "$3"; echo '```'; } >>"$notes"
+  log_tail "$3" 25
+  { echo "- **$1: $2 failed** — last lines of its log:"; echo '```'; log_tail "$3" 15; echo '```'; } >>"$notes"
 }
 
 order=0
@@ -222,8 +227,8 @@ if ! over_budget; then
       fi
     done
   else
-    data_check="check failed to run (see $work/order-check.*.log)"
-    tail -15 "$work/order-check.tt.log" "$work/order-check.ref.log" 2>/dev/null
+    data_check="check failed to run (order-check logs below)"
+    for f in "$work"/order-check.*.log; do { echo "- $(basename "$f"):"; echo '```'; log_tail "$f" 10; echo '```'; } >>"$notes"; done
   fi
 fi
 
