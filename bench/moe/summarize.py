@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Numbers for bench/moe/run.sh.
+
+  summarize.py timings RUN_DIR --skip K   one moe_train run's throughput from its timings.h5, as JSON
+  summarize.py table RESULTS_DIR          the summary table (markdown) from <config>.tt.json / .ref.json
+
+Throughput is computed here rather than taken from topotrain-report: moe_train records the
+step's *global* token count in every rank's row of /steps, while topotrain-report sums
+tokens/wall over ranks (it expects per-rank counts), which multiplies tokens/s and MFU by
+the number of ranks. The rule below is right for either convention: per step, tokens are
+the shared value when every rank reports the same count, else their sum; the step time is
+the slowest rank's wall time. The run's last step is left out as well as the first K: it
+also writes the final checkpoint.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+COMM_PHASES = ("comm_wait", "send", "recv")
+
+
+def read_table(f, name):
+    fields = f[name].attrs["fields"]
+    if isinstance(fields, bytes):
+        fields = fields.decode()
+    return f[name][:], {field: i for i, field in enumerate(str(fields).split(","))}
+
+
+def timings(run_dir, skip):
+    import h5py
+
+    path = os.path.join(run_dir, "timings.h5") if os.path.isdir(run_dir) else run_dir
+    if not os.path.exists(path):
+        raise SystemExit(f"summarize.py: {path} does not exist (did moe_train run and finish?)")
+    with h5py.File(path, "r") as f:
+        world = int(f.attrs["world_size"])
+        steps, col = read_table(f, "steps")
+        ranks, rcol = read_table(f, "ranks")
+    by_step = {}
+    for row in steps:
+        by_step.setdefault(int(row[col["step"]]), []).append(row)
+    all_steps = sorted(by_step)
+    measured = [s for s in all_steps[skip:-1] if len(by_step[s]) == world]
+    if not measured:
+        raise SystemExit(f"summarize.py: {path} has {len(all_steps)} steps; none left after skipping {skip} and the last")
+    per_rank_counts = any(len({float(r[col["tokens"]]) for r in by_step[s]}) > 1 for s in measured)
+    total_tokens = total_wall = comm = wall_rows = 0.0
+    for s in measured:
+        rows = by_step[s]
+        tokens = [float(r[col["tokens"]]) for r in rows]
+        total_tokens += sum(tokens) if per_rank_counts else tokens[0]
+        total_wall += max(float(r[col["wall"]]) for r in rows)
+        for r in rows:
+            wall_rows += float(r[col["wall"]])
+            comm += sum(float(r[col[p]]) for p in COMM_PHASES if p in col)
+    tokens_per_s = total_tokens / total_wall
+    flops = float(ranks[0][rcol["flops_per_token"]]) if "flops_per_token" in rcol else 0.0
+    peak = float(ranks[0][rcol["peak_flops"]]) if "peak_flops" in rcol else 0.0
+    return dict(impl="topotrain", world=world, steps_measured=len(measured), first_step=measured[0],
+                last_step=measured[-1], tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / world,
+                mfu=flops * tokens_per_s / (peak * world) if flops > 0 and peak > 0 else None,
+                comm_share=comm / wall_rows if wall_rows > 0 else None,
+                step_ms=1e3 * total_wall / len(measured),
+                tokens_column="per-rank" if per_rank_counts else "global")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def fmt_rate(result):
+    return f"{result['tokens_per_s'] / 1e3:,.1f}K" if result else "n/a"
+
+
+def fmt_share(value):
+    return f"{100 * value:.1f}%" if value is not None else "n/a"
+
+
+def table(results_dir):
+    configs = []
+    for path in sorted(glob.glob(os.path.join(results_dir, "*.config.json"))):
+        config = load(path)
+        if config:
+            configs.append(config)
+    configs.sort(key=lambda c: c["order"])
+    results = {c["name"]: (load(os.path.join(results_dir, c["name"] + ".tt.json")),
+                           load(os.path.join(results_dir, c["name"] + ".ref.json"))) for c in configs}
+    one_gpu = {c["grad_accum"]: results[c["name"]] for c in configs if c["gpus"] == 1}
+
+    def scaling(config, index):
+        base = one_gpu.get(config["grad_accum"], (None, None))[index]
+        mine = results[config["name"]][index]
+        if config["gpus"] == 1 or not base or not mine:
+            return None
+        return mine["tokens_per_s"] / (config["gpus"] * base["tokens_per_s"])
+
+    lines = ["| config | topotrain tok/s (per GPU) | reference tok/s (per GPU) | ratio | MFU topotrain / ref "
+             "| comm % | scaling eff. topotrain / ref |",
+             "|---|---|---|---|---|---|---|"]
+    for config in configs:
+        tt, ref = results[config["name"]]
+        ratio = f"{tt['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if tt and ref else "n/a"
+        per_gpu = lambda r: f"{fmt_rate(r)} ({r['tokens_per_s_per_gpu'] / 1e3:,.1f}K)" if r else "n/a"
+        mfu = " / ".join(fmt_share(r.get("mfu")) if r else "-" for r in (tt, ref))
+        scale = " / ".join(fmt_share(scaling(config, i)) if config["gpus"] > 1 else "-" for i in (0, 1))
+        lines.append(f"| {config['label']} | {per_gpu(tt)} | {per_gpu(ref)} | {ratio} | {mfu} | "
+                     f"{fmt_share(tt.get('comm_share')) if tt else 'n/a'} | {scale} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("timings")
+    t.add_argument("run_dir")
+    t.add_argument("--skip", type=int, default=3)
+    s = sub.add_parser("table")
+    s.add_argument("results_dir")
+    args = parser.parse_args()
+    if args.command == "timings":
+        print(json.dumps(timings(args.run_dir, args.skip)))
+    else:
+        print(table(args.results_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
