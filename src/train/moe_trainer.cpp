@@ -277,8 +277,12 @@ void train_moe(JobContext& context) {
     report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started).count();
     progress.record(report, state.tokens);
 
+    // The timing log holds one row per rank; the report sums rows, so each rank records
+    // its own tokens, not the step's global count.
+    std::int64_t my_tokens = 0;
+    for (const auto& batch : plan.micro_batches) my_tokens += batch.num_tokens;
     StepMetrics metrics;
-    metrics.tokens = report.tokens;
+    metrics.tokens = static_cast<double>(my_tokens);
     metrics.loss = report.loss;
     metrics.lr = lr;
     metrics.grad_norm = grad_norm;
