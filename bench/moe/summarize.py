@@ -45,12 +45,11 @@ def timings(run_dir, skip):
     measured = [s for s in all_steps[skip:-1] if len(by_step[s]) == world]
     if not measured:
         raise SystemExit(f"summarize.py: {path} has {len(all_steps)} steps; none left after skipping {skip} and the last")
-    per_rank_counts = any(len({float(r[col["tokens"]]) for r in by_step[s]}) > 1 for s in measured)
     total_tokens = total_wall = comm = wall_rows = 0.0
     for s in measured:
         rows = by_step[s]
         tokens = [float(r[col["tokens"]]) for r in rows]
-        total_tokens += sum(tokens) if per_rank_counts else tokens[0]
+        total_tokens += sum(tokens)  # each rank's row holds its own tokens
         total_wall += max(float(r[col["wall"]]) for r in rows)
         for r in rows:
             wall_rows += float(r[col["wall"]])
@@ -62,8 +61,7 @@ def timings(run_dir, skip):
                 last_step=measured[-1], tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / world,
                 mfu=flops * tokens_per_s / (peak * world) if flops > 0 and peak > 0 else None,
                 comm_share=comm / wall_rows if wall_rows > 0 else None,
-                step_ms=1e3 * total_wall / len(measured),
-                tokens_column="per-rank" if per_rank_counts else "global")
+                step_ms=1e3 * total_wall / len(measured))
 
 
 def load(path):
