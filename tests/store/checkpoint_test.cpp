@@ -32,18 +32,20 @@ class CheckpointTest : public ::testing::Test {
 
 // A state with every dtype a trainer stores, filled with bit patterns that a lossy
 // conversion would change (NaN payloads, subnormals, negative zero, extreme int64s).
+// A CPU generator, not torch::manual_seed: seeding would initialise CUDA on a GPU build,
+// and the forked writer below cannot use CUDA after that.
 CheckpointState sample_state(std::int64_t step) {
-  torch::manual_seed(step);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(step));
   CheckpointState state;
   state.step = step;
-  state.tensors["model/embed_tokens.weight"] = torch::randn({7, 5}).to(torch::kBFloat16);
-  state.tensors["model/layers.0.mlp.gate_proj.weight"] = torch::randn({3, 4});
+  state.tensors["model/embed_tokens.weight"] = torch::randn({7, 5}, generator).to(torch::kBFloat16);
+  state.tensors["model/layers.0.mlp.gate_proj.weight"] = torch::randn({3, 4}, generator);
   at::Tensor odd = torch::tensor({0.0f, -0.0f, 1e-42f, std::numeric_limits<float>::quiet_NaN(), 3.4e38f, -1.5f});
   state.tensors["optim/exp_avg/layers.0.mlp.gate_proj.weight"] = odd;
   state.tensors["optim/step"] = torch::tensor(step * 1.0);  // 0-dim
   state.tensors["rng/cpu"] = torch::tensor({std::numeric_limits<std::int64_t>::min(), std::int64_t{-1},
                                             std::numeric_limits<std::int64_t>::max()});
-  state.tensors["rng/bytes"] = torch::randint(0, 255, {16}, torch::kUInt8);
+  state.tensors["rng/bytes"] = torch::randint(0, 255, {16}, generator, torch::kUInt8);
   state.tensors["model/empty"] = torch::zeros({0, 3});
   state.ints = {{"consumed_samples", 1234 + step}, {"consumed_tokens", 987654321012}, {"sampler_seed", 42}, {"epoch", 2}};
   state.reals = {{"lr_position", 0.25}};
@@ -136,11 +138,15 @@ TEST_F(CheckpointTest, WriterKilledMidWriteLeavesPreviousLatestUsable) {
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    CheckpointState big = sample_state(200);
-    big.tensors["model/big"] = torch::ones({64, 1024, 1024});  // 256 MiB: takes a while to write
-    CheckpointWriter writer(dir(), 3);
-    writer.save(big);
-    writer.wait();
+    try {  // never return into the test runner from the child
+      CheckpointState big = sample_state(200);
+      big.tensors["model/big"] = torch::ones({64, 1024, 1024});  // 256 MiB: takes a while to write
+      CheckpointWriter writer(dir(), 3);
+      writer.save(big);
+      writer.wait();
+    } catch (...) {
+      std::_Exit(1);
+    }
     std::_Exit(0);
   }
   const std::string tmp = join_path(dir(), "step-00000200.h5.tmp");
