@@ -21,10 +21,10 @@ LogState& state() {
   return s;
 }
 
-void emit(LogLevel level, const std::string& message) {
+void emit(LogLevel level, const std::string& message, bool any_rank = false) {
   LogState& s = state();
   if (level < s.level) return;
-  if (level <= LogLevel::info && s.rank != 0 && !s.all_ranks) return;
+  if (level <= LogLevel::info && s.rank != 0 && !s.all_ranks && !any_rank) return;
   static const char* const kTags[] = {"debug: ", "", "warning: ", "error: "};
   std::lock_guard<std::mutex> lock(s.mutex);
   FILE* stream = level >= LogLevel::warn ? stderr : stdout;
@@ -58,6 +58,7 @@ std::string log_prefix() {
 
 void log_debug(const std::string& message) { emit(LogLevel::debug, message); }
 void log_info(const std::string& message) { emit(LogLevel::info, message); }
+void log_info_here(const std::string& message) { emit(LogLevel::info, message, true); }
 void log_warn(const std::string& message) { emit(LogLevel::warn, message); }
 void log_error(const std::string& message) { emit(LogLevel::error, message); }
 

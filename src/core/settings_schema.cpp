@@ -22,6 +22,10 @@ const std::vector<SettingSpec>& setting_specs() {
       {"model.init_std", T::real, 0.02, "standard deviation of the random initialisation"},
       {"model.draft_layers", T::integer, std::int64_t{5}, "dflash: drafter decoder layers (and target taps)"},
       {"model.block_size", T::integer, std::int64_t{16}, "dflash: tokens per draft block (anchor + mask tokens)"},
+      {"model.taps", T::string, kUnset,
+       "dflash: target layers the drafter reads, e.g. \"1,9,17,25,33\" (unset: draft_layers spread over [1, L-3])"},
+      {"model.mask_token_id", T::integer, std::int64_t{-1},
+       "dflash: token whose embedding fills the block's slots 1..B-1 (-1: the vocabulary's last id)"},
       // [data]
       {"data.path", T::string, kUnset, "HDF5 token dataset (topotrain-prepare); unset: the built-in demo corpus"},
       {"data.long_samples", T::string, std::string("split"),

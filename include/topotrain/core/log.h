@@ -17,6 +17,9 @@ std::string log_prefix();
 
 void log_debug(const std::string& message);
 void log_info(const std::string& message);
+// An info line from whichever rank calls it: for news only one rank other than 0 has,
+// such as the first drafter's progress in a pipeline whose rank 0 is a target.
+void log_info_here(const std::string& message);
 void log_warn(const std::string& message);
 void log_error(const std::string& message);
 
