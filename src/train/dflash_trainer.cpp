@@ -20,6 +20,7 @@
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/grad_clip.h"
 #include "topotrain/train/lr_schedule.h"
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
@@ -195,15 +196,7 @@ void run_drafter(JobContext& context, model::Qwen3CausalLM& target, const model:
     (out.loss_sum / std::max(weights[0], 1e-12)).backward();
     reducer.finish();
     const double lr = schedule.at(tokens);
-    {
-      torch::NoGradGuard no_grad;
-      std::vector<torch::Tensor> grads;
-      for (auto& [name, p] : parameters) grads.push_back(p.grad().pow(2).sum());
-      const double norm = torch::stack(grads).sum().sqrt().item<double>();
-      const double clip = settings.real("train.clip");
-      if (clip > 0 && norm > clip)
-        for (auto& [name, p] : parameters) p.grad().mul_(clip / (norm + 1e-6));
-    }
+    clip_gradients(parameters, settings.real("train.clip"));
     optimizer.step(lr);
     reducer.zero_grad();
     ++step;

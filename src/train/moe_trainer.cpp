@@ -20,6 +20,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/grad_clip.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
 #include "topotrain/train/out_of_memory.h"
@@ -59,22 +60,6 @@ StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
   all.oom_peak = peak;
   all.stop = mins[1] == 0;
   return all;
-}
-
-// Global L2 norm of the gradients. After the all-reduce every rank holds the same summed
-// gradients, so the local norm is already the global one: no extra collective.
-double clip_gradients(const NamedTensors& parameters, double max_norm) {
-  std::vector<torch::Tensor> squares;
-  for (const auto& [name, p] : parameters)
-    if (p.grad().defined()) squares.push_back(p.grad().pow(2).sum());
-  if (squares.empty()) return 0.0;
-  double norm = torch::stack(squares).sum().sqrt().item<double>();
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (const auto& [name, p] : parameters)
-      if (p.grad().defined()) p.grad().mul_(scale);
-  }
-  return norm;
 }
 
 // Model FLOPs per trained token (forward + backward = 3x forward): 6 per active weight
