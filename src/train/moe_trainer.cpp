@@ -32,8 +32,6 @@
 namespace topotrain {
 namespace {
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
 // The agreement every rank reaches once per step, in one all-reduce: the step's loss
 // terms, whether any rank ran out of memory (and the first such rank), whether any rank
 // was asked to stop. Reaching it is the only host synchronisation of a step.
@@ -92,7 +90,7 @@ void train_moe(JobContext& context) {
   model::Qwen3CausalLM net(model_config);
   net->to(device);
   net->set_compute_dtype(compute_dtype_from(settings, device));
-  NamedTensors parameters;
+  NamedParameters parameters;
   for (auto& item : net->named_parameters()) parameters.emplace_back(item.key(), item.value());
   auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
   for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
