@@ -2,8 +2,7 @@
 # Builds topotrain and runs the whole test suite (GPU tests too where a GPU is present).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-# Release: no debug info, so the LibTorch-heavy translation units compile and link faster.
-BUILD_TYPE=${BUILD_TYPE:-Release} "$root/launch/build.sh"
+"$root/launch/build.sh"
 source "$root/launch/env.sh"
 labels=()
 if ! nvidia-smi -L >/dev/null 2>&1; then labels=(-LE gpu); fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds topotrain into BUILD_DIR (default: build), finding LibTorch by
+# Configures and builds topotrain into BUILD_DIR (default: build; BUILD_TYPE default
+# Release, whose lack of debug info keeps LibTorch-heavy builds short), finding LibTorch by
 # itself: the pip torch's when python3 can import torch (GPU machines), else the system's
 # (Debian's libtorch-dev). toml++ unpacked into .deps/root (see launch/README.md) is used
 # when present.
@@ -15,5 +16,5 @@ if [[ -d $root/.deps/root/usr ]]; then prefix+=("$root/.deps/root/usr"); fi
 joined=$(IFS=';'; echo "${prefix[*]:-}")
 # Configuring every time is cheap when nothing changed, and repairs a build folder whose
 # first configure failed.
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
 cmake --build "$build" -j "${JOBS:-$(nproc --all)}"
