@@ -5,6 +5,8 @@
 #                                      token_budget trains every sample piece once, none skipped
 #   moe_train_e2e.sh BIN_DIR oom       an out-of-memory on one rank stops all ranks with the resume
 #                                      command, which then works; train.oom = "shrink" carries on
+#   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
+#                                      checkpoint of that step, and exit 0
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -107,6 +109,19 @@ oom)
   train 4 shrink --set train.grad_accum=2 --set train.max_steps=4 --set train.oom=shrink
   grep -q "retrying the step with token_budget 128" "$work/shrink.log"
   grep -q "done: 4 steps" "$work/shrink.log"
+  ;;
+stop)
+  "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe --set train.token_budget=256 \
+    --set log.every=1 --set train.max_steps=100000 --set checkpoint.dir="$work" --set checkpoint.run=stop \
+    >"$work/stop.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 600); do grep -qs "step 3 |" "$work/stop.log" && break; sleep 0.2; done
+  kill -USR1 "$launcher"
+  timeout 120 tail --pid="$launcher" -f /dev/null || { echo "the run did not stop"; kill -9 "$launcher"; exit 1; }
+  wait "$launcher" || { cat "$work/stop.log"; echo "expected exit 0"; exit 1; }
+  step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/stop.log" | awk '{print $NF}')
+  [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
+  echo "stopped after step $step with its checkpoint"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac
