@@ -140,11 +140,10 @@ void run_drafter(JobContext& context, model::Qwen3CausalLM& target, const model:
   drafter->load_target_tensors(*target);
   drafter->to(device);
   drafter->set_compute_dtype(compute_dtype_from(settings, device));
-  std::vector<std::pair<std::string, torch::Tensor>> parameters;
-  for (auto& item : drafter->named_parameters()) parameters.emplace_back(item.key(), item.value());
+  const NamedParameters parameters = named_parameters_of(*drafter);
   auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
   for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
-  comm::GradReducer reducer(parameters, *backend, {1.0, settings.real("train.bucket_mb")});
+  comm::GradReducer reducer(parameters, *backend, grad_reducer_config_from(settings));
   reducer.zero_grad();
   AdamW optimizer(parameters, adamw_config_from(settings));
   const std::int64_t max_steps = settings.integer("train.max_steps");

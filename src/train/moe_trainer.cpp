@@ -90,8 +90,7 @@ void train_moe(JobContext& context) {
   model::Qwen3CausalLM net(model_config);
   net->to(device);
   net->set_compute_dtype(compute_dtype_from(settings, device));
-  NamedParameters parameters;
-  for (auto& item : net->named_parameters()) parameters.emplace_back(item.key(), item.value());
+  const NamedParameters parameters = named_parameters_of(*net);
   auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
   for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
   if (runtime.rank() == 0) {
@@ -123,7 +122,7 @@ void train_moe(JobContext& context) {
   auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, runtime.role_rank(), world, grad_accum,
                                          state.data, device);
 
-  comm::GradReducer reducer(parameters, *backend, {1.0, settings.real("train.bucket_mb")});
+  comm::GradReducer reducer(parameters, *backend, grad_reducer_config_from(settings));
   reducer.zero_grad();
 
   const double mean_document = static_cast<double>(dataset->num_tokens()) /

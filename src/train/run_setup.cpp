@@ -11,6 +11,12 @@
 
 namespace topotrain {
 
+NamedParameters named_parameters_of(const torch::nn::Module& module) {
+  NamedParameters parameters;
+  for (const auto& item : module.named_parameters()) parameters.emplace_back(item.key(), item.value());
+  return parameters;
+}
+
 torch::Device torch_device(const Device& device) {
   return device.is_cpu ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, device.index);
 }
@@ -40,6 +46,12 @@ torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Devi
 AdamWConfig adamw_config_from(const Settings& settings) {
   return AdamWConfig{settings.real("train.beta1"), settings.real("train.beta2"), settings.real("train.eps"),
                      settings.real("train.weight_decay")};
+}
+
+comm::GradReducerConfig grad_reducer_config_from(const Settings& settings) {
+  comm::GradReducerConfig config;
+  config.bucket_mb = settings.real("train.bucket_mb");
+  return config;
 }
 
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings) {

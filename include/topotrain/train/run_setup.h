@@ -9,6 +9,7 @@
 #include <string>
 
 #include "topotrain/core/run_file.h"
+#include "topotrain/comm/grad_reducer.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/data/prefetcher.h"
 #include "topotrain/data/step_planner.h"
@@ -18,6 +19,12 @@
 #include "topotrain/train/adamw.h"
 
 namespace topotrain {
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// A module's trainable parameters by name, in registration order (the order the
+// GradReducer buckets and checkpoints follow).
+NamedParameters named_parameters_of(const torch::nn::Module& module);
 
 torch::Device torch_device(const Device& device);
 
@@ -29,6 +36,7 @@ model::ModelConfig model_config_from(const Settings& settings);
 // model.dtype: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device);
 AdamWConfig adamw_config_from(const Settings& settings);
+comm::GradReducerConfig grad_reducer_config_from(const Settings& settings);
 
 // data.path, or the demo corpus built with topotrain when unset.
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings);

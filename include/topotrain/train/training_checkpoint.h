@@ -15,8 +15,6 @@
 
 namespace topotrain {
 
-using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
-
 CheckpointState snapshot(const RunFile& run, const std::string& model_name, const NamedParameters& parameters,
                          const AdamW& optimizer, const TrainingState& state);
 
