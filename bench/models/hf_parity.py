@@ -15,9 +15,11 @@ documents (concatenated per layer, as one packed batch would give them).
     python3 bench/models/hf_parity.py OUT_DIR
 """
 import argparse
+import json
 import os
 
 import torch
+import transformers
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen3_moe import modeling_qwen3_moe
@@ -67,6 +69,10 @@ def build_case(name, out_dir, seed):
     model = model_cls(cfg).float().eval()
     model_dir = os.path.join(out_dir, name, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        saved = json.load(f)
+    shown = {k: v for k, v in saved.items() if "expert" in k or k in ("mlp_only_layers", "decoder_sparse_step")}
+    print(f"{name}: config.json as saved by transformers {transformers.__version__}: {shown}")
     # Whatever layout this transformers release saves, leave per-expert HF names on disk.
     for file in sorted(os.listdir(model_dir)):
         if file.endswith(".safetensors"):

@@ -115,7 +115,9 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   read_field(doc, "tie_word_embeddings", c.tie_word_embeddings, source);
   read_field(doc, "max_position_embeddings", c.max_position_embeddings, source);
   read_field(doc, "initializer_range", c.initializer_range, source);
-  if (model_type == "qwen3_moe" || doc.contains("num_experts")) {
+  if (model_type == "qwen3_moe" || doc.contains("num_experts") || doc.contains("num_local_experts")) {
+    // transformers 5 maps num_experts onto num_local_experts and saves it under that name.
+    read_field(doc, "num_local_experts", c.num_experts, source);
     read_field(doc, "num_experts", c.num_experts, source);
     read_field(doc, "num_experts_per_tok", c.num_experts_per_tok, source);
     read_field(doc, "moe_intermediate_size", c.moe_intermediate_size, source);

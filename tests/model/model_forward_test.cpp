@@ -77,6 +77,14 @@ TEST_F(ModelTest, ConfigJsonReadsHfFieldsAndRefusesUnsupportedFeatures) {
   EXPECT_FALSE(c.is_moe_layer(3));
   const auto round_trip = mdl::ModelConfig::from_json_text(c.to_json_text(), "round trip");
   EXPECT_EQ(round_trip.to_json_text(), c.to_json_text());
+  // transformers 5 saves num_experts as num_local_experts.
+  const auto v5 = mdl::ModelConfig::from_json_text(
+      R"({"model_type": "qwen3_moe", "num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 16, "mlp_only_layers": [1]})",
+      "v5.json");
+  EXPECT_EQ(v5.num_experts, 8);
+  EXPECT_TRUE(v5.is_moe_layer(0));
+  EXPECT_FALSE(v5.is_moe_layer(1));
   EXPECT_THROW(mdl::ModelConfig::from_json_text(R"({"attention_bias": true})", "x.json"), topotrain::ConfigError);
   EXPECT_THROW(mdl::ModelConfig::from_json_text(R"({"model_type": "llama"})", "x.json"), topotrain::ConfigError);
   EXPECT_THROW(mdl::ModelConfig::from_json_text("{oops", "x.json"), topotrain::ConfigError);
