@@ -83,7 +83,9 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
 
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
   const int64_t tokens = x.size(0), hidden = x.size(1), num_experts = gate->weight.size(0);
-  auto router_logits = gate(x);
+  // The router runs in fp32 even under bf16 compute: bf16 rounding of near-tied logits
+  // flips top-k choices, and a flipped choice sends the token through another expert.
+  auto router_logits = gate(x.to(torch::kFloat32));
   auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
   auto [weights, selected] = probs.topk(top_k_, -1);
   if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
