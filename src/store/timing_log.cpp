@@ -9,6 +9,10 @@
 namespace topotrain {
 namespace {
 
+// A shipment: [step values, span values, nvml values, last, steps..., spans..., nvml...].
+constexpr int kShipmentTag = 1;
+constexpr std::size_t kShipmentHeader = 4;
+
 void mpi_check(int status, const char* what) {
   if (status != MPI_SUCCESS) throw std::runtime_error(std::string("timing log: ") + what + " failed");
 }
@@ -100,7 +104,8 @@ struct TimingLog::File {
 };
 
 TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::string& role, TimingLogConfig config)
-    : world_(world), config_(std::move(config)), path_(join_path(run_dir, kTimingsFileName)) {
+    : config_(std::move(config)), path_(join_path(run_dir, kTimingsFileName)) {
+  mpi_check(MPI_Comm_dup(world, &world_), "MPI_Comm_dup");
   MPI_Comm_rank(world_, &rank_);
   MPI_Comm_size(world_, &world_size_);
   if (config_.gather_every < 1)
@@ -142,6 +147,9 @@ TimingLog::~TimingLog() {
   } catch (const std::exception& e) {
     log_error(e.what());
   }
+  // Shipments still in flight are abandoned (their rank 0 may be gone), not waited for.
+  for (MPI_Request& request : send_requests_) MPI_Request_free(&request);
+  MPI_Comm_free(&world_);
 }
 
 void TimingLog::collect_finished() {
@@ -170,23 +178,85 @@ void TimingLog::collect_finished() {
 void TimingLog::end_step(StepMetrics metrics) {
   timer_.end_step(std::move(metrics));
   collect_finished();
-  if (++steps_ % config_.gather_every == 0) gather();
+  if (++steps_ % config_.gather_every == 0) ship(false);
 }
 
-void TimingLog::gather() {
-  std::vector<double> steps = gather_rows(world_, rank_, world_size_, step_rows_);
-  std::vector<double> spans = gather_rows(world_, rank_, world_size_, span_rows_);
-  std::vector<double> nvml = gather_rows(world_, rank_, world_size_, nvml_rows_);
+void TimingLog::ship(bool last) {
+  if (rank_ == 0) {
+    if (file_) file_->append(step_rows_, span_rows_, nvml_rows_);
+    while (receive_shipment(false)) {
+    }
+  } else {
+    std::vector<double> buffer{double(step_rows_.size()), double(span_rows_.size()), double(nvml_rows_.size()),
+                               last ? 1.0 : 0.0};
+    for (const auto* rows : {&step_rows_, &span_rows_, &nvml_rows_}) buffer.insert(buffer.end(), rows->begin(), rows->end());
+    send_buffers_.push_back(std::move(buffer));
+    send_requests_.emplace_back();
+    mpi_check(MPI_Isend(send_buffers_.back().data(), static_cast<int>(send_buffers_.back().size()), MPI_DOUBLE, 0,
+                        kShipmentTag, world_, &send_requests_.back()),
+              "MPI_Isend");
+    complete_sends(false);
+  }
   step_rows_.clear();
   span_rows_.clear();
   nvml_rows_.clear();
-  if (file_) file_->append(steps, spans, nvml);
+}
+
+void TimingLog::complete_sends(bool wait) {
+  for (std::size_t i = 0; i < send_requests_.size();) {
+    int done = 0;
+    if (wait) {
+      mpi_check(MPI_Wait(&send_requests_[i], MPI_STATUS_IGNORE), "MPI_Wait");
+      done = 1;
+    } else {
+      mpi_check(MPI_Test(&send_requests_[i], &done, MPI_STATUS_IGNORE), "MPI_Test");
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    send_requests_.erase(send_requests_.begin() + static_cast<std::ptrdiff_t>(i));
+    send_buffers_.erase(send_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+// Returns whether a shipment was received; a final one (`last`) counts down the ranks
+// flush() waits for through finished_ranks_.
+bool TimingLog::receive_shipment(bool blocking) {
+  MPI_Status status;
+  int waiting = 1;
+  if (blocking) mpi_check(MPI_Probe(MPI_ANY_SOURCE, kShipmentTag, world_, &status), "MPI_Probe");
+  else mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, kShipmentTag, world_, &waiting, &status), "MPI_Iprobe");
+  if (!waiting) return false;
+  int count = 0;
+  MPI_Get_count(&status, MPI_DOUBLE, &count);
+  std::vector<double> buffer(static_cast<std::size_t>(count));
+  mpi_check(MPI_Recv(buffer.data(), count, MPI_DOUBLE, status.MPI_SOURCE, kShipmentTag, world_, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+  if (buffer.size() < kShipmentHeader) throw std::runtime_error("timing log: truncated shipment");
+  std::vector<double> tables[3];
+  std::size_t at = kShipmentHeader;
+  for (int t = 0; t < 3; ++t) {
+    const auto n = static_cast<std::size_t>(buffer[static_cast<std::size_t>(t)]);
+    if (at + n > buffer.size()) throw std::runtime_error("timing log: shipment shorter than its header says");
+    tables[t].assign(buffer.begin() + static_cast<std::ptrdiff_t>(at), buffer.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  if (file_) file_->append(tables[0], tables[1], tables[2]);
+  if (buffer[3] != 0) ++finished_ranks_;
+  return true;
 }
 
 void TimingLog::flush() {
   timer_.finish();
   collect_finished();
-  gather();
+  ship(true);
+  if (rank_ == 0) {
+    while (finished_ranks_ < world_size_ - 1) receive_shipment(true);
+    finished_ranks_ = 0;
+  } else {
+    complete_sends(true);
+  }
 }
 
 void TimingLog::flush_local() {

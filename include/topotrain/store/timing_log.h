@@ -1,20 +1,21 @@
 // The per-step timing log of a run: every rank times its steps with the log's
-// PhaseTimer; every `gather_every` steps rank 0 gathers all ranks' rows (MPI_Gatherv)
-// and appends them to <run_dir>/timings.h5 (layout: timings_file.h). With a GPU and NVML
-// present, each rank also samples its GPU; the samples travel with the step rows.
+// PhaseTimer; every `gather_every` of its own steps a rank ships its rows to rank 0
+// (point-to-point, never a collective), which appends what has arrived to
+// <run_dir>/timings.h5 (layout: timings_file.h). With a GPU and NVML present, each rank
+// also samples its GPU; the samples travel with the step rows.
 //
 //   TimingLog log(run_dir, world, runtime.role(), config);   // collective
 //   for (...) {
 //     log.timer().begin_step(step);
 //     { auto t = log.timer().scope(Phase::forward); ... }
-//     log.end_step(metrics);                                   // collective every K steps
+//     log.end_step(metrics);                                   // local; ships every K steps
 //   }
 //   log.flush();                                               // collective, at the end
 //
-// Invariant: every rank calls end_step() the same number of times (once per training
-// step, whatever its role) and flush() together, because both may gather. On the
-// failure path, where other ranks may be gone, flush_local() writes what rank 0 holds
-// without any collective; rows other ranks had not yet sent are lost (at most K steps).
+// Ranks may record different numbers of steps (pipeline stages run at their own pace):
+// only the constructor and flush() are collective. On the failure path, where other
+// ranks may be gone, flush_local() writes what rank 0 holds without any collective; rows
+// other ranks had not yet shipped are lost (at most K steps per rank).
 #pragma once
 
 #include <mpi.h>
@@ -46,9 +47,9 @@ class TimingLog {
   TimingLog& operator=(const TimingLog&) = delete;
 
   PhaseTimer& timer() { return timer_; }
-  // Ends the timer's step; gathers to rank 0 after every gather_every-th call.
+  // Ends the timer's step; ships this rank's rows to rank 0 after every gather_every-th call.
   void end_step(StepMetrics metrics);
-  // Collective: gathers every rank's pending rows (waiting for GPU times) and flushes the file.
+  // Collective: every rank's remaining rows (waiting for GPU times) reach the file.
   void flush();
   // Not collective: rank 0 writes its own pending rows and flushes the file.
   void flush_local();
@@ -58,10 +59,11 @@ class TimingLog {
  private:
   struct File;
   void collect_finished();
-  void gather();
-  void append_local_rows();
+  void ship(bool last);                 // this rank's pending rows to rank 0 (rank 0: to the file)
+  bool receive_shipment(bool blocking);  // rank 0: one shipment into the file; false when none waits
+  void complete_sends(bool wait);
 
-  MPI_Comm world_;
+  MPI_Comm world_ = MPI_COMM_NULL;  // a duplicate of the caller's communicator: our tags are our own
   int rank_ = 0;
   int world_size_ = 1;
   TimingLogConfig config_;
@@ -70,10 +72,14 @@ class TimingLog {
   std::unique_ptr<NvmlSampler> sampler_;
   std::unique_ptr<File> file_;  // rank 0 only
   std::int64_t steps_ = 0;
+  int finished_ranks_ = 0;  // rank 0, in flush(): ranks whose last shipment arrived
   // Local rows not yet gathered, row-major in the layout's field order.
   std::vector<double> step_rows_;
   std::vector<double> span_rows_;
   std::vector<double> nvml_rows_;
+  // Shipments in flight (buffers live until their MPI_Isend completes).
+  std::vector<std::vector<double>> send_buffers_;
+  std::vector<MPI_Request> send_requests_;
 };
 
 }  // namespace topotrain
