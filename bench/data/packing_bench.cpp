@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   const int world = argc > 3 ? std::atoi(argv[3]) : 1;
   const int accum = argc > 4 ? std::atoi(argv[4]) : 1;
   const auto data = synthetic(total);
-  const PackerConfig packing{budget, LongSamplePolicy::split, true, false};
+  const PackerConfig packing{budget, LongSamplePolicy::split, true, false, {}};
   const DataParallelConfig parallel{world, 0, accum};
   std::printf("dataset: %.0f M tokens, %llu samples (with loss mask); token_budget %llu, world %d, grad_accum %d\n",
               total / 1e6, (unsigned long long)data->num_samples(), (unsigned long long)budget, world, accum);

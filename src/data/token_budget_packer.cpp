@@ -24,13 +24,21 @@ TokenBudgetPacker::TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset
   if (config_.pin_memory && !torch::cuda::is_available()) {
     throw ConfigError("pinned batches need a CUDA build with a GPU; leave pin_memory off on CPU runs");
   }
-  const uint64_t n = dataset_->num_samples();
+  const SampleStream& stream = config_.stream;
+  if (stream.count == 0 || stream.index >= stream.count) {
+    throw ConfigError(cat("sample stream ", stream.index, " of ", stream.count, " does not exist"));
+  }
+  if (stream.count > dataset_->num_samples()) {
+    throw ConfigError(cat("'", dataset_->path(), "' has ", dataset_->num_samples(), " samples, fewer than the ",
+                          stream.count, " streams reading it (one per target rank): use a larger dataset"));
+  }
+  order_ = stream_order(position_.epoch);
+  const uint64_t n = order_.size();
   if (position_.consumed_samples >= n) {
     throw ConfigError(cat("the data position to resume (", position_.consumed_samples, " samples consumed in epoch ",
                           position_.epoch, ") lies beyond '", dataset_->path(), "' (", n,
                           " samples): resume with the dataset the checkpoint was trained on"));
   }
-  order_ = epoch_permutation(position_.seed, position_.epoch, n, config_.shuffle);
   if (position_.offset_in_sample >= dataset_->sample_length(order_[position_.consumed_samples])) {
     throw ConfigError(cat("the data position to resume (offset ", position_.offset_in_sample, " in sample ",
                           order_[position_.consumed_samples], ") lies beyond that sample of '", dataset_->path(),
@@ -43,8 +51,17 @@ void TokenBudgetPacker::advance_sample() {
   if (++position_.consumed_samples == order_.size()) {
     position_.consumed_samples = 0;
     ++position_.epoch;
-    order_ = epoch_permutation(position_.seed, position_.epoch, order_.size(), config_.shuffle);
+    order_ = stream_order(position_.epoch);
   }
+}
+
+std::vector<uint64_t> TokenBudgetPacker::stream_order(uint64_t epoch) const {
+  std::vector<uint64_t> order = epoch_permutation(position_.seed, epoch, dataset_->num_samples(), config_.shuffle);
+  const SampleStream& stream = config_.stream;
+  if (stream.count == 1) return order;
+  std::vector<uint64_t> mine;
+  for (uint64_t i = stream.index; i < order.size(); i += stream.count) mine.push_back(order[i]);
+  return mine;
 }
 
 MicroBatchLayout TokenBudgetPacker::next_layout() {

@@ -98,13 +98,14 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
                                                        const Settings& settings, std::int64_t token_budget,
                                                        int rank, int world, int grad_accum,
                                                        const data::DataPosition& position,
-                                                       const torch::Device& device) {
+                                                       const torch::Device& device, data::SampleStream stream) {
   if (token_budget < 1) throw ConfigError(cat("train.token_budget must be >= 1, got ", token_budget));
   if (grad_accum < 1) throw ConfigError(cat("train.grad_accum must be >= 1, got ", grad_accum));
   data::PackerConfig packing;
   packing.token_budget = static_cast<std::uint64_t>(token_budget);
   packing.long_samples = data::parse_long_sample_policy(settings.string("data.long_samples"));
   packing.pin_memory = device.is_cuda();
+  packing.stream = stream;
   auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
                                                      data::DataParallelConfig{world, rank, grad_accum}, position);
   data::PrefetchConfig prefetch;

@@ -24,8 +24,8 @@ TEST(PrefetcherGpu, PinnedBatchesReachTheDeviceIntact) {
   ASSERT_TRUE(torch::cuda::is_available());
   const auto data = small_dataset();
   const DataParallelConfig parallel{2, 0, 3};
-  StepPlanner reference(data, PackerConfig{64, LongSamplePolicy::split, true, false}, parallel, DataPosition{5, 0, 0, 0});
-  auto pinned = std::make_shared<StepPlanner>(data, PackerConfig{64, LongSamplePolicy::split, true, true}, parallel,
+  StepPlanner reference(data, PackerConfig{64, LongSamplePolicy::split, true, false, {}}, parallel, DataPosition{5, 0, 0, 0});
+  auto pinned = std::make_shared<StepPlanner>(data, PackerConfig{64, LongSamplePolicy::split, true, true, {}}, parallel,
                                               DataPosition{5, 0, 0, 0});
   Prefetcher prefetcher(
       [pinned] {

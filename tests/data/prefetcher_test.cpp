@@ -59,7 +59,7 @@ TEST(Prefetcher, PacksRealStepsLikeThePlannerItself) {
     c.offsets.push_back(c.tokens.size());
   }
   auto data = std::make_shared<const TokenDataset>(TokenDataset::from_contents(std::move(c), "small"));
-  const PackerConfig packing{16, LongSamplePolicy::split, true, false};
+  const PackerConfig packing{16, LongSamplePolicy::split, true, false, {}};
   StepPlanner direct(data, packing, DataParallelConfig{2, 1, 2}, DataPosition{9, 0, 0, 0});
   auto planner = std::make_shared<StepPlanner>(data, packing, DataParallelConfig{2, 1, 2}, DataPosition{9, 0, 0, 0});
   Prefetcher prefetcher([planner] { return planner->next_step(); }, PrefetchConfig{2, torch::kCPU});

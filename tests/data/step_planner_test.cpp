@@ -54,7 +54,7 @@ std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, co
                              int steps) {
   std::vector<StepPlanner> ranks;
   for (int r = 0; r < s.world; ++r) {
-    ranks.emplace_back(data, PackerConfig{s.budget, LongSamplePolicy::split, true, false},
+    ranks.emplace_back(data, PackerConfig{s.budget, LongSamplePolicy::split, true, false, {}},
                        DataParallelConfig{s.world, r, s.accum}, position);
   }
   std::vector<Range> stream;

@@ -28,11 +28,21 @@ enum class LongSamplePolicy { split, truncate };
 
 LongSamplePolicy parse_long_sample_policy(const std::string& text);  // ConfigError on other text
 
+// Independent streams (one per pipeline stage that reads data at its own pace): stream i
+// of n visits entries i, i + n, i + 2n, ... of each epoch's permutation, so the n streams
+// together visit every sample once per epoch, and each has its own DataPosition
+// (consumed_samples counts that stream's entries) that resumes exactly on its own.
+struct SampleStream {
+  uint64_t index = 0;
+  uint64_t count = 1;
+};
+
 struct PackerConfig {
   uint64_t token_budget = 0;
   LongSamplePolicy long_samples = LongSamplePolicy::split;
   bool shuffle = true;      // false: every epoch visits samples in file order
   bool pin_memory = false;  // allocate batches in page-locked memory (CUDA builds only)
+  SampleStream stream;
 };
 
 // A token range [begin, end) of one sample.
@@ -64,6 +74,7 @@ class TokenBudgetPacker {
 
  private:
   void advance_sample();
+  std::vector<uint64_t> stream_order(uint64_t epoch) const;  // this stream's share of the epoch's permutation
 
   std::shared_ptr<const TokenDataset> dataset_;
   PackerConfig config_;

@@ -63,12 +63,13 @@ struct TrainingLength {
 };
 TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset);
 
-// The step prefetcher of one data-parallel rank, starting at `position`.
+// The step prefetcher of one data-parallel rank, starting at `position`, over the
+// whole sample stream or one of several independent streams (`stream`).
 std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
                                                        const Settings& settings, std::int64_t token_budget,
                                                        int rank, int world, int grad_accum,
                                                        const data::DataPosition& position,
-                                                       const torch::Device& device);
+                                                       const torch::Device& device, data::SampleStream stream = {});
 
 // The model's view of a packed micro-batch, on `device`.
 model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device);
