@@ -147,13 +147,24 @@ void HiddenStateSender::send(const PackedHiddenBatch& batch) {
   ++sent_;
 }
 
-void HiddenStateSender::close() {
+void HiddenStateSender::close(const std::string& reason) {
   if (closed_) return;
   closed_ = true;
-  std::vector<char> frame = encode_frame(FrameKind::close, nullptr, {});
+  std::vector<char> frame = encode_frame(FrameKind::close, nullptr, reason);
   mpi_check(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kControlTag, link_),
             "MPI_Send (hidden-state close)");
   payload_->drain();
+}
+
+bool HiddenStateSender::stop_requested() {
+  if (stop_requested_ || closed_) return stop_requested_;
+  int waiting = 0;
+  mpi_check(MPI_Iprobe(0, kStopTag, link_, &waiting, MPI_STATUS_IGNORE), "MPI_Iprobe (hidden-state stop)");
+  if (waiting) {
+    mpi_check(MPI_Recv(nullptr, 0, MPI_BYTE, 0, kStopTag, link_, MPI_STATUS_IGNORE), "MPI_Recv (hidden-state stop)");
+    stop_requested_ = true;
+  }
+  return stop_requested_;
 }
 
 void HiddenStateSender::fail(const std::string& reason) {
@@ -175,6 +186,7 @@ HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, co
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;
   open_count_ = static_cast<int>(ends.senders.size());
+  senders_ = ends.senders;
   thread_ = std::thread([this] { receive_loop(); });
 }
 
@@ -193,6 +205,19 @@ HiddenStateReceiver::~HiddenStateReceiver() {
 std::size_t HiddenStateReceiver::queue_size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return queue_.size();
+}
+
+void HiddenStateReceiver::request_stop() {
+  if (stop_sent_) return;
+  stop_sent_ = true;
+  // Zero-byte messages go out eagerly; a sender that closed first never reads its copy.
+  for (int link_rank = 1; link_rank <= static_cast<int>(senders_.size()); ++link_rank)
+    mpi_check(MPI_Send(nullptr, 0, MPI_BYTE, link_rank, kStopTag, link_), "MPI_Send (hidden-state stop)");
+}
+
+std::string HiddenStateReceiver::early_close_reason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return early_close_reason_;
 }
 
 std::optional<PackedHiddenBatch> HiddenStateReceiver::next() {
@@ -225,6 +250,7 @@ bool HiddenStateReceiver::handle_frame(int tag) {
     case FrameKind::data: {
       ReceivedPayload payload = payload_->receive(sender, frame.fields, frame.extra);
       frame.header.hidden = payload.hidden;
+      frame.header.sender = senders_[static_cast<std::size_t>(sender - 1)];
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(Entry{std::move(frame.header), std::move(payload.before_use)});
       break;
@@ -233,6 +259,7 @@ bool HiddenStateReceiver::handle_frame(int tag) {
       open_[sender] = false;
       std::lock_guard<std::mutex> lock(mutex_);
       finished_ = --open_count_ == 0;
+      if (early_close_reason_.empty()) early_close_reason_ = frame.extra;
       break;
     }
     case FrameKind::error: {

@@ -10,7 +10,7 @@
 namespace topotrain::comm::detail {
 namespace {
 
-constexpr std::size_t kFieldCount = 6;  // kind, tokens, sequences, columns, dtype, extra bytes
+constexpr std::size_t kFieldCount = 7;  // kind, tokens, sequences, columns, dtype, cursor, extra bytes
 
 // The header arrays in wire order, with their wire types.
 struct Array {
@@ -48,13 +48,15 @@ void check_batch(const PackedHiddenBatch& batch) {
                                       expected_numel(array, batch.tokens(), sequences), " elements for a batch of ",
                                       batch.tokens(), " tokens and ", sequences, " sequences"));
   }
+  if (batch.cursor.defined() && (batch.cursor.dim() != 1 || batch.cursor.scalar_type() != at::kLong))
+    throw std::invalid_argument("hidden-state link: cursor must be a 1-D int64 tensor (or undefined)");
   at::Tensor cu = batch.cu_seqlens.to(at::kCPU, at::kLong);
   if (cu[0].item<std::int64_t>() != 0 || cu[-1].item<std::int64_t>() != batch.tokens())
     throw std::invalid_argument(cat("hidden-state link: cu_seqlens must run from 0 to the token count ", batch.tokens()));
 }
 
 std::vector<char> encode_frame(FrameKind kind, const PackedHiddenBatch* batch, const std::string& extra) {
-  std::int64_t fields[kFieldCount] = {static_cast<std::int64_t>(kind), 0, 0, 0, 0,
+  std::int64_t fields[kFieldCount] = {static_cast<std::int64_t>(kind), 0, 0, 0, 0, 0,
                                       static_cast<std::int64_t>(extra.size())};
   std::vector<at::Tensor> arrays;
   if (batch) {
@@ -63,6 +65,10 @@ std::vector<char> encode_frame(FrameKind kind, const PackedHiddenBatch* batch, c
     fields[3] = batch->hidden.size(1);
     fields[4] = static_cast<std::int64_t>(batch->hidden.scalar_type());
     for (const Array& array : kArrays) arrays.push_back((batch->*array.member).to(at::kCPU, array.type).contiguous());
+    if (batch->cursor.defined()) {
+      fields[5] = batch->cursor.numel();
+      arrays.push_back(batch->cursor.to(at::kCPU).contiguous());
+    }
   }
   std::size_t bytes = sizeof(fields) + extra.size();
   for (const at::Tensor& t : arrays) bytes += t.nbytes();
@@ -83,7 +89,7 @@ DecodedFrame decode_frame(const std::vector<char>& bytes) {
   if (bytes.size() < sizeof(fields)) throw std::runtime_error("hidden-state link: truncated frame");
   std::memcpy(fields, bytes.data(), sizeof(fields));
   DecodedFrame frame;
-  frame.fields = {static_cast<FrameKind>(fields[0]), fields[1], fields[2], fields[3], fields[4]};
+  frame.fields = {static_cast<FrameKind>(fields[0]), fields[1], fields[2], fields[3], fields[4], fields[5]};
   const char* at = bytes.data() + sizeof(fields);
   std::size_t left = bytes.size() - sizeof(fields);
   auto take = [&](std::size_t n) {
@@ -99,8 +105,13 @@ DecodedFrame decode_frame(const std::vector<char>& bytes) {
       std::memcpy(t.data_ptr(), take(t.nbytes()), t.nbytes());
       frame.header.*array.member = t;
     }
+    if (frame.fields.cursor > 0) {
+      at::Tensor cursor = at::empty({frame.fields.cursor}, at::kLong);
+      std::memcpy(cursor.data_ptr(), take(cursor.nbytes()), cursor.nbytes());
+      frame.header.cursor = cursor;
+    }
   }
-  std::size_t extra = static_cast<std::size_t>(fields[5]);
+  std::size_t extra = static_cast<std::size_t>(fields[6]);
   frame.extra.assign(take(extra), extra);
   if (left != 0) throw std::runtime_error("hidden-state link: frame longer than its fields say");
   return frame;

@@ -16,7 +16,7 @@
 
 namespace topotrain::comm::detail {
 
-enum LinkTag : int { kDataTag = 1, kControlTag = 2, kPayloadTag = 3, kCreditTag = 4, kSetupTag = 5 };
+enum LinkTag : int { kDataTag = 1, kControlTag = 2, kPayloadTag = 3, kCreditTag = 4, kSetupTag = 5, kStopTag = 6 };
 enum class FrameKind : std::int64_t { data = 1, close = 2, error = 3 };
 
 struct FrameFields {
@@ -25,12 +25,13 @@ struct FrameFields {
   std::int64_t sequences = 0;
   std::int64_t columns = 0;  // payload row length (taps * hidden)
   std::int64_t dtype = 0;    // at::ScalarType of the payload
+  std::int64_t cursor = 0;   // elements of the batch's cursor
 };
 
 struct DecodedFrame {
   FrameFields fields;
   PackedHiddenBatch header;  // all but hidden, on the CPU
-  std::string extra;         // transport bytes, or an error frame's reason
+  std::string extra;         // transport bytes, or an error or early close frame's reason
 };
 
 // Checks the batch's shapes and types; throws std::invalid_argument naming what is wrong.

@@ -58,6 +58,7 @@ PackedHiddenBatch make_batch(int rank, int seq) {
   batch.sample_ids[0] = rank * 1000000 + seq;
   at::ScalarType type = seq % 2 == 0 ? at::kBFloat16 : at::kFloat;
   batch.hidden = at::randn({tokens, 3 * 8}, generator, at::kFloat).to(type);
+  if (seq % 3 != 0) batch.cursor = at::tensor({std::int64_t{rank}, std::int64_t{seq}, std::int64_t{-7}});
   return batch;
 }
 
@@ -68,6 +69,10 @@ void expect_identical(const PackedHiddenBatch& got, const PackedHiddenBatch& wan
     const at::Tensor& w = want.*member;
     ASSERT_EQ(g.scalar_type(), w.scalar_type());
     ASSERT_TRUE(at::equal(g, w));  // bit-exact, bf16 included
+  }
+  ASSERT_EQ(got.cursor.defined(), want.cursor.defined());
+  if (want.cursor.defined()) {
+    ASSERT_TRUE(at::equal(got.cursor, want.cursor));
   }
 }
 
@@ -111,6 +116,7 @@ TEST_F(HiddenStateLink, FanInDeliversEveryBatchOnceBitExact) {
     std::int64_t id = batch->sample_ids[0].item<std::int64_t>();
     int rank = static_cast<int>(id / 1000000), seq = static_cast<int>(id % 1000000);
     ASSERT_EQ(seq, next_seq[rank]++) << "from rank " << rank;
+    ASSERT_EQ(batch->sender, rank);
     expect_identical(*batch, make_batch(rank, seq));
     ++received;
   }
@@ -228,4 +234,44 @@ TEST_F(HiddenStateLink, MalformedBatchesAreRejectedBeforeSending) {
   }
   HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
   EXPECT_FALSE(receiver.next().has_value());
+}
+
+// request_stop: every sender sees it and closes; the receiver drains what was in flight,
+// and each sender's batches still arrive in order, none lost or repeated before the stop.
+TEST_F(HiddenStateLink, RequestStopEndsEveryStream) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+    int seq = 0;
+    while (!sender.stop_requested()) sender.send(make_batch(world_rank(), seq++));
+    sender.close();
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  std::map<int, int> next_seq;
+  for (int trained = 0; trained < 5; ++trained) {
+    auto batch = receiver.next();
+    ASSERT_TRUE(batch.has_value());
+    ASSERT_EQ(batch->sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
+  }
+  receiver.request_stop();
+  receiver.request_stop();  // idempotent
+  while (auto batch = receiver.next())
+    ASSERT_EQ(batch->sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
+  EXPECT_TRUE(receiver.early_close_reason().empty());
+}
+
+TEST_F(HiddenStateLink, AnEarlyCloseCarriesItsReason) {
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
+    sender.send(make_batch(world_rank(), 1));
+    sender.close(world_rank() == 0 ? "out of memory in the target forward" : "");
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+  int received = 0;
+  while (receiver.next()) ++received;
+  EXPECT_EQ(received, static_cast<int>(ends.senders.size()));
+  EXPECT_EQ(receiver.early_close_reason(), "out of memory in the target forward");
 }

@@ -18,6 +18,13 @@
 // every sender has closed. A sender that fails calls fail(reason) and the receiver's
 // next() throws with the reason; an exception on the receiver ends the job through the
 // job runner (MPI_Abort), which takes the blocked senders down with it.
+//
+// Stopping early without losing anything: the receiver calls request_stop(), keeps
+// calling next() (discarding what arrives) until it returns nullopt; each sender sees
+// stop_requested() before its next send and closes. A sender that must stop the whole
+// pipeline (it ran out of memory) closes with a reason, which the receiver sees in
+// early_close_reason(). Batches discarded this way were never trained on: a checkpoint
+// that records the cursors of trained batches only resumes without skipping any.
 #pragma once
 
 #include <mpi.h>
@@ -47,6 +54,10 @@ struct PackedHiddenBatch {
   at::Tensor positions;   // int32 [tokens]
   at::Tensor sample_ids;  // int64 [sequences]: the dataset index of each sequence
   at::Tensor hidden;      // bf16 (fp32 on CPU) [tokens, taps * hidden], on the rank's device
+  // int64 [n] or undefined: the sender's own bookkeeping (dflash_train: where the sender's
+  // data stream stands after this batch), delivered with the batch and never interpreted.
+  at::Tensor cursor;
+  int sender = -1;  // set by the receiver: the sending rank, in the communicator the link was built over
 
   std::int64_t tokens() const { return hidden.size(0); }
   std::int64_t sequences() const { return sample_ids.numel(); }
@@ -85,8 +96,11 @@ class HiddenStateSender {
   // Blocks while the receiver's queue is full. Header tensors may live anywhere (they are
   // copied to the host); the payload must be on this rank's device.
   void send(const PackedHiddenBatch& batch);
-  // End of this sender's stream. Idempotent.
-  void close();
+  // End of this sender's stream. Idempotent. A non-empty `reason` says the stream ended
+  // early and the receiver should stop (HiddenStateReceiver::early_close_reason).
+  void close(const std::string& reason = {});
+  // Whether the receiver asked this sender to end its stream (request_stop). Cheap: one probe.
+  bool stop_requested();
   // Tells the receiver this sender failed; its next() throws with `reason`.
   void fail(const std::string& reason);
 
@@ -98,6 +112,7 @@ class HiddenStateSender {
   LinkTransport transport_;
   std::unique_ptr<detail::PayloadSender> payload_;
   bool closed_ = false;
+  bool stop_requested_ = false;
   std::int64_t sent_ = 0;
 };
 
@@ -118,6 +133,11 @@ class HiddenStateReceiver {
   LinkTransport transport() const { return transport_; }
   std::size_t queue_size() const;  // batches waiting, for the queue-depth telemetry
 
+  // Asks every sender to end its stream (see the top of this file). Idempotent.
+  void request_stop();
+  // The reason of the first sender that closed early with one; empty when none did.
+  std::string early_close_reason() const;
+
  private:
   struct Entry {
     PackedHiddenBatch batch;
@@ -132,6 +152,9 @@ class HiddenStateReceiver {
   std::unique_ptr<detail::PayloadReceiver> payload_;
   std::vector<bool> open_;  // per link rank: sender not closed yet
   int open_count_ = 0;
+  std::vector<int> senders_;  // link rank i + 1 is senders_[i] in the caller's communicator
+  bool stop_sent_ = false;
+  std::string early_close_reason_;  // guarded by mutex_
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
