@@ -4,7 +4,7 @@
 //
 //   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,math]
 //
-// MFU counts the matmul FLOPs the step performs (listed in step_flops) over 989 TFLOP/s, the
+// MFU counts the matmul FLOPs the step performs (model::dflash_step_flops) over 989 TFLOP/s, the
 // dense bf16 peak of an H100/H200 SXM.
 #include <torch/torch.h>
 
@@ -16,30 +16,13 @@
 #include <string>
 
 #include "topotrain/model/dflash_drafter.h"
+#include "topotrain/model/dflash_metrics.h"
 
 namespace mdl = topotrain::model;
 
 namespace {
 
 constexpr double kPeakFlops = 989e12;
-
-// 2 FLOPs per multiply-accumulate forward; backward 4 where both the input and the weight
-// need a gradient, 2 where only one does.
-double step_flops(const mdl::DFlashConfig& config, const mdl::DFlashBlocks& blocks, int64_t tokens) {
-  const mdl::ModelConfig c = config.layer_config();
-  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim);
-  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim), layers = static_cast<double>(c.num_hidden_layers);
-  const double slots = static_cast<double>(blocks.num_blocks() * config.block_size), t = static_cast<double>(tokens);
-  const double taps = static_cast<double>(config.resolved_taps().size());
-  const double block_layer = h * (2 * q + 2 * kv) + 3 * h * static_cast<double>(c.intermediate_size);
-  double keys = 0;  // sum over query slots of the keys each one attends to
-  for (int64_t v : blocks.visible_context) keys += static_cast<double>(config.block_size * (v + config.block_size));
-  return 6 * slots * block_layer * layers               // block projections and MLPs
-         + 4 * t * taps * h * h                          // fc (the taps need no gradient)
-         + 6 * t * 2 * h * kv * layers                   // context k/v projections
-         + 3 * 4 * keys * q * layers                     // QK^T and PV
-         + 4 * static_cast<double>(blocks.num_valid_slots()) * h * static_cast<double>(c.vocab_size);  // frozen lm_head
-}
 
 }  // namespace
 
@@ -100,7 +83,7 @@ int main(int argc, char** argv) {
       for (int i = 0; i < steps; ++i) step();
       torch::cuda::synchronize();
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
-      const double mfu = step_flops(config, blocks, tokens) / seconds / kPeakFlops;
+      const double mfu = mdl::dflash_step_flops(config, blocks, tokens) / seconds / kPeakFlops;
       std::printf("attention %s: %.1f ms fwd+bwd, %.0f context tokens/s, %.0f block tokens/s, MFU %.1f%%\n",
                   mdl::to_string(options.backend).c_str(), seconds * 1e3, static_cast<double>(tokens) / seconds,
                   static_cast<double>(blocks.num_blocks() * config.block_size) / seconds, mfu * 100);

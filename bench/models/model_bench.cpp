@@ -3,7 +3,7 @@
 //
 //   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10]
 //
-// MFU = training matmul FLOPs per token (flops_per_token) x tokens/s over 989 TFLOP/s,
+// MFU = training matmul FLOPs per token (3 x model::forward_flops_per_token) x tokens/s over 989 TFLOP/s,
 // the dense bf16 peak of an H100/H200 SXM.
 #include <torch/torch.h>
 
@@ -20,18 +20,6 @@ namespace mdl = topotrain::model;
 namespace {
 
 constexpr double kPeakFlops = 989e12;
-
-// Training FLOPs per token: 2 (forward) + 4 (backward) per multiply-accumulate of every
-// active weight except the embedding lookup, and for causal attention QK^T and PV over a
-// mean context of (doc_len + 1) / 2 keys.
-double flops_per_token(const mdl::ModelConfig& c, int64_t doc_len) {
-  const auto n = mdl::count_parameters(c);
-  const double embed_lookup = static_cast<double>(c.vocab_size * c.hidden_size);
-  const double matmul_params = static_cast<double>(n.active) - embed_lookup + (c.tie_word_embeddings ? embed_lookup : 0);
-  const double attention = 2.0 * 2.0 * static_cast<double>(c.num_attention_heads * c.head_dim) *
-                           (static_cast<double>(doc_len) + 1) / 2 * static_cast<double>(c.num_hidden_layers);
-  return 6.0 * matmul_params + 3.0 * attention;
-}
 
 }  // namespace
 
@@ -75,7 +63,7 @@ int main(int argc, char** argv) {
   torch::cuda::synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
   const double tokens_per_s = static_cast<double>(tokens) / seconds;
-  const double mfu = tokens_per_s * flops_per_token(config, doc_len) / kPeakFlops;
+  const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, static_cast<double>(doc_len)) / kPeakFlops;
   std::printf("%s: %lld tokens/micro-batch (docs of %lld), attention %s, experts %s: %.1f ms fwd+bwd, %.0f tokens/s, "
               "MFU %.1f%%\n",
               preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(doc_len),

@@ -64,7 +64,7 @@ const std::vector<SettingSpec>& setting_specs() {
       {"log.all_ranks", T::boolean, false, "every rank logs, not only rank 0"},
       {"log.samples", T::boolean, false,
        "every rank lists the sample pieces it trains in <run>/samples-rank-N.txt (resume audits)"},
-      {"log.timings_every", T::integer, std::int64_t{20}, "gather step timings to rank 0 every N steps"},
+      {"log.timings_every", T::integer, std::int64_t{20}, "ship step timings to rank 0 every N steps"},
   };
   return specs;
 }

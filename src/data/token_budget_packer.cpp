@@ -14,6 +14,10 @@ LongSamplePolicy parse_long_sample_policy(const std::string& text) {
   throw ConfigError(cat("data.long_samples = \"", text, "\" is not known; use \"split\" or \"truncate\""));
 }
 
+uint64_t stream_size(uint64_t num_samples, const SampleStream& stream) {
+  return stream.index < num_samples ? (num_samples - stream.index + stream.count - 1) / stream.count : 0;
+}
+
 TokenBudgetPacker::TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset, PackerConfig config,
                                      DataPosition start)
     : dataset_(std::move(dataset)), config_(config), position_(start) {

@@ -27,4 +27,20 @@ double acceptance_length(const std::vector<double>& accuracy) {
   return tau;
 }
 
+double dflash_step_flops(const DFlashConfig& config, const DFlashBlocks& blocks, int64_t tokens) {
+  const ModelConfig c = config.layer_config();
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim);
+  const double kv = static_cast<double>(c.num_key_value_heads * c.head_dim), layers = static_cast<double>(c.num_hidden_layers);
+  const double slots = static_cast<double>(blocks.num_blocks() * config.block_size), t = static_cast<double>(tokens);
+  const double taps = static_cast<double>(config.resolved_taps().size());
+  const double block_layer = h * (2 * q + 2 * kv) + 3 * h * static_cast<double>(c.intermediate_size);
+  double keys = 0;  // sum over query slots of the keys each one attends to
+  for (int64_t v : blocks.visible_context) keys += static_cast<double>(config.block_size * (v + config.block_size));
+  return 6 * slots * block_layer * layers               // block projections and MLPs
+         + 4 * t * taps * h * h                          // fc (the taps need no gradient)
+         + 6 * t * 2 * h * kv * layers                   // context k/v projections
+         + 3 * 4 * keys * q * layers                     // QK^T and PV
+         + 4 * static_cast<double>(blocks.num_valid_slots()) * h * static_cast<double>(c.vocab_size);  // frozen lm_head
+}
+
 }  // namespace topotrain::model

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
+#include <climits>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "topotrain/comm/backend.h"
@@ -14,23 +16,41 @@
 #include "topotrain/comm/hidden_state_link.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
+#include "topotrain/core/stop_signal.h"
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/store/checkpoint_writer.h"
+#include "topotrain/store/timing_log.h"
+#include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/grad_clip.h"
+#include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
+#include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/sample_log.h"
+#include "topotrain/train/training_checkpoint.h"
 
 namespace topotrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr const char* kModelName = "dflash-drafter";
+constexpr int kStartPositionTag = 7301;  // drafter -> target, once, on MPI_COMM_WORLD
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// How a rank's part of the job ended: 0, or an exit code and the message for the user.
+struct Outcome {
+  int code = 0;
+  std::string message;
+};
 
 model::DFlashConfig dflash_config_from(const Settings& settings) {
   model::DFlashConfig config;
@@ -57,8 +77,6 @@ model::DFlashConfig dflash_config_from(const Settings& settings) {
   config.gamma = settings.real("train.gamma");
   config.max_anchors = settings.integer("train.anchors");
   config.loss = model::parse_dflash_loss(settings.string("train.loss"), "train.loss");
-  if (config.loss == model::DFlashLoss::kl)
-    throw ConfigError("train.loss = \"kl\": the pipeline does not send the target's final hidden state yet; use ce");
   config.validate();
   return config;
 }
@@ -71,160 +89,496 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device) {
   return link;
 }
 
-// The batches target `rank` sends when its drafter trains `max_steps` steps: the steps
-// dealt round-robin over the drafter's targets.
-std::int64_t target_share(const Topology& topology, int rank, std::int64_t max_steps) {
-  const std::vector<int> peers = topology.targets_of(topology.drafter_of(rank));
-  const auto index = std::find(peers.begin(), peers.end(), rank) - peers.begin();
-  const auto n = static_cast<std::int64_t>(peers.size());
-  return max_steps / n + (index < max_steps % n ? 1 : 0);
+std::size_t target_count(const Topology& topology) { return topology.find_role("target")->ranks.size(); }
+
+// The k-th target rank reads stream k.
+data::SampleStream stream_of(const Topology& topology, int target_rank) {
+  int index = 0;
+  topology.role_of(target_rank, &index);
+  return {static_cast<std::uint64_t>(index), target_count(topology)};
 }
 
-void run_target(JobContext& context, model::Qwen3CausalLM& target, const std::vector<std::int64_t>& taps,
-                const torch::Device& device) {
+// A batch's cursor: its stream, and where that stream stands after the batch.
+struct StreamCursor {
+  std::uint64_t stream = 0;
+  data::DataPosition after;
+};
+
+at::Tensor encode_cursor(const StreamCursor& c) {
+  return at::tensor({static_cast<std::int64_t>(c.stream), static_cast<std::int64_t>(c.after.seed),
+                     static_cast<std::int64_t>(c.after.epoch), static_cast<std::int64_t>(c.after.consumed_samples),
+                     static_cast<std::int64_t>(c.after.offset_in_sample)},
+                    at::kLong);
+}
+
+StreamCursor decode_cursor(const at::Tensor& cursor) {
+  if (!cursor.defined() || cursor.numel() != 5)
+    throw std::runtime_error("dflash_train: a hidden-state batch arrived without its stream cursor");
+  auto v = cursor.accessor<std::int64_t, 1>();
+  StreamCursor c;
+  c.stream = static_cast<std::uint64_t>(v[0]);
+  c.after = {static_cast<std::uint64_t>(v[1]), static_cast<std::uint64_t>(v[2]), static_cast<std::uint64_t>(v[3]),
+             static_cast<std::uint64_t>(v[4])};
+  return c;
+}
+
+// Anchors come from a generator seeded by the batch itself (run seed, stream, position
+// after it), so the same batch gets the same anchors after a resume, on any drafter.
+std::uint64_t anchor_seed(std::uint64_t seed, const StreamCursor& c) {
+  std::uint64_t h = seed ^ 0x9E3779B97F4A7C15ULL;
+  for (std::uint64_t v : {c.stream, c.after.epoch, c.after.consumed_samples, c.after.offset_in_sample}) {
+    h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h *= 0xBF58476D1CE4E5B9ULL;
+  }
+  return h;
+}
+
+void send_start_position(int target, const data::DataPosition& p) {
+  std::uint64_t fields[4] = {p.seed, p.epoch, p.consumed_samples, p.offset_in_sample};
+  MPI_Send(fields, 4, MPI_UINT64_T, target, kStartPositionTag, MPI_COMM_WORLD);
+}
+
+data::DataPosition receive_start_position(int drafter) {
+  std::uint64_t f[4];
+  MPI_Recv(f, 4, MPI_UINT64_T, drafter, kStartPositionTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  return {f[0], f[1], f[2], f[3]};
+}
+
+double mean_document_tokens(const data::TokenDataset& dataset) {
+  return static_cast<double>(dataset.num_tokens()) / static_cast<double>(std::max<std::uint64_t>(1, dataset.num_samples()));
+}
+
+// Both roles write the same columns: the drafter's acceptance length and MFU (its FLOPs
+// per token vary with the anchors drawn) as extra fields, unset on target rows.
+TimingLogConfig timing_config_from(const Settings& settings, const torch::Device& device) {
+  TimingLogConfig config;
+  config.extra_fields = {"tau", "mfu"};
+  config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
+  config.peak_flops = peak_flops(device);
+  config.nvml_device = device.is_cuda() ? device.index() : -1;
+  return config;
+}
+
+StepMetrics row_of(double tokens) {
+  StepMetrics metrics;
+  metrics.tokens = tokens;
+  metrics.extra = {StepMetrics::kUnset, StepMetrics::kUnset};
+  return metrics;
+}
+
+// Every rank ends here, whatever its role: either all go on (exit 0) or all leave with
+// the code and message of the lowest rank that failed.
+void agree_outcome(const Runtime& runtime, const Outcome& mine) {
+  int first = mine.code != 0 ? runtime.rank() : INT_MAX;
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, runtime.world());
+  if (first == INT_MAX) return;
+  int header[2] = {mine.code, static_cast<int>(mine.message.size())};
+  MPI_Bcast(header, 2, MPI_INT, first, runtime.world());
+  std::string message = mine.message;
+  message.resize(static_cast<std::size_t>(header[1]));
+  MPI_Bcast(message.data(), header[1], MPI_CHAR, first, runtime.world());
+  throw JobExit(header[0], message);
+}
+
+Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+                   const torch::Device& device) {
   Runtime& runtime = context.runtime;
   const Settings& settings = context.run.settings;
   const Topology& topology = context.run.topology;
   torch::NoGradGuard frozen;
   target->to(device);
   target->set_compute_dtype(compute_dtype_from(settings, device));
+  const std::vector<std::int64_t> taps = config.resolved_taps();
+  const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
 
   auto dataset = load_dataset(settings);
   const TrainingLength length = training_length(settings, *dataset);
-  const std::int64_t batches =
-      length.max_steps > 0 ? target_share(topology, runtime.rank(), length.max_steps) : INT64_MAX;
-  auto prefetcher = make_step_prefetcher(dataset, settings, settings.integer("train.token_budget"),
-                                         runtime.role_rank(), runtime.role_size(), 1, initial_state(settings).data,
-                                         device);
+  // Without a step or token limit the data decides: each stream ends after `epochs`.
+  const bool ends_with_data = length.max_steps == 0 && length.stop_tokens == 0;
   const int drafter = topology.drafter_of(runtime.rank());
+  const data::SampleStream stream = stream_of(topology, runtime.rank());
+  const std::uint64_t samples_per_epoch = data::stream_size(dataset->num_samples(), stream);
+  const data::DataPosition start = receive_start_position(drafter);
+  const std::int64_t token_budget = settings.integer("train.token_budget");
+  auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, 0, 1, 1, start, device, stream);
+
+  TimingLogConfig timing_config = timing_config_from(settings, device);
+  timing_config.flops_per_token = model::forward_flops_per_token(config.target, mean_document_tokens(*dataset));
+  const std::string run_dir = run_directory(context.run);
+  TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
+  PhaseTimer& timer = timings.timer();
   comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)},
                                  link_config(topology, runtime.device()));
-  double forward_seconds = 0, send_seconds = 0;
+
+  Outcome outcome;
+  double forward_seconds = 0, blocked_seconds = 0;
   std::int64_t sent = 0, tokens = 0;
-  while (sent < batches) {
-    data::StepPlan plan = prefetcher->next();
-    if (length.max_steps == 0 && static_cast<std::int64_t>(plan.position_before.epoch) >= length.epochs) break;
-    const data::PackedBatch& batch = plan.micro_batches.front();
-    auto started = Clock::now();
-    model::BackboneOutput out = target->forward_backbone(to_model_batch(batch, device), taps);
+  while (!sender.stop_requested() && !stop_requested()) {
+    timer.begin_step(sent + 1);
+    data::StepPlan plan = [&] {
+      auto t = timer.scope(Phase::data_wait);
+      return prefetcher->next();
+    }();
+    if (ends_with_data && static_cast<std::int64_t>(plan.position_before.epoch) >= length.epochs) {
+      timings.end_step(row_of(0));
+      break;
+    }
+    data::PackedBatch batch = plan.micro_batches.front();
+    data::DataPosition after = plan.position_after;
+    if (ends_with_data && static_cast<std::int64_t>(after.epoch) >= length.epochs) {
+      // The packer fills the last batch of an epoch from the next one; a run that ends
+      // with the data keeps only the samples of its last epoch (one sequence per sample).
+      const auto epochs_left = static_cast<std::uint64_t>(length.epochs) - plan.position_before.epoch;
+      batch = data::first_sequences(batch, static_cast<std::int64_t>(epochs_left * samples_per_epoch -
+                                                                     plan.position_before.consumed_samples));
+      after = {after.seed, static_cast<std::uint64_t>(length.epochs), 0, 0};
+    }
     comm::PackedHiddenBatch packed;
+    try {
+      fault_inject_out_of_memory(runtime.rank(), sent + 1);
+      auto t = timer.scope(Phase::forward);
+      const auto started = Clock::now();
+      model::BackboneOutput out = target->forward_backbone(to_model_batch(batch, device), taps);
+      if (send_final_hidden) out.taps.push_back(out.hidden);
+      packed.hidden = torch::cat(out.taps, -1).contiguous();
+      forward_seconds += seconds_since(started);
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      log_warn(cat("out of memory in the forward of batch ", sent + 1, ": ", first_line(e.what())));
+      outcome = {3, out_of_memory_message(context, runtime.rank(), sent + 1, token_budget,
+                                          compat::peak_allocated_bytes(device), run_dir)};
+      timings.end_step(row_of(0));
+      break;
+    }
     packed.cu_seqlens = batch.cu_seqlens;
     packed.token_ids = batch.tokens.to(torch::kInt32);
     packed.loss_mask = batch.loss_mask;
     packed.positions = batch.positions.to(torch::kInt32);
     packed.sample_ids = batch.sample_ids;
-    packed.hidden = torch::cat(out.taps, -1).contiguous();
-    forward_seconds += seconds_since(started);
-    started = Clock::now();
-    sender.send(packed);  // blocks while the drafter's queue is full
-    send_seconds += seconds_since(started);
+    packed.cursor = encode_cursor({stream.index, after});
+    {
+      auto t = timer.scope(Phase::queue_wait);  // blocks while the drafter's queue is full
+      const auto started = Clock::now();
+      sender.send(packed);
+      blocked_seconds += seconds_since(started);
+    }
     ++sent;
     tokens += batch.num_tokens;
+    timings.end_step(row_of(static_cast<double>(batch.num_tokens)));
   }
-  sender.close();
-  const double total = forward_seconds + send_seconds;
-  log_info(cat("target done: ", sent, " batches, ", tokens, " tokens; forward ",
-               static_cast<int>(100 * forward_seconds / std::max(total, 1e-9)), "%, blocked on the queue ",
-               static_cast<int>(100 * send_seconds / std::max(total, 1e-9)), "% (", tokens / std::max(total, 1e-9) / 1e3,
-               " Ktok/s)"));
+  sender.close(outcome.code != 0 ? "a target ran out of memory" : "");
+  const double busy = forward_seconds + blocked_seconds;
+  log_info_here(cat("target stream ", stream.index, " done: ", sent, " batches, ", tokens, " tokens, ",
+                    tokens / std::max(forward_seconds, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
+                    static_cast<int>(100 * blocked_seconds / std::max(busy, 1e-9)), "%"));
+  timings.flush();
+  return outcome;
 }
 
-void run_drafter(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
-                 const torch::Device& device) {
-  Runtime& runtime = context.runtime;
-  const Settings& settings = context.run.settings;
-  const Topology& topology = context.run.topology;
-  const std::int64_t seed = settings.integer("train.seed");
+class Drafting {
+ public:
+  Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+           const torch::Device& device);
+  Outcome run();
 
-  model::DFlashDrafter drafter(config);
-  drafter->load_target_tensors(*target);
-  drafter->to(device);
-  drafter->set_compute_dtype(compute_dtype_from(settings, device));
-  const NamedParameters parameters = named_parameters_of(*drafter);
-  auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
-  for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
-  comm::GradReducer reducer(parameters, *backend, grad_reducer_config_from(settings));
+ private:
+  bool reached_limit() const;
+  double schedule_tokens() const;
+  // Collective over the drafters: every stream's position from the drafter that feeds on it.
+  TrainingState gathered_state() const;
+  void save_checkpoint();
+  // Prints the progress line (drafter role rank 0) and starts a new window.
+  void log_progress(double lr, double grad_norm);
+
+  JobContext& context_;
+  Runtime& runtime_;
+  const Settings& settings_;
+  const Topology& topology_;
+  const model::DFlashConfig& config_;
+  torch::Device device_;
+  std::string run_dir_;
+  std::shared_ptr<const data::TokenDataset> dataset_;
+  TrainingLength length_;
+  model::DFlashDrafter drafter_{nullptr};
+  NamedParameters parameters_;
+  std::unique_ptr<comm::Backend> backend_;
+  std::unique_ptr<AdamW> optimizer_;
+  TrainingState state_;
+  std::vector<std::uint64_t> my_streams_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::int64_t last_checkpoint_step_ = 0;
+
+  // The progress window (since the last line).
+  std::vector<std::int64_t> correct_, valid_;
+  double window_loss_ = 0, window_weight_ = 0, window_wait_ = 0, window_seconds_ = 0, window_tokens_ = 0,
+         window_flops_ = 0;
+  std::int64_t window_steps_ = 0;
+};
+
+Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+                   const torch::Device& device)
+    : context_(context),
+      runtime_(context.runtime),
+      settings_(context.run.settings),
+      topology_(context.run.topology),
+      config_(config),
+      device_(device),
+      run_dir_(run_directory(context.run)),
+      dataset_(load_dataset(context.run.settings)),
+      length_(training_length(context.run.settings, *dataset_)),
+      drafter_(config) {
+  drafter_->load_target_tensors(*target);
+  drafter_->to(device_);
+  drafter_->set_compute_dtype(compute_dtype_from(settings_, device_));
+  parameters_ = named_parameters_of(*drafter_);
+  backend_ = comm::make_backend(runtime_.role_comm(), runtime_.device());
+  for (auto& [name, p] : parameters_) backend_->broadcast(p.data(), 0);
+  optimizer_ = std::make_unique<AdamW>(parameters_, adamw_config_from(settings_));
+  for (int t : topology_.targets_of(runtime_.rank())) my_streams_.push_back(stream_of(topology_, t).index);
+
+  state_ = initial_state(settings_);
+  state_.streams.assign(target_count(topology_), state_.data);
+  if (auto path = CheckpointReader::resolve_resume(run_dir_, context.options.resume)) {
+    CheckpointState checkpoint = CheckpointReader::load(*path, expectations_for(kModelName, parameters_, *optimizer_));
+    restore(checkpoint, parameters_, *optimizer_, state_);
+    if (state_.streams.size() != target_count(topology_))
+      throw ConfigError(cat(*path, " holds the data positions of ", state_.streams.size(), " target streams; ",
+                            topology_.source, " has ", target_count(topology_),
+                            " targets: resume with the number of targets the checkpoint was trained with"));
+    if (runtime_.role_rank() == 0)
+      log_info_here(cat("resumed from ", *path, " at step ", state_.step, ", ", state_.tokens, " tokens"));
+  }
+  last_checkpoint_step_ = state_.step;
+  for (int t : topology_.targets_of(runtime_.rank()))
+    send_start_position(t, state_.streams[stream_of(topology_, t).index]);
+  if (runtime_.role_rank() == 0) {
+    writer_ = std::make_unique<CheckpointWriter>(run_dir_, settings_.integer("checkpoint.keep"));
+    log_info_here(cat("drafter: ", model::count_drafter_parameters(config_), " trainable parameters, ",
+                      config_.num_draft_layers, " layers, block ", config_.block_size, ", taps of target layers ",
+                      config_.resolved_taps().size(), ", loss ", settings_.string("train.loss"), ", attention ",
+                      model::to_string(drafter_->attention_options().backend), "; training ", length_.describe()));
+  }
+  correct_.assign(static_cast<std::size_t>(config_.block_size), 0);
+  valid_.assign(static_cast<std::size_t>(config_.block_size), 0);
+}
+
+bool Drafting::reached_limit() const {
+  return (length_.max_steps > 0 && state_.step >= length_.max_steps) ||
+         (length_.stop_tokens > 0 && state_.tokens >= length_.stop_tokens);
+}
+
+// One step trains about token_budget tokens per drafter.
+double Drafting::schedule_tokens() const {
+  if (length_.max_steps > 0)
+    return static_cast<double>(length_.max_steps * settings_.integer("train.token_budget") * runtime_.role_size());
+  return static_cast<double>(length_.schedule_tokens);
+}
+
+TrainingState Drafting::gathered_state() const {
+  std::vector<std::uint64_t> flat(4 * state_.streams.size(), 0);
+  for (std::uint64_t s : my_streams_) {
+    const data::DataPosition& p = state_.streams[s];
+    flat[4 * s] = p.seed;
+    flat[4 * s + 1] = p.epoch;
+    flat[4 * s + 2] = p.consumed_samples;
+    flat[4 * s + 3] = p.offset_in_sample;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_UINT64_T, MPI_SUM, runtime_.role_comm());
+  TrainingState all = state_;
+  for (std::size_t s = 0; s < all.streams.size(); ++s)
+    all.streams[s] = {flat[4 * s], flat[4 * s + 1], flat[4 * s + 2], flat[4 * s + 3]};
+  return all;
+}
+
+void Drafting::save_checkpoint() {
+  const TrainingState all = gathered_state();
+  if (writer_) writer_->save(snapshot(context_.run, kModelName, parameters_, *optimizer_, all));
+  last_checkpoint_step_ = state_.step;
+}
+
+void Drafting::log_progress(double lr, double grad_norm) {
+  if (runtime_.role_rank() == 0) {
+    const std::vector<double> accuracy = model::slot_accuracy(correct_, valid_);
+    const double rate = window_tokens_ / std::max(window_seconds_, 1e-9);  // all drafters' tokens
+    double left = 0;
+    if (length_.max_steps > 0)
+      left = static_cast<double>(length_.max_steps - state_.step) * window_seconds_ / static_cast<double>(window_steps_);
+    else
+      left = (schedule_tokens() - static_cast<double>(state_.tokens)) / std::max(rate, 1e-9);
+    const std::string eta = left > 0 ? " | ETA " + format_duration(left) : "";
+    const double peak = peak_flops(device_);
+    const std::string mfu =
+        peak > 0 ? cat(" | MFU ", static_cast<int>(100 * window_flops_ / window_seconds_ / peak), "%") : "";
+    log_info_here(cat("step ", state_.step, " | loss ", window_loss_ / std::max(window_weight_, 1e-12), " | tau ",
+                      model::acceptance_length(accuracy), " | acc@1 ", accuracy.empty() ? 0.0 : accuracy[0],
+                      " | lr ", lr, " | gnorm ", grad_norm, " | ", rate / 1e3, " Ktok/s", mfu, " | starved ",
+                      static_cast<int>(100 * window_wait_ / std::max(window_seconds_, 1e-9)), "%", eta));
+  }
+  std::fill(correct_.begin(), correct_.end(), 0);
+  std::fill(valid_.begin(), valid_.end(), 0);
+  window_loss_ = window_weight_ = window_wait_ = window_seconds_ = window_tokens_ = window_flops_ = 0;
+  window_steps_ = 0;
+}
+
+Outcome Drafting::run() {
+  TimingLog timings(run_dir_, runtime_.world(), runtime_.role(), timing_config_from(settings_, device_));
+  PhaseTimer& timer = timings.timer();
+  const int me = runtime_.rank();
+  comm::HiddenStateReceiver receiver(MPI_COMM_WORLD, {me, topology_.targets_of(me)},
+                                     link_config(topology_, runtime_.device()));
+  comm::GradReducer reducer(parameters_, *backend_, grad_reducer_config_from(settings_));
   reducer.zero_grad();
-  AdamW optimizer(parameters, adamw_config_from(settings));
-  const std::int64_t max_steps = settings.integer("train.max_steps");
-  const std::int64_t planned_tokens =
-      max_steps > 0 ? max_steps * settings.integer("train.token_budget") * runtime.role_size() : 0;
-  LrSchedule schedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
-                      planned_tokens};
-  if (runtime.role_rank() == 0)
-    log_info_here(cat("drafter: ", model::count_drafter_parameters(config), " trainable parameters, ",
-                 config.num_draft_layers, " layers, block ", config.block_size, ", taps of target layers ",
-                 config.resolved_taps().size(), ", attention ", model::to_string(drafter->attention_options().backend)));
+  SampleLog sample_log(settings_, run_dir_, me);
+  LrSchedule schedule{settings_.real("train.lr"), settings_.real("train.min_lr_ratio"), settings_.real("train.warmup"),
+                      static_cast<std::int64_t>(schedule_tokens())};
+  const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
+  const std::int64_t log_every = std::max<std::int64_t>(1, settings_.integer("log.every"));
+  const std::int64_t checkpoint_every = settings_.integer("checkpoint.every_steps");
+  const std::int64_t tap_columns = static_cast<std::int64_t>(config_.resolved_taps().size()) * config_.target.hidden_size;
+  const bool kl = config_.loss == model::DFlashLoss::kl;
+  const std::size_t slots = static_cast<std::size_t>(config_.block_size);
+  double lr = 0, grad_norm = 0;
 
-  const int me = runtime.rank();
-  comm::HiddenStateReceiver receiver(MPI_COMM_WORLD, {me, topology.targets_of(me)},
-                                     link_config(topology, runtime.device()));
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(seed + runtime.role_rank()));
-  const std::int64_t log_every = std::max<std::int64_t>(1, settings.integer("log.every"));
-  const std::size_t slots = static_cast<std::size_t>(config.block_size);
-  std::vector<std::int64_t> correct(slots, 0), valid(slots, 0);
-  double window_loss = 0, window_weight = 0, window_wait = 0, window_seconds = 0;
-  std::int64_t step = 0, tokens = 0, window_tokens = 0;
+  Outcome outcome;
   while (true) {
-    auto started = Clock::now();
-    std::optional<comm::PackedHiddenBatch> next = receiver.next();
+    timer.begin_step(state_.step + 1);
+    const auto started = Clock::now();
+    compat::reset_peak_allocated_bytes(device_);
+    std::optional<comm::PackedHiddenBatch> next;
+    if (!reached_limit()) {
+      auto t = timer.scope(Phase::queue_wait);
+      next = receiver.next();
+    }
     const double waited = seconds_since(started);
-    // Drafters step together (their gradients are reduced): all stop once any stream ends.
-    int have = next ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, runtime.role_comm());
-    if (!have) break;
+    // Drafters step together (their gradients are reduced): all go on only if every one
+    // has a batch, none was asked to stop and no target closed early.
+    int go[2] = {next && receiver.early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
+    MPI_Allreduce(MPI_IN_PLACE, go, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
+    if (!go[0] || !go[1]) {
+      timings.end_step(row_of(0));  // waited, trained nothing: the time still shows
+      if (!go[1] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
+      break;
+    }
 
     const comm::PackedHiddenBatch& in = *next;
+    const StreamCursor cursor = decode_cursor(in.cursor);
+    if (std::find(my_streams_.begin(), my_streams_.end(), cursor.stream) == my_streams_.end())
+      throw std::runtime_error(cat("dflash_train: drafter rank ", me, " received a batch of stream ", cursor.stream,
+                                   ", which none of its targets reads"));
     model::DFlashBatch batch;
-    batch.packed.tokens = in.token_ids.to(torch::kInt64).to(device);
-    batch.packed.positions = in.positions.to(torch::kInt64).to(device);
-    batch.packed.cu_seqlens = in.cu_seqlens.to(device);
-    auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
-    batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
-    batch.loss_mask = in.loss_mask.to(device);
-    batch.taps = in.hidden;
-    model::DFlashBlocks blocks =
-        model::sample_anchors(in.cu_seqlens, in.loss_mask, config.block_size, config.max_anchors, generator);
+    {
+      auto t = timer.scope(Phase::h2d);
+      batch.packed.tokens = in.token_ids.to(device_, torch::kInt64);
+      batch.packed.positions = in.positions.to(device_, torch::kInt64);
+      batch.packed.cu_seqlens = in.cu_seqlens.to(device_);
+      auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
+      batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
+      batch.loss_mask = in.loss_mask.to(device_);
+      batch.taps = in.hidden.narrow(1, 0, tap_columns);
+      if (kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config_.target.hidden_size);
+    }
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(seed, cursor));
+    const model::DFlashBlocks blocks =
+        model::sample_anchors(in.cu_seqlens, in.loss_mask, config_.block_size, config_.max_anchors, generator);
 
     reducer.begin_micro_batch(true);
-    model::DFlashStepOutput out = drafter->forward(batch, blocks);
-    // Mean over the valid slots of every drafter's batch: the reduced gradient is then the
-    // gradient of one drafter trained on the union of the streams.
-    double weights[2] = {out.weight_sum, static_cast<double>(in.tokens())};
-    MPI_Allreduce(MPI_IN_PLACE, weights, 2, MPI_DOUBLE, MPI_SUM, runtime.role_comm());
-    (out.loss_sum / std::max(weights[0], 1e-12)).backward();
-    reducer.finish();
-    const double lr = schedule.at(tokens);
-    clip_gradients(parameters, settings.real("train.clip"));
-    optimizer.step(lr);
-    reducer.zero_grad();
-    ++step;
-    tokens += static_cast<std::int64_t>(weights[1]);
+    model::DFlashStepOutput out;
+    bool out_of_memory = false;
+    try {
+      fault_inject_out_of_memory(me, state_.step + 1);
+      {
+        auto t = timer.scope(Phase::forward);
+        out = drafter_->forward(batch, blocks);
+      }
+      auto t = timer.scope(Phase::backward);
+      out.loss_sum.backward();
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      out_of_memory = true;
+      log_warn(cat("out of memory in drafter step ", state_.step + 1, ": ", first_line(e.what())));
+    }
+    double sums[4] = {out_of_memory ? 0.0 : out.weight_sum, static_cast<double>(in.tokens()),
+                      out_of_memory ? 0.0 : out.loss_sum.item<double>(), out_of_memory ? 1.0 : 0.0};
+    {
+      auto t = timer.scope(Phase::comm_wait);
+      reducer.finish();
+      MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+    }
+    if (sums[3] > 0) {
+      int first = out_of_memory ? me : INT_MAX;
+      MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, runtime_.role_comm());
+      reducer.zero_grad();
+      outcome = {3, out_of_memory_message(context_, first, state_.step + 1, settings_.integer("train.token_budget"),
+                                          compat::peak_allocated_bytes(device_), run_dir_)};
+      timings.end_step(row_of(0));  // waited, trained nothing: the time still shows
+      break;
+    }
 
-    auto slot_correct = out.slot_correct.cpu();
+    lr = schedule.at(state_.tokens);
+    {
+      auto t = timer.scope(Phase::optimizer);
+      // The summed gradient of every drafter's loss sum over the weight of all their
+      // valid slots: the gradient of one drafter's mean over the union of the batches.
+      const double weight = std::max(sums[0], 1e-12);
+      for (auto& [name, p] : parameters_)
+        if (p.grad().defined()) p.grad().div_(weight);
+      grad_norm = clip_gradients(parameters_, settings_.real("train.clip"));
+      optimizer_->step(lr);
+      reducer.zero_grad();
+    }
+    state_.step += 1;
+    state_.tokens += static_cast<std::int64_t>(sums[1]);
+    state_.streams[cursor.stream] = cursor.after;
+    sample_log.record(in.sample_ids, in.cu_seqlens, in.positions);
+
+    const auto slot_correct = out.slot_correct.cpu();
     for (std::size_t k = 0; k < slots; ++k) {
-      correct[k] += slot_correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
-      valid[k] += out.slot_valid[k];
+      correct_[k] += slot_correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
+      valid_[k] += out.slot_valid[k];
     }
-    window_loss += out.loss_sum.item<double>();
-    window_weight += out.weight_sum;
-    window_wait += waited;
-    window_seconds += seconds_since(started);
-    window_tokens += in.tokens();
-    if (step % log_every == 0 && runtime.role_rank() == 0) {
-      std::vector<double> accuracy = model::slot_accuracy(correct, valid);
-      log_info_here(cat("step ", step, " | loss ", window_loss / std::max(window_weight, 1e-12), " | tau ",
-                   model::acceptance_length(accuracy), " | acc@1 ", accuracy.size() > 1 ? accuracy[1] : 0.0,
-                   " | lr ", lr, " | ", window_tokens / std::max(window_seconds, 1e-9) / 1e3,
-                   " Ktok/s | starved ", static_cast<int>(100 * window_wait / std::max(window_seconds, 1e-9)),
-                   "% | queue ", receiver.queue_size()));
-      std::fill(correct.begin(), correct.end(), 0);
-      std::fill(valid.begin(), valid.end(), 0);
-      window_loss = window_weight = window_wait = window_seconds = 0;
-      window_tokens = 0;
+    const double step_seconds = seconds_since(started);
+    const double flops = model::dflash_step_flops(config_, blocks, in.tokens());
+    window_loss_ += sums[2];
+    window_weight_ += sums[0];
+    window_wait_ += waited;
+    window_seconds_ += step_seconds;
+    window_tokens_ += sums[1];
+    window_flops_ += flops;
+    ++window_steps_;
+
+    if (checkpoint_every > 0 && state_.step % checkpoint_every == 0) {
+      auto t = timer.scope(Phase::checkpoint);
+      save_checkpoint();
     }
+    StepMetrics metrics = row_of(static_cast<double>(in.tokens()));
+    metrics.loss = sums[2] / std::max(sums[0], 1e-12);
+    metrics.lr = lr;
+    metrics.grad_norm = grad_norm;
+    metrics.peak_memory_bytes = static_cast<double>(compat::peak_allocated_bytes(device_));
+    metrics.queue_depth = static_cast<double>(receiver.queue_size());
+    metrics.collectives = static_cast<double>(reducer.collectives());
+    const double peak = peak_flops(device_);
+    if (peak > 0) metrics.extra[1] = flops / step_seconds / peak;
+    if (state_.step % log_every == 0) {
+      const std::vector<double> accuracy = model::slot_accuracy(correct_, valid_);
+      metrics.extra[0] = model::acceptance_length(accuracy);
+      log_progress(lr, grad_norm);
+    }
+    timings.end_step(metrics);
   }
-  if (runtime.role_rank() == 0) log_info_here(cat("drafter done: ", step, " steps, ", tokens, " tokens"));
+
+  // Whatever is still in flight was never trained on: ask the targets to end their
+  // streams and discard it (the checkpoint's positions make a resume recompute it).
+  receiver.request_stop();
+  std::int64_t discarded = 0;
+  while (receiver.next()) ++discarded;
+  if (outcome.code == 0 && state_.step > last_checkpoint_step_) save_checkpoint();
+  if (writer_) writer_->wait();
+  timings.flush();
+  if (runtime_.role_rank() == 0)
+    log_info_here(cat("drafter done: ", state_.step, " steps, ", state_.tokens, " tokens; ", discarded,
+                      " batches in flight discarded; checkpoints and timings.h5 in ", run_dir_));
+  return outcome;
 }
 
 }  // namespace
@@ -240,8 +594,9 @@ void train_dflash(JobContext& context) {
   torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
   model::Qwen3CausalLM target(config.target);
   if (settings.has("model.weights")) model::load_hf_checkpoint(*target, settings.string("model.weights"));
-  if (runtime.role() == "target") run_target(context, target, config.resolved_taps(), device);
-  else run_drafter(context, target, config, device);
+  Outcome outcome = runtime.role() == "target" ? run_target(context, target, config, device)
+                                               : Drafting(context, target, config, device).run();
+  agree_outcome(runtime, outcome);
 }
 
 }  // namespace topotrain

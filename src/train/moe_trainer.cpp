@@ -60,20 +60,6 @@ StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
   return all;
 }
 
-// Model FLOPs per trained token (forward + backward = 3x forward): 6 per active weight
-// (lm_head included, the embedding lookup not) plus the attention score and value
-// matmuls, 12 * layers * heads * head_dim * mean attended context (half the mean
-// document length under the causal mask).
-double flops_per_token(const model::ModelConfig& config, double mean_document_tokens) {
-  const auto counts = model::count_parameters(config);
-  const double lm_head = static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
-  const double matmul_weights = static_cast<double>(counts.active - counts.embedding) + lm_head;
-  const double attention = 12.0 * static_cast<double>(config.num_hidden_layers) *
-                           static_cast<double>(config.num_attention_heads * config.head_dim) *
-                           (mean_document_tokens / 2.0);
-  return 6.0 * matmul_weights + attention;
-}
-
 }  // namespace
 
 void train_moe(JobContext& context) {
@@ -129,7 +115,7 @@ void train_moe(JobContext& context) {
                                static_cast<double>(std::max<std::uint64_t>(1, dataset->num_samples()));
   TimingLogConfig timing_config;
   timing_config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
-  timing_config.flops_per_token = flops_per_token(model_config, mean_document);
+  timing_config.flops_per_token = 3.0 * model::forward_flops_per_token(model_config, mean_document);
   timing_config.peak_flops = peak_flops(device);
   timing_config.extra_fields = {"aux_loss"};
   timing_config.nvml_device = device.is_cuda() ? device.index() : -1;

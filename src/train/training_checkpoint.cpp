@@ -28,6 +28,15 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
                      {"data_epoch", static_cast<std::int64_t>(state.data.epoch)},
                      {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
                      {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
+  checkpoint.ints["streams"] = static_cast<std::int64_t>(state.streams.size());
+  for (std::size_t i = 0; i < state.streams.size(); ++i) {
+    const data::DataPosition& p = state.streams[i];
+    const std::string key = cat("stream", i, "_");
+    checkpoint.ints[key + "seed"] = static_cast<std::int64_t>(p.seed);
+    checkpoint.ints[key + "epoch"] = static_cast<std::int64_t>(p.epoch);
+    checkpoint.ints[key + "consumed_samples"] = static_cast<std::int64_t>(p.consumed_samples);
+    checkpoint.ints[key + "offset_in_sample"] = static_cast<std::int64_t>(p.offset_in_sample);
+  }
   checkpoint.settings_toml = run.settings.to_toml();
   checkpoint.topology_text = run.topology_text;
   return checkpoint;
@@ -62,6 +71,17 @@ void restore(const CheckpointState& checkpoint, const NamedParameters& parameter
   state.data.epoch = static_cast<std::uint64_t>(integer("data_epoch"));
   state.data.consumed_samples = static_cast<std::uint64_t>(integer("data_consumed_samples"));
   state.data.offset_in_sample = static_cast<std::uint64_t>(integer("data_offset_in_sample"));
+  state.streams.clear();
+  auto streams = checkpoint.ints.find("streams");
+  for (std::int64_t i = 0; streams != checkpoint.ints.end() && i < streams->second; ++i) {
+    const std::string key = cat("stream", i, "_");
+    data::DataPosition p;
+    p.seed = static_cast<std::uint64_t>(integer((key + "seed").c_str()));
+    p.epoch = static_cast<std::uint64_t>(integer((key + "epoch").c_str()));
+    p.consumed_samples = static_cast<std::uint64_t>(integer((key + "consumed_samples").c_str()));
+    p.offset_in_sample = static_cast<std::uint64_t>(integer((key + "offset_in_sample").c_str()));
+    state.streams.push_back(p);
+  }
 }
 
 }  // namespace topotrain

@@ -149,6 +149,20 @@ TEST(PackerStreams, StreamsPartitionEachEpochAndResumeOnTheirOwn) {
                ConfigError);
 }
 
+TEST_F(PackerTest, FirstSequencesKeepsWholePiecesAndRecounts) {
+  TokenBudgetPacker packer(dataset_of({3, 5, 2, 9, 1}, true), PackerConfig{16, LongSamplePolicy::split, false, false, {}},
+                           DataPosition{});
+  const PackedBatch all = packer.next();  // s0, s1, s2 (10 tokens); s3 would overflow
+  const PackedBatch two = first_sequences(all, 2);
+  EXPECT_EQ(vec(two.tokens), (I64{0, 1, 2, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(vec(two.cu_seqlens), (I64{0, 3, 8}));
+  EXPECT_EQ(vec(two.sample_ids), (I64{0, 1}));
+  EXPECT_EQ(two.num_tokens, 8);
+  EXPECT_EQ(two.num_loss_tokens, 1 + 2);
+  EXPECT_EQ(two.max_seqlen, 5);
+  EXPECT_EQ(first_sequences(all, 7).num_tokens, all.num_tokens);
+}
+
 TEST(EpochPermutation, DeterministicPermutationThatDependsOnSeedAndEpoch) {
   const auto a = epoch_permutation(7, 0, 1000, true);
   EXPECT_EQ(a, epoch_permutation(7, 0, 1000, true));

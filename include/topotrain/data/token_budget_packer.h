@@ -37,6 +37,9 @@ struct SampleStream {
   uint64_t count = 1;
 };
 
+// Samples per epoch of `stream` over a dataset of `num_samples`.
+uint64_t stream_size(uint64_t num_samples, const SampleStream& stream);
+
 struct PackerConfig {
   uint64_t token_budget = 0;
   LongSamplePolicy long_samples = LongSamplePolicy::split;

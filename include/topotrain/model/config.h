@@ -63,6 +63,12 @@ struct ParameterCounts {
 };
 ParameterCounts count_parameters(const ModelConfig& config);
 
+// Model FLOPs of one token's forward pass (training costs 3x): 2 per active weight
+// (lm_head included, the embedding lookup not) plus the attention score and value
+// matmuls, 4 * layers * heads * head_dim * mean attended context (half the mean document
+// length under the causal mask).
+double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
+
 // Bytes of training state that do not scale with the batch: fp32 master weights, fp32
 // gradients, fp32 Adam moments, and the bf16 weight copies made during forward/backward.
 struct TrainingMemory {

@@ -1,15 +1,29 @@
 // dflash_train: frozen target ranks stream the hidden states of their tap layers to
 // drafter ranks, which train a DFlash drafter on them.
 //
-//   target:  prefetched micro-batch (its share of the sample stream) -> forward_backbone
-//            (no lm_head, no grad) -> concatenated taps -> HiddenStateSender (blocks while
-//            its drafter's queue is full: back-pressure)
-//   drafter: HiddenStateReceiver (fan-in from its targets) -> anchors -> drafter forward /
-//            backward, loss over the weight of all drafters' valid slots -> GradReducer
-//            among drafters -> clip -> AdamW
+//   target:  its own sample stream (stream k of the k-th target: data::SampleStream) ->
+//            prefetched packed batch -> forward_backbone (no lm_head, no grad) ->
+//            concatenated taps (+ the final hidden state for train.loss = "kl") ->
+//            HiddenStateSender, the batch's cursor = the stream position after it (blocks
+//            while its drafter's queue is full: back-pressure)
+//   drafter: HiddenStateReceiver (fan-in from its targets) -> anchors seeded by the
+//            batch's cursor -> drafter forward / backward of the loss sum -> GradReducer
+//            among drafters -> gradients over the weight of all drafters' valid slots ->
+//            clip -> AdamW
 //
-// One received batch is one drafter step; with train.max_steps each target sends its
-// share of the steps of the drafter it feeds, so every stream ends cleanly.
+// State: a checkpoint (drafter role rank 0 writes it) holds the drafter, its optimizer
+// and, per target stream, the position after the last batch a drafter trained on.
+// Batches a target had produced but no drafter trained are recomputed after a resume, so
+// nothing is skipped or repeated, also with another train.token_budget. At start every
+// drafter sends each of its targets where its stream starts.
+//
+// Ending: with no step or token limit each target ends its stream after train.epochs
+// epochs; a drafter ends when its streams have ended, at train.max_steps / max_tokens, on
+// SIGUSR1, or when one of its targets closed early (out of memory); drafters stop
+// together. A stopping drafter asks its targets to end their streams and drains what was
+// in flight. Every rank then meets in one agreement: exit 0, or every rank leaves with
+// the code and message of the lowest failing rank (3 and the resume command for an
+// out-of-memory on a target or a drafter).
 #pragma once
 
 #include "topotrain/train/job.h"

@@ -49,6 +49,9 @@ struct TrainingState {
   std::int64_t step = 0;
   std::int64_t tokens = 0;  // global tokens trained so far (the LR schedule's clock)
   data::DataPosition data;
+  // Pipelines (dflash_train): where each target's own sample stream stands, counting only
+  // batches a drafter has trained on. Empty for moe_train.
+  std::vector<data::DataPosition> streams;
 };
 TrainingState initial_state(const Settings& settings);
 

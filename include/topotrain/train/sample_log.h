@@ -19,6 +19,9 @@ class SampleLog {
   SampleLog& operator=(const SampleLog&) = delete;
 
   void record(const data::PackedBatch& batch);
+  // The same from a packed batch's parts: int sample ids [sequences], cu_seqlens
+  // [sequences + 1] and per-token positions.
+  void record(const at::Tensor& sample_ids, const at::Tensor& cu_seqlens, const at::Tensor& positions);
 
  private:
   std::FILE* file_ = nullptr;
