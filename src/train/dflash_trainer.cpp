@@ -209,6 +209,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   PhaseTimer& timer = timings.timer();
   comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)},
                                  link_config(topology, runtime.device()));
+  SampleLog sample_log(settings, run_dir, runtime.rank());  // what this target sent
 
   Outcome outcome;
   double forward_seconds = 0, blocked_seconds = 0;
@@ -262,6 +263,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
       sender.send(packed);
       blocked_seconds += seconds_since(started);
     }
+    sample_log.record(batch);
     ++sent;
     tokens += batch.num_tokens;
     timings.end_step(row_of(static_cast<double>(batch.num_tokens)));
@@ -428,7 +430,7 @@ Outcome Drafting::run() {
                                      link_config(topology_, runtime_.device()));
   comm::GradReducer reducer(parameters_, *backend_, grad_reducer_config_from(settings_));
   reducer.zero_grad();
-  SampleLog sample_log(settings_, run_dir_, me);
+  SampleLog sample_log(settings_, run_dir_, me);  // what this drafter trained on
   LrSchedule schedule{settings_.real("train.lr"), settings_.real("train.min_lr_ratio"), settings_.real("train.warmup"),
                       static_cast<std::int64_t>(schedule_tokens())};
   const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
@@ -572,7 +574,10 @@ Outcome Drafting::run() {
   receiver.request_stop();
   std::int64_t discarded = 0;
   while (receiver.next()) ++discarded;
-  if (outcome.code == 0 && state_.step > last_checkpoint_step_) save_checkpoint();
+  // Also after an out-of-memory step: it changed nothing (no optimizer step), so the
+  // state it leaves is the last good one, and a resume repeats no trained batch.
+  compat::release_cached_memory(device_);
+  if (state_.step > last_checkpoint_step_) save_checkpoint();
   if (writer_) writer_->wait();
   timings.flush();
   if (runtime_.role_rank() == 0)

@@ -21,9 +21,10 @@
 // epochs; a drafter ends when its streams have ended, at train.max_steps / max_tokens, on
 // SIGUSR1, or when one of its targets closed early (out of memory); drafters stop
 // together. A stopping drafter asks its targets to end their streams and drains what was
-// in flight. Every rank then meets in one agreement: exit 0, or every rank leaves with
-// the code and message of the lowest failing rank (3 and the resume command for an
-// out-of-memory on a target or a drafter).
+// in flight and checkpoints its last trained step (also after an out-of-memory step,
+// which changed nothing). Every rank then meets in one agreement: exit 0, or every rank
+// leaves with the code and message of the lowest failing rank (3 and the resume command
+// for an out-of-memory on a target or a drafter).
 #pragma once
 
 #include "topotrain/train/job.h"

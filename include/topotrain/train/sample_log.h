@@ -1,6 +1,7 @@
 // log.samples = true: every rank appends each trained piece of a sample ("sample begin
 // end", token range) to <run_dir>/samples-rank-<R>.txt. This is how tests (and users who
-// doubt a resume) check that no sample was skipped or trained twice.
+// doubt a resume) check that no sample was skipped or trained twice. In dflash_train a
+// target records what it sent, a drafter what it trained on.
 #pragma once
 
 #include <cstdio>

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# End-to-end checks of dflash_train on CPU ranks (tests/train/CMakeLists.txt runs each) over
+# a small dataset (33 paragraphs, 11325 byte tokens), trained to the end of its epoch:
+#   dflash_train_e2e.sh BIN_DIR fanin    7 targets -> 1 drafter: the drafter trains every batch the
+#                                        targets sent exactly once, and together they cover every
+#                                        token of the epoch exactly once; the report names a stage
+#   dflash_train_e2e.sh BIN_DIR resume   stopped after 5 steps and resumed at half the token_budget:
+#                                        every token of the epoch trained exactly once
+#   dflash_train_e2e.sh BIN_DIR oom      an out-of-memory on a target, then on the drafter: every rank
+#                                        exits 3 with the resume command, which resumes and finishes
+#                                        the epoch with every token trained exactly once
+#   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
+#                                        checkpoint of its last step
+#   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state
+set -euo pipefail
+bin=$1 scenario=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+"$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
+dataset_tokens=11325
+
+topology() {  # topology T: a CPU topology file with T targets feeding one drafter
+  local t=$1
+  printf '[topology]\nname = "cpu-%dt1d"\ninterconnect = "cpu"\n' "$t" > "$work/cpu-${t}t1d.toml"
+  printf '[[roles]]\nrole = "target"\nranks = [%s]\ndevices = "cpu"\n' "$(seq -s, 0 $((t - 1)))" >> "$work/cpu-${t}t1d.toml"
+  printf '[[roles]]\nrole = "drafter"\nranks = [%d]\ndevices = "cpu"\n[links]\nqueue_depth = 2\n' "$t" >> "$work/cpu-${t}t1d.toml"
+  echo "$work/cpu-${t}t1d.toml"
+}
+
+common=(--set data.path="$work/small.h5" --set model.preset=tiny-dense --set model.draft_layers=1 --set model.taps=1
+        --set model.block_size=4 --set train.anchors=8 --set train.token_budget=256 --set train.max_steps=0
+        --set log.every=5 --set log.samples=true --set checkpoint.dir="$work")
+
+train() {  # train T RUN [args...]: T targets + 1 drafter, output in $work/RUN.log (appended)
+  local t=$1 run=$2
+  shift 2
+  timeout 300 "${mpirun[@]}" -np $((t + 1)) "$bin/dflash_train" "$(topology "$t")" "${common[@]}" \
+    --set checkpoint.run="$run" "$@" >>"$work/$run.log" 2>&1
+}
+
+# Every token of the epoch trained exactly once: the drafter's sample log (rank T) expanded
+# to (sample, position) pairs has no repeat and holds all of the dataset's tokens.
+covers_epoch_once() {  # covers_epoch_once RUN DRAFTER_RANK
+  awk '{ for (i = $2; i < $3; ++i) print $1, i }' "$work/$1/samples-rank-$2.txt" | sort > "$work/$1.tokens"
+  local repeats total
+  repeats=$(uniq -d "$work/$1.tokens" | wc -l)
+  total=$(wc -l < "$work/$1.tokens")
+  [[ $repeats == 0 && $total == "$dataset_tokens" ]] || {
+    echo "$1: $total tokens trained, $repeats of them more than once (want $dataset_tokens, none twice)"
+    exit 1
+  }
+}
+
+case $scenario in
+fanin)
+  timeout 300 "${mpirun[@]}" -np 8 "$bin/dflash_train" topology/cpu-7t1d.toml "${common[@]}" --set checkpoint.run=fanin \
+    > "$work/fanin.log" 2>&1 || { cat "$work/fanin.log"; exit 1; }
+  sort "$work"/fanin/samples-rank-[0-6].txt > "$work/sent"
+  sort "$work/fanin/samples-rank-7.txt" > "$work/trained"
+  cmp -s "$work/sent" "$work/trained" || { echo "trained pieces differ from the sent ones"; diff "$work/sent" "$work/trained" | head; exit 1; }
+  covers_epoch_once fanin 7
+  grep -q "0 batches in flight discarded" "$work/fanin.log"
+  "$bin/topotrain-report" "$work/fanin" > "$work/report.txt"
+  grep -q "role target (ranks 0,1,2,3,4,5,6)" "$work/report.txt"
+  grep -q "role drafter (rank 7)" "$work/report.txt"
+  grep -q "^bottleneck: " "$work/report.txt" || { cat "$work/report.txt"; exit 1; }
+  ;;
+resume)
+  train 3 straight || { cat "$work/straight.log"; exit 1; }
+  covers_epoch_once straight 3
+  train 3 half --set train.max_steps=5 || { cat "$work/half.log"; exit 1; }
+  grep -q "drafter done: 5 steps" "$work/half.log"
+  train 3 half --set train.token_budget=128 --resume auto || { cat "$work/half.log"; exit 1; }
+  grep -q "resumed from .*step-0*5.h5 at step 5" "$work/half.log"
+  covers_epoch_once half 3
+  ;;
+oom)
+  for fault in 1:3 3:4; do  # target rank 1 in its batch 3; the drafter (rank 3) in step 4
+    run=oom-${fault/:/-}
+    if TOPOTRAIN_FAULT_OOM=$fault train 3 "$run" --set checkpoint.every_steps=2; then
+      cat "$work/$run.log"; echo "expected the run with TOPOTRAIN_FAULT_OOM=$fault to fail"; exit 1
+    fi
+    grep -q "out of memory on rank ${fault%:*} at step ${fault#*:} with train.token_budget = 256" "$work/$run.log" ||
+      { cat "$work/$run.log"; exit 1; }
+    command=$(grep -Eo "mpirun -np 4 dflash_train .*--set train.token_budget=128 --resume auto" "$work/$run.log")
+    command=${command#mpirun }
+    eval "timeout 300 ${mpirun[*]} ${command/dflash_train/$bin/dflash_train}" >>"$work/$run.log" 2>&1 ||
+      { cat "$work/$run.log"; exit 1; }
+    grep -q "resumed from .*step-" "$work/$run.log"
+    covers_epoch_once "$run" 3
+  done
+  ;;
+stop)
+  "${mpirun[@]}" -np 4 "$bin/dflash_train" "$(topology 3)" "${common[@]}" --set checkpoint.run=stop \
+    --set train.epochs=1000 --set log.every=1 > "$work/stop.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 600); do grep -qs "step 3 |" "$work/stop.log" && break; sleep 0.2; done
+  kill -USR1 "$launcher"
+  timeout 120 tail --pid="$launcher" -f /dev/null || { echo "the run did not stop"; kill -9 "$launcher"; exit 1; }
+  wait "$launcher" || { cat "$work/stop.log"; echo "expected exit 0"; exit 1; }
+  step=$(grep -Eo 'drafter done: [0-9]+ steps' "$work/stop.log" | awk '{print $3}')
+  [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
+  echo "stopped after step $step with its checkpoint"
+  ;;
+kl)
+  train 2 kl --set train.loss=kl --set train.max_steps=6 || { cat "$work/kl.log"; exit 1; }
+  grep -q "loss kl" "$work/kl.log"
+  grep -q "drafter done: 6 steps" "$work/kl.log"
+  ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+echo "PASS $scenario"
