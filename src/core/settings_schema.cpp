@@ -17,7 +17,7 @@ const std::vector<SettingSpec>& setting_specs() {
        "model shape: moe-500m, qwen3-0.6b, qwen3-8b, tiny-moe, tiny-dense (dflash: the target's shape)"},
       {"model.config", T::string, kUnset, "HF config.json to take the model shape from instead of the preset"},
       {"model.weights", T::string, kUnset,
-       "HF safetensors directory or topotrain checkpoint to load weights from (dflash: the target)"},
+       "start from: HF safetensors, a topotrain checkpoint or run directory (dflash: the target's weights)"},
       {"model.dtype", T::string, std::string("auto"), "compute dtype: auto (bf16 on GPU, fp32 on CPU), bf16, fp32"},
       {"model.init_std", T::real, 0.02, "standard deviation of the random initialisation"},
       {"model.draft_layers", T::integer, std::int64_t{5}, "dflash: drafter decoder layers (and target taps)"},

@@ -20,7 +20,6 @@
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
-#include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/checkpoint_writer.h"
@@ -598,7 +597,7 @@ void train_dflash(JobContext& context) {
   // targets run it, drafters keep its embedding, final norm and lm_head.
   torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
   model::Qwen3CausalLM target(config.target);
-  if (settings.has("model.weights")) model::load_hf_checkpoint(*target, settings.string("model.weights"));
+  if (settings.has("model.weights")) load_model_weights(*target, settings.string("model.weights"));
   Outcome outcome = runtime.role() == "target" ? run_target(context, target, config, device)
                                                : Drafting(context, target, config, device).run();
   agree_outcome(runtime, outcome);

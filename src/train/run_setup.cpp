@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
+#include "topotrain/model/hf_checkpoint.h"
+#include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
 
 #ifndef TOPOTRAIN_DEMO_DATASET
@@ -33,6 +36,28 @@ double peak_flops(const torch::Device& device) {
 model::ModelConfig model_config_from(const Settings& settings) {
   if (settings.has("model.config")) return model::ModelConfig::from_json_file(settings.string("model.config"));
   return model::ModelConfig::preset(settings.string("model.preset"));
+}
+
+void load_model_weights(model::Qwen3CausalLMImpl& model, const std::string& path) {
+  std::string checkpoint;
+  if (is_regular_file(path) && path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0) {
+    checkpoint = path;
+  } else if (is_directory(path) && file_exists(join_path(path, "latest"))) {
+    auto latest = CheckpointReader::find_latest(path);
+    if (!latest) throw ConfigError(cat("model.weights = \"", path, "\": the run directory holds no complete checkpoint"));
+    checkpoint = *latest;
+  }
+  if (checkpoint.empty()) {
+    model::load_hf_checkpoint(model, path);
+    return;
+  }
+  std::map<std::string, torch::Tensor> wanted;
+  for (const auto& [name, p] : named_parameters_of(model)) wanted["model/" + name] = p;
+  CheckpointExpectations expectations;
+  expectations.expect_like(wanted);
+  const CheckpointState state = CheckpointReader::load(checkpoint, expectations);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, p] : wanted) p.copy_(state.tensors.at(name));
 }
 
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device) {

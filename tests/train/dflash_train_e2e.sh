@@ -12,6 +12,8 @@
 #   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
 #                                        checkpoint of its last step
 #   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state
+#   dflash_train_e2e.sh BIN_DIR weights  targets load a tiny-dense target that moe_train trained
+#                                        (model.weights = its run directory); a tiny-moe one is refused
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -107,6 +109,21 @@ kl)
   train 2 kl --set train.loss=kl --set train.max_steps=6 || { cat "$work/kl.log"; exit 1; }
   grep -q "loss kl" "$work/kl.log"
   grep -q "drafter done: 6 steps" "$work/kl.log"
+  ;;
+weights)
+  printf '[topology]\nname = "one"\ninterconnect = "cpu"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = "cpu"\n' \
+    > "$work/one.toml"
+  for preset in tiny-dense tiny-moe; do
+    timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$work/one.toml" --set data.path="$work/small.h5" \
+      --set model.preset=$preset --set train.token_budget=256 --set train.max_steps=2 --set checkpoint.dir="$work" \
+      --set checkpoint.run=$preset > "$work/$preset.log" 2>&1 || { cat "$work/$preset.log"; exit 1; }
+  done
+  train 2 weights --set train.max_steps=4 --set model.weights="$work/tiny-dense" || { cat "$work/weights.log"; exit 1; }
+  grep -q "drafter done: 4 steps" "$work/weights.log"
+  if train 2 wrong --set train.max_steps=4 --set model.weights="$work/tiny-moe"; then
+    echo "a tiny-moe checkpoint was accepted as a tiny-dense target"; exit 1
+  fi
+  grep -q "step-00000002.h5 has no tensor 'model/model.layers.0.mlp" "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

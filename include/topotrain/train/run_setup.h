@@ -16,6 +16,7 @@
 #include "topotrain/data/token_dataset.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/packed_batch.h"
+#include "topotrain/model/qwen3.h"
 #include "topotrain/train/adamw.h"
 
 namespace topotrain {
@@ -33,6 +34,11 @@ double peak_flops(const torch::Device& device);
 
 // model.config (an HF config.json) when set, else the model.preset shape.
 model::ModelConfig model_config_from(const Settings& settings);
+// model.weights: an HF safetensors checkpoint (directory, file or index), a topotrain
+// checkpoint file (step-*.h5, e.g. a moe_train run of the same shape) or a run directory
+// (its latest checkpoint). ConfigError names the file and the tensor that does not fit.
+void load_model_weights(model::Qwen3CausalLMImpl& model, const std::string& path);
+
 // model.dtype: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device);
 AdamWConfig adamw_config_from(const Settings& settings);
