@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 
@@ -76,16 +77,25 @@ int main(int argc, char** argv) {
       auto out = drafter->forward(batch, blocks);
       (out.loss_sum / out.weight_sum).backward();
     };
-    try {
-      for (int i = 0; i < 2; ++i) step();
+    // Mean seconds of `body` over `steps` runs after two warm-up runs.
+    auto seconds_of = [&](const std::function<void()>& body) {
+      for (int i = 0; i < 2; ++i) body();
       torch::cuda::synchronize();
       const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < steps; ++i) step();
+      for (int i = 0; i < steps; ++i) body();
       torch::cuda::synchronize();
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
+    };
+    try {
+      const double seconds = seconds_of(step);
+      // Where the step goes: the layers alone, then with the loss through the frozen lm_head.
+      const double layers = seconds_of([&] { drafter->forward_blocks(batch, blocks); });
+      const double forward = seconds_of([&] { drafter->forward(batch, blocks); });
       const double mfu = mdl::dflash_step_flops(config, blocks, tokens) / seconds / kPeakFlops;
-      std::printf("attention %s: %.1f ms fwd+bwd, %.0f context tokens/s, %.0f block tokens/s, MFU %.1f%%\n",
-                  mdl::to_string(options.backend).c_str(), seconds * 1e3, static_cast<double>(tokens) / seconds,
+      std::printf("attention %s: %.1f ms fwd+bwd (fwd %.1f, of which layers %.1f), %.0f context tokens/s, "
+                  "%.0f block tokens/s, MFU %.1f%%\n",
+                  mdl::to_string(options.backend).c_str(), seconds * 1e3, forward * 1e3, layers * 1e3,
+                  static_cast<double>(tokens) / seconds,
                   static_cast<double>(blocks.num_blocks() * config.block_size) / seconds, mfu * 100);
     } catch (const std::exception& e) {
       std::printf("attention %s: failed: %s\n", mdl::to_string(options.backend).c_str(), e.what());

@@ -83,6 +83,7 @@ constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
 
 #ifdef TOPOTRAIN_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -113,6 +114,15 @@ inline void reset_peak_allocated_bytes(const at::Device& device) {
 inline void release_cached_memory(const at::Device& device) {
 #ifdef TOPOTRAIN_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  (void)device;
+}
+
+// Waits for the work queued on the device's current stream, so that a CPU-timed phase
+// ends when its kernels do rather than when they were launched.
+inline void synchronize(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
 #endif
   (void)device;
 }

@@ -56,7 +56,7 @@ const std::vector<SettingSpec>& setting_specs() {
       // [checkpoint]
       {"checkpoint.dir", T::string, std::string("checkpoints"), "root of run directories"},
       {"checkpoint.run", T::string, kUnset, "run directory name (unset: the topology's name)"},
-      {"checkpoint.every_steps", T::integer, std::int64_t{100}, "checkpoint every N optimizer steps (0: only at the end)"},
+      {"checkpoint.every_steps", T::integer, std::int64_t{100}, "checkpoint every N optimizer steps (0: only at the end; -1: never, for benchmarks)"},
       {"checkpoint.keep", T::integer, std::int64_t{3}, "complete checkpoints kept"},
       // [log]
       {"log.every", T::integer, std::int64_t{10}, "print a progress line every N steps"},

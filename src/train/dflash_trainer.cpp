@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "topotrain/comm/backend.h"
 #include "topotrain/comm/grad_reducer.h"
@@ -185,8 +186,10 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   const Settings& settings = context.run.settings;
   const Topology& topology = context.run.topology;
   torch::NoGradGuard frozen;
-  target->to(device);
-  target->set_compute_dtype(compute_dtype_from(settings, device));
+  // Frozen: the weights are kept in the compute dtype itself (no fp32 masters, no casts).
+  const torch::ScalarType dtype = compute_dtype_from(settings, device);
+  target->to(device, dtype);
+  target->set_compute_dtype(dtype);
   const std::vector<std::int64_t> taps = config.resolved_taps();
   const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
 
@@ -241,6 +244,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
       model::BackboneOutput out = target->forward_backbone(to_model_batch(batch, device), taps);
       if (send_final_hidden) out.taps.push_back(out.hidden);
       packed.hidden = torch::cat(out.taps, -1).contiguous();
+      compat::synchronize(device);  // phases are CPU-timed: end this one with its kernels
       forward_seconds += seconds_since(started);
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
@@ -490,9 +494,11 @@ Outcome Drafting::run() {
       {
         auto t = timer.scope(Phase::forward);
         out = drafter_->forward(batch, blocks);
+        compat::synchronize(device_);  // phases are CPU-timed: end each with its kernels
       }
       auto t = timer.scope(Phase::backward);
       out.loss_sum.backward();
+      compat::synchronize(device_);
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
       out_of_memory = true;
@@ -576,7 +582,7 @@ Outcome Drafting::run() {
   // Also after an out-of-memory step: it changed nothing (no optimizer step), so the
   // state it leaves is the last good one, and a resume repeats no trained batch.
   compat::release_cached_memory(device_);
-  if (state_.step > last_checkpoint_step_) save_checkpoint();
+  if (checkpoint_every >= 0 && state_.step > last_checkpoint_step_) save_checkpoint();
   if (writer_) writer_->wait();
   timings.flush();
   if (runtime_.role_rank() == 0)
@@ -591,13 +597,17 @@ void train_dflash(JobContext& context) {
   Runtime& runtime = context.runtime;
   const Settings& settings = context.run.settings;
   const torch::Device device = torch_device(runtime.device());
-  at::set_num_threads(1);
   const model::DFlashConfig config = dflash_config_from(settings);
   // Every rank builds the same target from the same seed (or loads the same weights):
-  // targets run it, drafters keep its embedding, final norm and lm_head.
+  // targets run it, drafters keep its embedding, final norm and lm_head. Drawing billions
+  // of random weights is CPU work, so the node's cores are shared while it runs; training
+  // then uses one intra-op thread per rank.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  at::set_num_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(runtime.local_size()))));
   torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
   model::Qwen3CausalLM target(config.target);
   if (settings.has("model.weights")) load_model_weights(*target, settings.string("model.weights"));
+  at::set_num_threads(1);
   Outcome outcome = runtime.role() == "target" ? run_target(context, target, config, device)
                                                : Drafting(context, target, config, device).run();
   agree_outcome(runtime, outcome);

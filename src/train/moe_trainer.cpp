@@ -259,7 +259,8 @@ void train_moe(JobContext& context) {
     metrics.collectives = static_cast<double>(report.collectives);
     metrics.extra = {report.aux_loss};
     const bool stopping = all.stop || length.done(state);
-    if (stopping || (checkpoint_every > 0 && state.step % checkpoint_every == 0)) save_checkpoint();
+    if (checkpoint_every >= 0 && (stopping || (checkpoint_every > 0 && state.step % checkpoint_every == 0)))
+      save_checkpoint();
     timings.end_step(metrics);
     if (runtime.rank() == 0 && (state.step % log_every == 0 || stopping)) log_info(progress.line());
     if (all.stop) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# dflash_train pipelines on a machine with two GPUs (an H200 pair), random weights, synthetic
+# documents of ~4K tokens, 16K-token batches:
+#   1t1d     topology/1t1d.toml: a qwen3-8b-shaped target on GPU 0 feeds a 5-layer drafter of
+#            hidden 4096 on GPU 1 (CUDA IPC link)
+#   fan-in   bench/dflash/fan-in-2gpu.toml: seven qwen3-0.6b-shaped targets share GPU 0 and feed
+#            one drafter on GPU 1
+# Each run's log (targets' rates, the drafter's progress lines) and topotrain-report's
+# breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
+#   bash bench/dflash/pipeline.sh          (from the project root; builds into build-gpu)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
+source launch/env.sh
+[[ -x $BUILD_DIR/bin/dflash_train ]] || JOBS=$(nproc --all) launch/build.sh >/dev/null
+bin=$BUILD_DIR/bin
+results=${OUT:-$(mktemp -d)}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 4096 >/dev/null
+
+run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
+  local name=$1 np=$2 topology=$3 steps=$4
+  shift 4
+  echo "## $name: mpirun -np $np dflash_train $topology --set train.max_steps=$steps $*"
+  timeout "${RUN_TIMEOUT_S:-240}" mpirun --allow-run-as-root --bind-to none -np "$np" -x LD_LIBRARY_PATH \
+    -x NCCL_NVLS_ENABLE "$bin/dflash_train" "$topology" --set data.path="$work/docs.h5" \
+    --set train.max_steps="$steps" --set log.every=5 --set checkpoint.every_steps=-1 \
+    --set checkpoint.dir="$work" --set checkpoint.run="$name" "$@" > "$results/dflash-$name.log" 2>&1 ||
+    { tail -30 "$results/dflash-$name.log"; return 1; }
+  grep -E "^\[rank [0-9]+ (target|drafter)\] (step |target stream|drafter done|drafter:)" "$results/dflash-$name.log"
+  "$bin/topotrain-report" "$work/$name" --skip 3 | tee "$results/dflash-$name-report.txt"
+}
+
+{
+  echo "# bench/dflash/pipeline.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l), $(date -u +%F)"
+  run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}"
+  run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}"
+} 2>&1 | tee "$results/dflash-pipeline.txt"
