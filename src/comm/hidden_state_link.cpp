@@ -175,14 +175,15 @@ void HiddenStateSender::fail(const std::string& reason) {
             "MPI_Send (hidden-state error)");
 }
 
-HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config)
-    : queue_depth_(static_cast<std::size_t>(std::max(1, config.queue_depth))) {
+HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config) {
   check_ends(comm, ends, false);
   int threading = 0;
   MPI_Query_thread(&threading);
   if (threading < MPI_THREAD_MULTIPLE)
     throw std::runtime_error("hidden-state link: the receiving thread needs MPI initialised with MPI_THREAD_MULTIPLE");
   payload_ = open_link(comm, ends, config, link_, transport_, make_payload_receiver);
+  per_sender_depth_ = std::max<std::size_t>(1, static_cast<std::size_t>(std::max(1, config.queue_depth)) / ends.senders.size());
+  queues_.resize(ends.senders.size() + 1);
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;
   open_count_ = static_cast<int>(ends.senders.size());
@@ -197,14 +198,16 @@ HiddenStateReceiver::~HiddenStateReceiver() {
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
-  queue_.clear();
+  queues_.clear();
   payload_.reset();
   free_link_comm(link_);
 }
 
 std::size_t HiddenStateReceiver::queue_size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.size();
+  std::size_t size = 0;
+  for (const auto& queue : queues_) size += queue.size();
+  return size;
 }
 
 void HiddenStateReceiver::request_stop() {
@@ -220,24 +223,48 @@ std::string HiddenStateReceiver::early_close_reason() const {
   return early_close_reason_;
 }
 
-std::optional<PackedHiddenBatch> HiddenStateReceiver::next() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !queue_.empty() || finished_ || error_; });
-  if (error_) std::rethrow_exception(error_);
-  if (queue_.empty()) return std::nullopt;
-  Entry entry = std::move(queue_.front());
-  queue_.pop_front();
+PackedHiddenBatch HiddenStateReceiver::take(std::size_t link_rank, std::unique_lock<std::mutex>& lock) {
+  Entry entry = std::move(queues_[link_rank].front());
+  queues_[link_rank].pop_front();
+  ++taken_;
   lock.unlock();
-  changed_.notify_all();  // room in the queue
+  changed_.notify_all();  // room in that sender's queue
   if (entry.before_use) entry.before_use();
   return std::move(entry.batch);
 }
 
+std::optional<PackedHiddenBatch> HiddenStateReceiver::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  std::size_t earliest = 0;
+  changed_.wait(lock, [&] {
+    earliest = 0;
+    for (std::size_t r = 1; r < queues_.size(); ++r)
+      if (!queues_[r].empty() && (earliest == 0 || queues_[r].front().arrival < queues_[earliest].front().arrival))
+        earliest = r;
+    return earliest != 0 || finished_ || error_;
+  });
+  if (error_) std::rethrow_exception(error_);
+  if (earliest == 0) return std::nullopt;
+  return take(earliest, lock);
+}
+
+std::optional<PackedHiddenBatch> HiddenStateReceiver::next_from(int sender) {
+  const auto it = std::find(senders_.begin(), senders_.end(), sender);
+  if (it == senders_.end())
+    throw std::invalid_argument(cat("HiddenStateReceiver::next_from: rank ", sender, " is not a sender of this link"));
+  const std::size_t link_rank = static_cast<std::size_t>(it - senders_.begin()) + 1;
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return !queues_[link_rank].empty() || !open_[link_rank] || error_; });
+  if (error_) std::rethrow_exception(error_);
+  if (queues_[link_rank].empty()) return std::nullopt;
+  return take(link_rank, lock);
+}
+
 // Handles one waiting frame with `tag`, if any.
-bool HiddenStateReceiver::handle_frame(int tag) {
+bool HiddenStateReceiver::handle_frame(int tag, int source) {
   int waiting = 0;
   MPI_Status status;
-  mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, tag, link_, &waiting, &status), "MPI_Iprobe (hidden-state link)");
+  mpi_check(MPI_Iprobe(source, tag, link_, &waiting, &status), "MPI_Iprobe (hidden-state link)");
   if (!waiting) return false;
   int bytes = 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
@@ -245,19 +272,22 @@ bool HiddenStateReceiver::handle_frame(int tag) {
   int sender = status.MPI_SOURCE;
   mpi_check(MPI_Recv(raw.data(), bytes, MPI_BYTE, sender, tag, link_, MPI_STATUS_IGNORE), "MPI_Recv (hidden-state header)");
   DecodedFrame frame = decode_frame(raw);
-  if (!open_[sender]) throw std::runtime_error(cat("hidden-state link: link rank ", sender, " sent after closing"));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!open_[sender]) throw std::runtime_error(cat("hidden-state link: link rank ", sender, " sent after closing"));
+  }
   switch (frame.fields.kind) {
     case FrameKind::data: {
       ReceivedPayload payload = payload_->receive(sender, frame.fields, frame.extra);
       frame.header.hidden = payload.hidden;
       frame.header.sender = senders_[static_cast<std::size_t>(sender - 1)];
       std::lock_guard<std::mutex> lock(mutex_);
-      queue_.push_back(Entry{std::move(frame.header), std::move(payload.before_use)});
+      queues_[sender].push_back(Entry{std::move(frame.header), std::move(payload.before_use), arrivals_++});
       break;
     }
     case FrameKind::close: {
-      open_[sender] = false;
       std::lock_guard<std::mutex> lock(mutex_);
+      open_[sender] = false;
       finished_ = --open_count_ == 0;
       if (early_close_reason_.empty()) early_close_reason_ = frame.extra;
       break;
@@ -280,27 +310,33 @@ bool HiddenStateReceiver::handle_frame(int tag) {
 }
 
 // Polls rather than blocking in MPI so that the destructor can always stop it. Control
-// frames are taken at any time; data frames only while the queue has room, which leaves
-// senders blocked in their synchronous send: the back-pressure.
+// frames are taken at any time; a sender's data frames only while its queue has room, which
+// leaves that sender blocked in its synchronous send: the back-pressure.
 void HiddenStateReceiver::receive_loop() {
   using namespace std::chrono;
   const microseconds shortest(20), longest(2000);
   microseconds pause = shortest;
+  std::vector<int> with_room;
   try {
     while (true) {
-      bool room = false;
+      std::uint64_t taken = 0;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stop_ || finished_) return;
-        room = queue_.size() < queue_depth_;
+        with_room.clear();
+        for (std::size_t r = 1; r < queues_.size(); ++r)
+          if (open_[r] && queues_[r].size() < per_sender_depth_) with_room.push_back(static_cast<int>(r));
+        taken = taken_;
       }
-      if (handle_frame(kControlTag) || (room && handle_frame(kDataTag))) {
+      bool handled = handle_frame(kControlTag, MPI_ANY_SOURCE);
+      for (int r : with_room) handled = handle_frame(kDataTag, r) || handled;
+      if (handled) {
         pause = shortest;
         continue;
       }
       std::unique_lock<std::mutex> lock(mutex_);
-      // Woken early when next() makes room in a full queue.
-      changed_.wait_for(lock, pause, [&] { return stop_ || (!room && queue_.size() < queue_depth_); });
+      // Woken early when next() makes room.
+      changed_.wait_for(lock, pause, [&] { return stop_ || taken_ != taken; });
       pause = std::min(longest, pause * 2);
     }
   } catch (...) {

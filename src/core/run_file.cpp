@@ -131,7 +131,10 @@ Topology parse_topology_tables(const toml::table& root, const std::string& sourc
     topology.roles.push_back(parse_role(*table, source));
   }
   if (const toml::table* links = root["links"].as_table()) {
-    reject_unknown_keys(*links, {"hidden_states", "queue_depth"}, source, "links");
+    reject_unknown_keys(*links, {"hidden_states", "queue_depth", "fan_in"}, source, "links");
+    if (const toml::node* fan_in = links->get("fan_in"))
+      topology.links.fan_in = enum_value<FanIn>(*fan_in, source, "fan_in",
+                                                {{"arrival", FanIn::arrival}, {"round_robin", FanIn::round_robin}});
     if (const toml::node* hs = links->get("hidden_states"))
       topology.links.hidden_states = enum_value<LinkTransport>(
           *hs, source, "hidden_states",

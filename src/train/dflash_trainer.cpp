@@ -288,7 +288,6 @@ class Drafting {
 
  private:
   bool reached_limit() const;
-  double schedule_tokens() const;
   // Collective over the drafters: every stream's position from the drafter that feeds on it.
   TrainingState gathered_state() const;
   void save_checkpoint();
@@ -360,7 +359,9 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
     writer_ = std::make_unique<CheckpointWriter>(run_dir_, settings_.integer("checkpoint.keep"));
     log_info_here(cat("drafter: ", model::count_drafter_parameters(config_), " trainable parameters, ",
                       config_.num_draft_layers, " layers, block ", config_.block_size, ", taps of target layers ",
-                      config_.resolved_taps().size(), ", loss ", settings_.string("train.loss"), ", attention ",
+                      config_.resolved_taps().size(), ", loss ", settings_.string("train.loss"), ", ",
+                      settings_.integer("train.grad_accum"), " batch(es) per step taken ",
+                      topology_.links.fan_in == FanIn::round_robin ? "round-robin" : "as they arrive", ", attention ",
                       model::to_string(drafter_->attention_options().backend), "; training ", length_.describe()));
   }
   correct_.assign(static_cast<std::size_t>(config_.block_size), 0);
@@ -370,13 +371,6 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
 bool Drafting::reached_limit() const {
   return (length_.max_steps > 0 && state_.step >= length_.max_steps) ||
          (length_.stop_tokens > 0 && state_.tokens >= length_.stop_tokens);
-}
-
-// One step trains about token_budget tokens per drafter.
-double Drafting::schedule_tokens() const {
-  if (length_.max_steps > 0)
-    return static_cast<double>(length_.max_steps * settings_.integer("train.token_budget") * runtime_.role_size());
-  return static_cast<double>(length_.schedule_tokens);
 }
 
 TrainingState Drafting::gathered_state() const {
@@ -409,7 +403,7 @@ void Drafting::log_progress(double lr, double grad_norm) {
     if (length_.max_steps > 0)
       left = static_cast<double>(length_.max_steps - state_.step) * window_seconds_ / static_cast<double>(window_steps_);
     else
-      left = (schedule_tokens() - static_cast<double>(state_.tokens)) / std::max(rate, 1e-9);
+      left = static_cast<double>(length_.schedule_tokens - state_.tokens) / std::max(rate, 1e-9);
     const std::string eta = left > 0 ? " | ETA " + format_duration(left) : "";
     const double peak = peak_flops(device_);
     const std::string mfu =
@@ -435,7 +429,7 @@ Outcome Drafting::run() {
   reducer.zero_grad();
   SampleLog sample_log(settings_, run_dir_, me);  // what this drafter trained on
   LrSchedule schedule{settings_.real("train.lr"), settings_.real("train.min_lr_ratio"), settings_.real("train.warmup"),
-                      static_cast<std::int64_t>(schedule_tokens())};
+                      length_.schedule_tokens};  // as moe_train: max_steps only stops early
   const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
   const std::int64_t log_every = std::max<std::int64_t>(1, settings_.integer("log.every"));
   const std::int64_t checkpoint_every = settings_.integer("checkpoint.every_steps");
@@ -444,20 +438,34 @@ Outcome Drafting::run() {
   const std::size_t slots = static_cast<std::size_t>(config_.block_size);
   double lr = 0, grad_norm = 0;
 
+  const auto grad_accum = static_cast<std::size_t>(std::max<std::int64_t>(1, settings_.integer("train.grad_accum")));
+  const std::vector<int> targets = topology_.targets_of(me);
+  const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
+
   Outcome outcome;
   while (true) {
     timer.begin_step(state_.step + 1);
     const auto started = Clock::now();
     compat::reset_peak_allocated_bytes(device_);
-    std::optional<comm::PackedHiddenBatch> next;
+    // The step's grad_accum batches: as they arrive, or from the targets in a rotation that
+    // depends only on the step (so that a resumed run takes the same batches).
+    std::vector<comm::PackedHiddenBatch> inputs;
     if (!reached_limit()) {
       auto t = timer.scope(Phase::queue_wait);
-      next = receiver.next();
+      for (std::size_t m = 0; m < grad_accum; ++m) {
+        const std::size_t turn = static_cast<std::size_t>(state_.step) * grad_accum + m;
+        std::optional<comm::PackedHiddenBatch> next =
+            round_robin ? receiver.next_from(targets[turn % targets.size()]) : receiver.next();
+        if (!next) break;
+        inputs.push_back(std::move(*next));
+      }
     }
     const double waited = seconds_since(started);
     // Drafters step together (their gradients are reduced): all go on only if every one
-    // has a batch, none was asked to stop and no target closed early.
-    int go[2] = {next && receiver.early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
+    // has its batches, none was asked to stop and no target closed early. Batches of an
+    // incomplete step are not trained: the checkpoint's positions leave them to a resume.
+    int go[2] = {inputs.size() == grad_accum && receiver.early_close_reason().empty() ? 1 : 0,
+                 stop_requested() ? 0 : 1};
     MPI_Allreduce(MPI_IN_PLACE, go, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
     if (!go[0] || !go[1]) {
       timings.end_step(row_of(0));  // waited, trained nothing: the time still shows
@@ -465,47 +473,64 @@ Outcome Drafting::run() {
       break;
     }
 
-    const comm::PackedHiddenBatch& in = *next;
-    const StreamCursor cursor = decode_cursor(in.cursor);
-    if (std::find(my_streams_.begin(), my_streams_.end(), cursor.stream) == my_streams_.end())
-      throw std::runtime_error(cat("dflash_train: drafter rank ", me, " received a batch of stream ", cursor.stream,
-                                   ", which none of its targets reads"));
-    model::DFlashBatch batch;
-    {
-      auto t = timer.scope(Phase::h2d);
-      batch.packed.tokens = in.token_ids.to(device_, torch::kInt64);
-      batch.packed.positions = in.positions.to(device_, torch::kInt64);
-      batch.packed.cu_seqlens = in.cu_seqlens.to(device_);
-      auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
-      batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
-      batch.loss_mask = in.loss_mask.to(device_);
-      batch.taps = in.hidden.narrow(1, 0, tap_columns);
-      if (kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config_.target.hidden_size);
-    }
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(seed, cursor));
-    const model::DFlashBlocks blocks =
-        model::sample_anchors(in.cu_seqlens, in.loss_mask, config_.block_size, config_.max_anchors, generator);
-
-    reducer.begin_micro_batch(true);
-    model::DFlashStepOutput out;
+    // Each micro-batch's loss sum goes backward as it is; the sums of the weights, tokens
+    // and losses are reduced once, after the last micro-batch.
+    double sums[4] = {0, 0, 0, 0};  // valid-slot weight, tokens, loss sum, out-of-memory ranks
+    double flops = 0;
+    std::vector<StreamCursor> cursors;
     bool out_of_memory = false;
-    try {
-      fault_inject_out_of_memory(me, state_.step + 1);
+    for (std::size_t m = 0; m < grad_accum; ++m) {
+      const comm::PackedHiddenBatch& in = inputs[m];
+      cursors.push_back(decode_cursor(in.cursor));
+      if (std::find(my_streams_.begin(), my_streams_.end(), cursors.back().stream) == my_streams_.end())
+        throw std::runtime_error(cat("dflash_train: drafter rank ", me, " received a batch of stream ",
+                                     cursors.back().stream, ", which none of its targets reads"));
+      sums[1] += static_cast<double>(in.tokens());
+      reducer.begin_micro_batch(m + 1 == grad_accum);
+      if (out_of_memory) continue;  // still walk the schedule: the reducer must stay in step
+      model::DFlashBatch batch;
       {
-        auto t = timer.scope(Phase::forward);
-        out = drafter_->forward(batch, blocks);
-        compat::synchronize(device_);  // phases are CPU-timed: end each with its kernels
+        auto t = timer.scope(Phase::h2d);
+        batch.packed.tokens = in.token_ids.to(device_, torch::kInt64);
+        batch.packed.positions = in.positions.to(device_, torch::kInt64);
+        batch.packed.cu_seqlens = in.cu_seqlens.to(device_);
+        auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
+        batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
+        batch.loss_mask = in.loss_mask.to(device_);
+        batch.taps = in.hidden.narrow(1, 0, tap_columns);
+        if (kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config_.target.hidden_size);
       }
-      auto t = timer.scope(Phase::backward);
-      out.loss_sum.backward();
-      compat::synchronize(device_);
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory(e)) throw;
-      out_of_memory = true;
-      log_warn(cat("out of memory in drafter step ", state_.step + 1, ": ", first_line(e.what())));
+      auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(seed, cursors.back()));
+      const model::DFlashBlocks blocks =
+          model::sample_anchors(in.cu_seqlens, in.loss_mask, config_.block_size, config_.max_anchors, generator);
+      try {
+        fault_inject_out_of_memory(me, state_.step + 1);
+        model::DFlashStepOutput out;
+        {
+          auto t = timer.scope(Phase::forward);
+          out = drafter_->forward(batch, blocks);
+          compat::synchronize(device_);  // phases are CPU-timed: end each with its kernels
+        }
+        {
+          auto t = timer.scope(Phase::backward);
+          out.loss_sum.backward();
+          compat::synchronize(device_);
+        }
+        sums[0] += out.weight_sum;
+        sums[2] += out.loss_sum.item<double>();
+        flops += model::dflash_step_flops(config_, blocks, in.tokens());
+        const auto slot_correct = out.slot_correct.cpu();
+        for (std::size_t k = 0; k < slots; ++k) {
+          correct_[k] += slot_correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
+          valid_[k] += out.slot_valid[k];
+        }
+      } catch (const std::exception& e) {
+        if (!is_out_of_memory(e)) throw;
+        out_of_memory = true;
+        log_warn(cat("out of memory in drafter step ", state_.step + 1, ": ", first_line(e.what())));
+      }
     }
-    double sums[4] = {out_of_memory ? 0.0 : out.weight_sum, static_cast<double>(in.tokens()),
-                      out_of_memory ? 0.0 : out.loss_sum.item<double>(), out_of_memory ? 1.0 : 0.0};
+    sums[3] = out_of_memory ? 1.0 : 0.0;
     {
       auto t = timer.scope(Phase::comm_wait);
       reducer.finish();
@@ -535,16 +560,11 @@ Outcome Drafting::run() {
     }
     state_.step += 1;
     state_.tokens += static_cast<std::int64_t>(sums[1]);
-    state_.streams[cursor.stream] = cursor.after;
-    sample_log.record(in.sample_ids, in.cu_seqlens, in.positions);
-
-    const auto slot_correct = out.slot_correct.cpu();
-    for (std::size_t k = 0; k < slots; ++k) {
-      correct_[k] += slot_correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
-      valid_[k] += out.slot_valid[k];
+    for (std::size_t m = 0; m < grad_accum; ++m) {
+      state_.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
+      sample_log.record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
     }
     const double step_seconds = seconds_since(started);
-    const double flops = model::dflash_step_flops(config_, blocks, in.tokens());
     window_loss_ += sums[2];
     window_weight_ += sums[0];
     window_wait_ += waited;
@@ -557,7 +577,9 @@ Outcome Drafting::run() {
       auto t = timer.scope(Phase::checkpoint);
       save_checkpoint();
     }
-    StepMetrics metrics = row_of(static_cast<double>(in.tokens()));
+    double my_tokens = 0;
+    for (const auto& in : inputs) my_tokens += static_cast<double>(in.tokens());
+    StepMetrics metrics = row_of(my_tokens);
     metrics.loss = sums[2] / std::max(sums[0], 1e-12);
     metrics.lr = lr;
     metrics.grad_norm = grad_norm;

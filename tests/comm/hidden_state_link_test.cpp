@@ -131,8 +131,10 @@ TEST_F(HiddenStateLink, SlowReceiverBlocksTheSenderWithABoundedQueue) {
   const int depth = 3, total = depth + 2;
   const int release_tag = 77;
   LinkEnds ends = fan_in();
+  // queue_depth is shared among the senders: rank 0's share is `depth`.
+  const int queue_depth = depth * static_cast<int>(ends.senders.size());
   if (!is_receiver()) {
-    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(depth));
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(queue_depth));
     std::vector<std::int64_t> returned;
     if (world_rank() == 0)
       for (int seq = 0; seq < total; ++seq) {
@@ -149,7 +151,7 @@ TEST_F(HiddenStateLink, SlowReceiverBlocksTheSenderWithABoundedQueue) {
     }
     return;
   }
-  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(depth));
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(queue_depth));
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (receiver.queue_size() < static_cast<std::size_t>(depth) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -274,4 +276,31 @@ TEST_F(HiddenStateLink, AnEarlyCloseCarriesItsReason) {
   while (receiver.next()) ++received;
   EXPECT_EQ(received, static_cast<int>(ends.senders.size()));
   EXPECT_EQ(receiver.early_close_reason(), "out of memory in the target forward");
+}
+
+// next_from takes the senders in a rotation whatever the arrival order, each one's batches
+// in its order, and reports a closed sender's end of stream.
+TEST_F(HiddenStateLink, NextFromTakesTheSendersInRotation) {
+  const int per_sender = 3;
+  LinkEnds ends = fan_in();
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2 * static_cast<int>(ends.senders.size())));
+    // The last sender starts late, so arrival order differs from the rotation.
+    if (world_rank() == ends.senders.back()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    for (int seq = 0; seq < per_sender; ++seq) sender.send(make_batch(world_rank(), seq));
+    sender.close();
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2 * static_cast<int>(ends.senders.size())));
+  const int n = static_cast<int>(ends.senders.size());
+  for (int turn = 0; turn < per_sender * n; ++turn) {
+    const int from = ends.senders[static_cast<std::size_t>(turn % n)];
+    auto batch = receiver.next_from(from);
+    ASSERT_TRUE(batch.has_value()) << "turn " << turn;
+    ASSERT_EQ(batch->sender, from);
+    expect_identical(*batch, make_batch(from, turn / n));
+  }
+  for (int from : ends.senders) EXPECT_FALSE(receiver.next_from(from).has_value());
+  EXPECT_FALSE(receiver.next().has_value());
+  EXPECT_THROW(receiver.next_from(ends.receiver), std::invalid_argument);
 }

@@ -175,6 +175,14 @@ TEST(Topology, UnknownKeysAndTablesSuggestNearest) {
   EXPECT_NE(links.find("did you mean 'hidden_states'?"), std::string::npos) << links;
 }
 
+TEST(Topology, FanInIsArrivalUnlessRoundRobinIsAsked) {
+  EXPECT_EQ(parse_topology(read("topology/7t1d.toml"), "7t1d.toml").links.fan_in, FanIn::arrival);
+  const Topology t = parse("[links]\nfan_in = \"round_robin\"\n[[roles]]\nrole = \"trainer\"\nranks = [0]\n");
+  EXPECT_EQ(t.links.fan_in, FanIn::round_robin);
+  std::string wrong = error_of([] { parse("[links]\nfan_in = \"robin\"\n[[roles]]\nrole = \"trainer\"\nranks = [0]\n"); });
+  EXPECT_NE(wrong.find("fan_in = \"robin\" is not one of arrival | round_robin"), std::string::npos) << wrong;
+}
+
 TEST(Topology, MissingFileIsAClearError) {
   std::string message = error_of([] { load_run("no/such.toml", {}, {}); });
   EXPECT_NE(message.find("cannot open topology file 'no/such.toml'"), std::string::npos) << message;

@@ -12,6 +12,10 @@
 #   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
 #                                        checkpoint of its last step
 #   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state
+#   dflash_train_e2e.sh BIN_DIR union    2 targets -> 2 data-parallel drafters equal 2 targets -> 1
+#                                        drafter taking one batch of each per step (grad_accum 2,
+#                                        fan_in round_robin): same weights after 6 steps; and that
+#                                        run stopped after 3 steps and resumed equals it uninterrupted
 #   dflash_train_e2e.sh BIN_DIR weights  targets load a tiny-dense target that moe_train trained
 #                                        (model.weights = its run directory); a tiny-moe one is refused
 set -euo pipefail
@@ -22,11 +26,12 @@ mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
 dataset_tokens=11325
 
-topology() {  # topology T: a CPU topology file with T targets feeding one drafter
-  local t=$1
+topology() {  # topology T [FAN_IN]: a CPU topology file with T targets feeding one drafter
+  local t=$1 fan_in=${2:-arrival}
   printf '[topology]\nname = "cpu-%dt1d"\ninterconnect = "cpu"\n' "$t" > "$work/cpu-${t}t1d.toml"
   printf '[[roles]]\nrole = "target"\nranks = [%s]\ndevices = "cpu"\n' "$(seq -s, 0 $((t - 1)))" >> "$work/cpu-${t}t1d.toml"
-  printf '[[roles]]\nrole = "drafter"\nranks = [%d]\ndevices = "cpu"\n[links]\nqueue_depth = 2\n' "$t" >> "$work/cpu-${t}t1d.toml"
+  printf '[[roles]]\nrole = "drafter"\nranks = [%d]\ndevices = "cpu"\n[links]\nqueue_depth = 2\nfan_in = "%s"\n' \
+    "$t" "$fan_in" >> "$work/cpu-${t}t1d.toml"
   echo "$work/cpu-${t}t1d.toml"
 }
 
@@ -37,7 +42,7 @@ common=(--set data.path="$work/small.h5" --set model.preset=tiny-dense --set mod
 train() {  # train T RUN [args...]: T targets + 1 drafter, output in $work/RUN.log (appended)
   local t=$1 run=$2
   shift 2
-  timeout 300 "${mpirun[@]}" -np $((t + 1)) "$bin/dflash_train" "$(topology "$t")" "${common[@]}" \
+  timeout 300 "${mpirun[@]}" -np $((t + 1)) "$bin/dflash_train" "$(topology "$t" "${FAN_IN:-arrival}")" "${common[@]}" \
     --set checkpoint.run="$run" "$@" >>"$work/$run.log" 2>&1
 }
 
@@ -109,6 +114,22 @@ kl)
   train 2 kl --set train.loss=kl --set train.max_steps=6 || { cat "$work/kl.log"; exit 1; }
   grep -q "loss kl" "$work/kl.log"
   grep -q "drafter done: 6 steps" "$work/kl.log"
+  ;;
+union)
+  steps=(--set train.max_steps=6 --set checkpoint.every_steps=3)
+  # topology/cpu-2t2d.toml without its [model] and [train] tables: the settings of `common` only.
+  sed '/^\[model\]/,$d' topology/cpu-2t2d.toml > "$work/cpu-2t2d.toml"
+  timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${steps[@]}" \
+    --set checkpoint.run=two > "$work/two.log" 2>&1 || { cat "$work/two.log"; exit 1; }
+  rr=(--set train.grad_accum=2 "${steps[@]}")
+  FAN_IN=round_robin train 2 one "${rr[@]}" || { cat "$work/one.log"; exit 1; }
+  grep -q "2 batch(es) per step taken round-robin" "$work/one.log"
+  "$bin/checkpoint_diff" "$work/two/step-00000006.h5" "$work/one/step-00000006.h5" 1e-6 model/
+  # Round-robin makes the run independent of timing: interrupted and resumed = uninterrupted.
+  FAN_IN=round_robin train 2 resumed --set train.grad_accum=2 --set train.max_steps=3 ||
+    { cat "$work/resumed.log"; exit 1; }
+  FAN_IN=round_robin train 2 resumed "${rr[@]}" --resume auto || { cat "$work/resumed.log"; exit 1; }
+  "$bin/checkpoint_diff" "$work/one/step-00000006.h5" "$work/resumed/step-00000006.h5" 0 model/
   ;;
 weights)
   printf '[topology]\nname = "one"\ninterconnect = "cpu"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = "cpu"\n' \

@@ -12,8 +12,9 @@
 //   auto  ipc when every end of the link is on one node with CUDA, nccl across nodes,
 //         mpi on CPU
 //
-// Back-pressure: the receiver holds at most `queue_depth` batches (all senders
-// together); a sender's send() blocks while that queue is full — nothing is dropped.
+// Back-pressure: the receiver holds at most max(1, queue_depth / senders) batches of each
+// sender; a sender's send() blocks while its share is full — nothing is dropped, and a fast
+// sender cannot crowd a slow one out of the queue.
 // Every sender ends its stream with close(); the receiver's next() returns nullopt once
 // every sender has closed. A sender that fails calls fail(reason) and the receiver's
 // next() throws with the reason; an exception on the receiver ends the job through the
@@ -125,10 +126,14 @@ class HiddenStateReceiver {
   HiddenStateReceiver(const HiddenStateReceiver&) = delete;
   HiddenStateReceiver& operator=(const HiddenStateReceiver&) = delete;
 
-  // The next batch from any sender (each sender's batches in its order), waiting for one;
-  // nullopt once every sender has closed and the queue is drained. Throws when a sender
-  // failed or the link broke. On CUDA the payload is ready for the current stream.
+  // The next batch from any sender, the earliest arrived first (each sender's batches in
+  // its order), waiting for one; nullopt once every sender has closed and the queue is
+  // drained. Throws when a sender failed or the link broke. On CUDA the payload is ready for
+  // the current stream.
   std::optional<PackedHiddenBatch> next();
+  // The next batch of `sender` (a rank of LinkEnds::senders), waiting for it; nullopt once
+  // that sender has closed and its batches are drained.
+  std::optional<PackedHiddenBatch> next_from(int sender);
 
   LinkTransport transport() const { return transport_; }
   std::size_t queue_size() const;  // batches waiting, for the queue-depth telemetry
@@ -142,23 +147,31 @@ class HiddenStateReceiver {
   struct Entry {
     PackedHiddenBatch batch;
     std::function<void()> before_use;  // orders the consumer's stream after the transfer
+    std::uint64_t arrival = 0;
   };
   void receive_loop();
-  bool handle_frame(int tag);  // false when no frame with `tag` is waiting
+  // Takes one waiting frame with `tag` from `source` (a link rank, or MPI_ANY_SOURCE);
+  // false when none is waiting.
+  bool handle_frame(int tag, int source);
+  // The front entry of queues_[link_rank], handed over to the caller (mutex_ held by `lock`).
+  PackedHiddenBatch take(std::size_t link_rank, std::unique_lock<std::mutex>& lock);
 
   MPI_Comm link_ = MPI_COMM_NULL;
   LinkTransport transport_;
-  std::size_t queue_depth_;
+  std::size_t per_sender_depth_;
   std::unique_ptr<detail::PayloadReceiver> payload_;
-  std::vector<bool> open_;  // per link rank: sender not closed yet
-  int open_count_ = 0;
   std::vector<int> senders_;  // link rank i + 1 is senders_[i] in the caller's communicator
   bool stop_sent_ = false;
-  std::string early_close_reason_;  // guarded by mutex_
 
+  // Guarded by mutex_.
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Entry> queue_;
+  std::vector<std::deque<Entry>> queues_;  // per link rank (0, the receiver, stays empty)
+  std::vector<bool> open_;                 // per link rank: sender not closed yet
+  int open_count_ = 0;
+  std::uint64_t arrivals_ = 0;
+  std::uint64_t taken_ = 0;  // batches handed out: the receiving thread waits for this to move
+  std::string early_close_reason_;
   bool finished_ = false;   // every sender closed
   bool stop_ = false;       // the destructor asks the thread to leave
   std::exception_ptr error_;

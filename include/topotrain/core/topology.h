@@ -37,9 +37,16 @@ struct RoleSpec {
   std::vector<int> route;
 };
 
+// How a drafter takes the batches of its targets: `arrival` in the order they arrive
+// (fastest; a slow target does not hold the others up), `round_robin` one target after
+// the other in a fixed rotation, so that training does not depend on timing (reproducible,
+// and a resumed run equals an uninterrupted one).
+enum class FanIn { arrival, round_robin };
+
 struct LinkSpec {
   LinkTransport hidden_states = LinkTransport::automatic;
   int queue_depth = 20;  // packed hidden-state batches buffered per drafter
+  FanIn fan_in = FanIn::arrival;
 };
 
 struct Topology {

@@ -6,8 +6,9 @@
 //            concatenated taps (+ the final hidden state for train.loss = "kl") ->
 //            HiddenStateSender, the batch's cursor = the stream position after it (blocks
 //            while its drafter's queue is full: back-pressure)
-//   drafter: HiddenStateReceiver (fan-in from its targets) -> anchors seeded by the
-//            batch's cursor -> drafter forward / backward of the loss sum -> GradReducer
+//   drafter: HiddenStateReceiver (fan-in from its targets: train.grad_accum batches per
+//            step, as they arrive or round-robin, [links] fan_in) -> anchors seeded by each
+//            batch's cursor -> drafter forward / backward of each loss sum -> GradReducer
 //            among drafters -> gradients over the weight of all drafters' valid slots ->
 //            clip -> AdamW
 //
