@@ -7,6 +7,9 @@
 #            one drafter on GPU 1
 # Each run's log (targets' rates, the drafter's progress lines) and topotrain-report's
 # breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
+# VARIANTS=1 adds 1t1d runs with a qwen3-0.6b-shaped target and drafter over each link
+# transport (ipc, nccl, mpi) and with queue depth 2: the drafter's step time in each tells
+# whether the link costs the drafter time.
 #   bash bench/dflash/pipeline.sh          (from the project root; builds into build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,4 +40,11 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
   echo "# bench/dflash/pipeline.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l), $(date -u +%F)"
   run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}"
   run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}"
+  if [[ ${VARIANTS:-0} == 1 ]]; then
+    for variant in ipc:20 nccl:20 mpi:20 ipc:2; do
+      sed -e "s/^hidden_states = .*/hidden_states = \"${variant%:*}\"/" -e "s/^queue_depth = .*/queue_depth = ${variant#*:}/" \
+        topology/1t1d.toml > "$work/1t1d-$variant.toml"
+      run "small-${variant/:/-}" 2 "$work/1t1d-$variant.toml" 12 --set model.preset=qwen3-0.6b
+    done
+  fi
 } 2>&1 | tee "$results/dflash-pipeline.txt"
