@@ -23,6 +23,7 @@ bin=$1 scenario=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+source "$(dirname "$0")/stop_on_signal.sh"
 "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
 dataset_tokens=11325
 
@@ -99,13 +100,8 @@ oom)
   done
   ;;
 stop)
-  "${mpirun[@]}" -np 4 "$bin/dflash_train" "$(topology 3)" "${common[@]}" --set checkpoint.run=stop \
-    --set train.epochs=1000 --set log.every=1 > "$work/stop.log" 2>&1 &
-  launcher=$!
-  for _ in $(seq 600); do grep -qs "step 3 |" "$work/stop.log" && break; sleep 0.2; done
-  kill -USR1 "$launcher"
-  timeout 120 tail --pid="$launcher" -f /dev/null || { echo "the run did not stop"; kill -9 "$launcher"; exit 1; }
-  wait "$launcher" || { cat "$work/stop.log"; echo "expected exit 0"; exit 1; }
+  stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 4 "$bin/dflash_train" "$(topology 3)" "${common[@]}" \
+    --set checkpoint.run=stop --set train.epochs=1000 --set log.every=1
   step=$(grep -Eo 'drafter done: [0-9]+ steps' "$work/stop.log" | awk '{print $3}')
   [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
   echo "stopped after step $step with its checkpoint"

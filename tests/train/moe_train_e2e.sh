@@ -12,6 +12,7 @@ bin=$1 scenario=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+source "$(dirname "$0")/stop_on_signal.sh"
 
 topology() {  # topology N: a CPU topology file with N trainer ranks
   local n=$1 ranks
@@ -111,14 +112,9 @@ oom)
   grep -q "done: 4 steps" "$work/shrink.log"
   ;;
 stop)
-  "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe --set train.token_budget=256 \
-    --set log.every=1 --set train.max_steps=100000 --set checkpoint.dir="$work" --set checkpoint.run=stop \
-    >"$work/stop.log" 2>&1 &
-  launcher=$!
-  for _ in $(seq 600); do grep -qs "step 3 |" "$work/stop.log" && break; sleep 0.2; done
-  kill -USR1 "$launcher"
-  timeout 120 tail --pid="$launcher" -f /dev/null || { echo "the run did not stop"; kill -9 "$launcher"; exit 1; }
-  wait "$launcher" || { cat "$work/stop.log"; echo "expected exit 0"; exit 1; }
+  stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe \
+    --set train.token_budget=256 --set log.every=1 --set train.max_steps=100000 --set checkpoint.dir="$work" \
+    --set checkpoint.run=stop
   step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/stop.log" | awk '{print $NF}')
   [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
   echo "stopped after step $step with its checkpoint"
