@@ -301,8 +301,7 @@ class Drafting {
   const model::DFlashConfig& config_;
   torch::Device device_;
   std::string run_dir_;
-  std::shared_ptr<const data::TokenDataset> dataset_;
-  TrainingLength length_;
+  TrainingLength length_;  // drafters read no data: the dataset is loaded only to measure it
   model::DFlashDrafter drafter_{nullptr};
   NamedParameters parameters_;
   std::unique_ptr<comm::Backend> backend_;
@@ -328,8 +327,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
       config_(config),
       device_(device),
       run_dir_(run_directory(context.run)),
-      dataset_(load_dataset(context.run.settings)),
-      length_(training_length(context.run.settings, *dataset_)),
+      length_(training_length(context.run.settings, *load_dataset(context.run.settings))),
       drafter_(config) {
   drafter_->load_target_tensors(*target);
   drafter_->to(device_);
