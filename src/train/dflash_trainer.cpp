@@ -626,7 +626,7 @@ void train_dflash(JobContext& context) {
   at::set_num_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(runtime.local_size()))));
   torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
   model::Qwen3CausalLM target(config.target);
-  if (settings.has("model.weights")) load_model_weights(*target, settings.string("model.weights"));
+  load_model_weights(runtime, settings, *target);
   at::set_num_threads(1);
   Outcome outcome = runtime.role() == "target" ? run_target(context, target, config, device)
                                                : Drafting(context, target, config, device).run();

@@ -74,7 +74,7 @@ void train_moe(JobContext& context) {
   model::ModelConfig model_config = model_config_from(settings);
   torch::manual_seed(static_cast<std::uint64_t>(settings.integer("train.seed")));
   model::Qwen3CausalLM net(model_config);
-  if (settings.has("model.weights")) load_model_weights(*net, settings.string("model.weights"));
+  load_model_weights(runtime, settings, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype_from(settings, device));
   const NamedParameters parameters = named_parameters_of(*net);

@@ -7,6 +7,7 @@
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
+#include "topotrain/train/job_exit.h"
 
 #ifndef TOPOTRAIN_DEMO_DATASET
 #error "CMake defines TOPOTRAIN_DEMO_DATASET: the demo corpus built with topotrain"
@@ -38,7 +39,9 @@ model::ModelConfig model_config_from(const Settings& settings) {
   return model::ModelConfig::preset(settings.string("model.preset"));
 }
 
-void load_model_weights(model::Qwen3CausalLMImpl& model, const std::string& path) {
+namespace {
+
+void load_weights_file(model::Qwen3CausalLMImpl& model, const std::string& path) {
   std::string checkpoint;
   if (is_regular_file(path) && path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0) {
     checkpoint = path;
@@ -58,6 +61,20 @@ void load_model_weights(model::Qwen3CausalLMImpl& model, const std::string& path
   const CheckpointState state = CheckpointReader::load(checkpoint, expectations);
   torch::NoGradGuard no_grad;
   for (auto& [name, p] : wanted) p.copy_(state.tensors.at(name));
+}
+
+}  // namespace
+
+void load_model_weights(const Runtime& runtime, const Settings& settings, model::Qwen3CausalLMImpl& model) {
+  if (!settings.has("model.weights")) return;
+  std::string error;
+  try {
+    load_weights_file(model, settings.string("model.weights"));
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  error = runtime.first_error(error);
+  if (!error.empty()) throw JobExit(2, cat("model.weights: ", error));
 }
 
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device) {

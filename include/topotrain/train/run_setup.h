@@ -9,6 +9,7 @@
 #include <string>
 
 #include "topotrain/core/run_file.h"
+#include "topotrain/core/runtime.h"
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/data/prefetcher.h"
@@ -34,10 +35,11 @@ double peak_flops(const torch::Device& device);
 
 // model.config (an HF config.json) when set, else the model.preset shape.
 model::ModelConfig model_config_from(const Settings& settings);
-// model.weights: an HF safetensors checkpoint (directory, file or index), a topotrain
-// checkpoint file (step-*.h5, e.g. a moe_train run of the same shape) or a run directory
-// (its latest checkpoint). ConfigError names the file and the tensor that does not fit.
-void load_model_weights(model::Qwen3CausalLMImpl& model, const std::string& path);
+// model.weights, when set: an HF safetensors checkpoint (directory, file or index), a
+// topotrain checkpoint file (step-*.h5, e.g. a moe_train run of the same shape) or a run
+// directory (its latest checkpoint). Collective: every rank loads, and a file that does
+// not fit ends every rank with JobExit(2) and one message naming the file and tensor.
+void load_model_weights(const Runtime& runtime, const Settings& settings, model::Qwen3CausalLMImpl& model);
 
 // model.dtype: auto (bf16 on CUDA, fp32 on CPU), bf16 or fp32.
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device);
