@@ -91,6 +91,7 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
   const int c_other = require_column(steps, "other", data.path);
   const int c_tokens = require_column(steps, "tokens", data.path);
   const int c_queue = steps.column("queue_depth");
+  const int c_step_flops = steps.column("flops");  // -1: an older log
   std::vector<int> c_phase;
   for (const char* name : phase_names()) c_phase.push_back(steps.column(name));  // -1: an older log
 
@@ -129,7 +130,7 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     for (int rank = 0; rank < data.world_size; ++rank) {
       if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
       role.ranks.push_back(rank);
-      double rank_tokens = 0, rank_wall = 0;
+      double rank_tokens = 0, rank_wall = 0, rank_flops = 0;
       for (std::size_t row : rows_of_rank[static_cast<std::size_t>(rank)]) {
         const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
         role.first_step = any_row ? std::min(role.first_step, step) : step;
@@ -143,12 +144,14 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
         rank_tokens += steps.at(row, c_tokens);
         rank_wall += steps.at(row, c_wall);
         if (c_queue >= 0 && !std::isnan(steps.at(row, c_queue))) queue.push_back(steps.at(row, c_queue));
+        if (c_step_flops >= 0 && steps.at(row, c_step_flops) > 0) rank_flops += steps.at(row, c_step_flops);
       }
       const double tokens_per_second = rank_wall > 0 ? rank_tokens / rank_wall : 0;
       role.tokens_per_second += tokens_per_second;
-      const auto flops = flops_of_rank[rank];
-      if (flops.first > 0 && flops.second > 0) {
-        mfu_sum += flops.first * tokens_per_second / flops.second;
+      // A step's own FLOPs (where they vary per step) take precedence over FLOPs per token.
+      const auto [per_token, peak] = flops_of_rank[rank];
+      if (peak > 0 && rank_wall > 0 && (rank_flops > 0 || per_token > 0)) {
+        mfu_sum += (rank_flops > 0 ? rank_flops / rank_wall : per_token * tokens_per_second) / peak;
         ++mfu_ranks;
       }
     }

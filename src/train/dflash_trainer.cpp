@@ -148,11 +148,11 @@ double mean_document_tokens(const data::TokenDataset& dataset) {
   return static_cast<double>(dataset.num_tokens()) / static_cast<double>(std::max<std::uint64_t>(1, dataset.num_samples()));
 }
 
-// Both roles write the same columns: the drafter's acceptance length and MFU (its FLOPs
-// per token vary with the anchors drawn) as extra fields, unset on target rows.
+// Both roles write the same columns: the drafter's acceptance length as an extra field,
+// unset on target rows.
 TimingLogConfig timing_config_from(const Settings& settings, const torch::Device& device) {
   TimingLogConfig config;
-  config.extra_fields = {"tau", "mfu"};
+  config.extra_fields = {"tau"};
   config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
   config.peak_flops = peak_flops(device);
   config.nvml_device = device.is_cuda() ? device.index() : -1;
@@ -162,7 +162,7 @@ TimingLogConfig timing_config_from(const Settings& settings, const torch::Device
 StepMetrics row_of(double tokens) {
   StepMetrics metrics;
   metrics.tokens = tokens;
-  metrics.extra = {StepMetrics::kUnset, StepMetrics::kUnset};
+  metrics.extra = {StepMetrics::kUnset};
   return metrics;
 }
 
@@ -584,8 +584,7 @@ Outcome Drafting::run() {
     metrics.peak_memory_bytes = static_cast<double>(compat::peak_allocated_bytes(device_));
     metrics.queue_depth = static_cast<double>(receiver.queue_size());
     metrics.collectives = static_cast<double>(reducer.collectives());
-    const double peak = peak_flops(device_);
-    if (peak > 0) metrics.extra[1] = flops / step_seconds / peak;
+    metrics.flops = flops;  // the drafter's FLOPs per token vary with the anchors drawn
     if (state_.step % log_every == 0) {
       const std::vector<double> accuracy = model::slot_accuracy(correct_, valid_);
       metrics.extra[0] = model::acceptance_length(accuracy);

@@ -21,7 +21,9 @@ constexpr int kSteps = 10;
 // waiting on the queue; the drafter (rank 2) spends 61 ms in backward and a copy time
 // that grows by 1 ms per step.
 std::map<std::string, double> synthetic_row(int rank, int step) {
-  if (rank < 2) return {{"forward", 0.030}, {"queue_wait", 0.040}, {"send", 0.010}, {"wall", 0.100}, {"tokens", 1000}};
+  if (rank < 2)
+    return {{"forward", 0.030}, {"queue_wait", 0.040}, {"send", 0.010}, {"wall", 0.100}, {"tokens", 1000},
+            {"flops", 3e10}};
   const double h2d = 0.001 * (step + 1);
   return {{"recv", 0.005},     {"h2d", h2d},          {"forward", 0.020}, {"backward", 0.061},
           {"optimizer", 0.010}, {"wall", 0.100 + h2d}, {"tokens", 500},    {"queue_depth", double(step % 4)}};
@@ -35,7 +37,8 @@ std::string write_synthetic(const std::string& dir) {
   write_attribute(file, "world_size", std::int64_t{3});
   write_attribute(file, "roles", std::string("target,target,drafter"));
   H5Table ranks(file, "ranks", rank_fields());
-  ranks.append({0, 0, 0, -1, 1, 0, 0, -1, 2, 6e9, 1e12, -1});
+  // Targets record each step's FLOPs, the drafter FLOPs per token.
+  ranks.append({0, 0, 1e12, -1, 1, 0, 1e12, -1, 2, 6e9, 1e12, -1});
   const auto fields = step_fields({});
   H5Table steps(file, "steps", fields);
   H5Table spans(file, "spans", span_fields());
@@ -100,7 +103,7 @@ TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
   EXPECT_NEAR(target.comm_share, 0.10, 1e-12);
   EXPECT_NEAR(target.wait_share, 0.40, 1e-12);
   EXPECT_NEAR(target.tokens_per_second, 2 * 1000 / 0.100, 1e-6);
-  EXPECT_LT(target.mfu, 0);  // no FLOPs recorded for targets
+  EXPECT_NEAR(target.mfu, 3e10 / 0.100 / 1e12, 1e-12);  // from the per-step FLOPs
   EXPECT_LT(target.queue_depth_mean, 0);
 
   // Drafter: wall = 100 ms + h2d, h2d = 1..10 ms.

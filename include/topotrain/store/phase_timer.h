@@ -42,6 +42,10 @@ struct StepMetrics {
   double peak_memory_bytes = kUnset;
   double queue_depth = kUnset;  // hidden-state queue depth at step end (pipelines)
   double collectives = 0;       // collectives issued this step
+  // Model FLOPs of this step, for ranks whose FLOPs per token vary from step to step (a
+  // drafter's depend on the anchors drawn); the report then prefers them to
+  // TimingLogConfig::flops_per_token x tokens.
+  double flops = kUnset;
   std::vector<double> extra;    // values of TimingLogConfig::extra_fields, in that order
 };
 

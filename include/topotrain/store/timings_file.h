@@ -9,7 +9,8 @@
 //                    0 = unknown)
 //   /steps           step, rank, start, wall, <one column per Phase, seconds>, other,
 //                    tokens, loss, lr, grad_norm, peak_memory_bytes, queue_depth,
-//                    collectives, <extra fields>    (one row per rank and step)
+//                    collectives, flops, <extra fields>    (one row per rank and step;
+//                    flops: the step's model FLOPs where they vary per step, else NaN)
 //   /spans           rank, step, phase, start, seconds, gpu   (every timed scope; `phase`
 //                    is the index into the `phases` attribute of /spans; gpu = 1 for
 //                    device time of a CUDA stream)
