@@ -65,16 +65,20 @@ void Runtime::bind(const Topology& topology) {
 #endif
 }
 
-std::string Runtime::first_error(const std::string& local_error) const {
-  int mine = local_error.empty() ? world_size_ : rank_;
+Runtime::Outcome Runtime::first_failure(const Outcome& mine) const {
   int first = world_size_;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first == world_size_) return std::string();
-  int length = rank_ == first ? static_cast<int>(local_error.size()) : 0;
-  MPI_Bcast(&length, 1, MPI_INT, first, MPI_COMM_WORLD);
-  std::string message = rank_ == first ? local_error : std::string(length, '\0');
-  MPI_Bcast(message.data(), length, MPI_CHAR, first, MPI_COMM_WORLD);
-  return message;
+  const int candidate = mine.code != 0 ? rank_ : world_size_;
+  MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (first == world_size_) return {};
+  int header[2] = {mine.code, static_cast<int>(mine.message.size())};  // meaningful on `first`
+  MPI_Bcast(header, 2, MPI_INT, first, MPI_COMM_WORLD);
+  Outcome outcome{header[0], rank_ == first ? mine.message : std::string(static_cast<std::size_t>(header[1]), '\0')};
+  MPI_Bcast(outcome.message.data(), header[1], MPI_CHAR, first, MPI_COMM_WORLD);
+  return outcome;
+}
+
+std::string Runtime::first_error(const std::string& local_error) const {
+  return first_failure({local_error.empty() ? 0 : 1, local_error}).message;
 }
 
 bool Runtime::agree_stop() const {

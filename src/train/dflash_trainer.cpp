@@ -46,11 +46,7 @@ constexpr int kStartPositionTag = 7301;  // drafter -> target, once, on MPI_COMM
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// How a rank's part of the job ended: 0, or an exit code and the message for the user.
-struct Outcome {
-  int code = 0;
-  std::string message;
-};
+using Outcome = Runtime::Outcome;
 
 model::DFlashConfig dflash_config_from(const Settings& settings) {
   model::DFlashConfig config;
@@ -144,18 +140,11 @@ data::DataPosition receive_start_position(int drafter) {
   return {f[0], f[1], f[2], f[3]};
 }
 
-double mean_document_tokens(const data::TokenDataset& dataset) {
-  return static_cast<double>(dataset.num_tokens()) / static_cast<double>(std::max<std::uint64_t>(1, dataset.num_samples()));
-}
-
 // Both roles write the same columns: the drafter's acceptance length as an extra field,
 // unset on target rows.
-TimingLogConfig timing_config_from(const Settings& settings, const torch::Device& device) {
-  TimingLogConfig config;
+TimingLogConfig pipeline_timing_config(const Settings& settings, const torch::Device& device) {
+  TimingLogConfig config = timing_log_config_from(settings, device);
   config.extra_fields = {"tau"};
-  config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
-  config.peak_flops = peak_flops(device);
-  config.nvml_device = device.is_cuda() ? device.index() : -1;
   return config;
 }
 
@@ -164,20 +153,6 @@ StepMetrics row_of(double tokens) {
   metrics.tokens = tokens;
   metrics.extra = {StepMetrics::kUnset};
   return metrics;
-}
-
-// Every rank ends here, whatever its role: either all go on (exit 0) or all leave with
-// the code and message of the lowest rank that failed.
-void agree_outcome(const Runtime& runtime, const Outcome& mine) {
-  int first = mine.code != 0 ? runtime.rank() : INT_MAX;
-  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, runtime.world());
-  if (first == INT_MAX) return;
-  int header[2] = {mine.code, static_cast<int>(mine.message.size())};
-  MPI_Bcast(header, 2, MPI_INT, first, runtime.world());
-  std::string message = mine.message;
-  message.resize(static_cast<std::size_t>(header[1]));
-  MPI_Bcast(message.data(), header[1], MPI_CHAR, first, runtime.world());
-  throw JobExit(header[0], message);
 }
 
 Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
@@ -204,8 +179,8 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   const std::int64_t token_budget = settings.integer("train.token_budget");
   auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, 0, 1, 1, start, device, stream);
 
-  TimingLogConfig timing_config = timing_config_from(settings, device);
-  timing_config.flops_per_token = model::forward_flops_per_token(config.target, mean_document_tokens(*dataset));
+  TimingLogConfig timing_config = pipeline_timing_config(settings, device);
+  timing_config.flops_per_token = model::forward_flops_per_token(config.target, dataset->mean_sample_length());
   const std::string run_dir = run_directory(context.run);
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   PhaseTimer& timer = timings.timer();
@@ -418,7 +393,7 @@ void Drafting::log_progress(double lr, double grad_norm) {
 }
 
 Outcome Drafting::run() {
-  TimingLog timings(run_dir_, runtime_.world(), runtime_.role(), timing_config_from(settings_, device_));
+  TimingLog timings(run_dir_, runtime_.world(), runtime_.role(), pipeline_timing_config(settings_, device_));
   PhaseTimer& timer = timings.timer();
   const int me = runtime_.rank();
   comm::HiddenStateReceiver receiver(MPI_COMM_WORLD, {me, topology_.targets_of(me)},
@@ -629,7 +604,10 @@ void train_dflash(JobContext& context) {
   at::set_num_threads(1);
   Outcome outcome = runtime.role() == "target" ? run_target(context, target, config, device)
                                                : Drafting(context, target, config, device).run();
-  agree_outcome(runtime, outcome);
+  // Every rank ends here, whatever its role: either all go on (exit 0) or all leave with
+  // the code and message of the lowest rank that failed.
+  const Outcome failure = runtime.first_failure(outcome);
+  if (failure.code != 0) throw JobExit(failure.code, failure.message);
 }
 
 }  // namespace topotrain

@@ -112,14 +112,9 @@ void train_moe(JobContext& context) {
   comm::GradReducer reducer(parameters, *backend, grad_reducer_config_from(settings));
   reducer.zero_grad();
 
-  const double mean_document = static_cast<double>(dataset->num_tokens()) /
-                               static_cast<double>(std::max<std::uint64_t>(1, dataset->num_samples()));
-  TimingLogConfig timing_config;
-  timing_config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
-  timing_config.flops_per_token = 3.0 * model::forward_flops_per_token(model_config, mean_document);
-  timing_config.peak_flops = peak_flops(device);
+  TimingLogConfig timing_config = timing_log_config_from(settings, device);
+  timing_config.flops_per_token = 3.0 * model::forward_flops_per_token(model_config, dataset->mean_sample_length());
   timing_config.extra_fields = {"aux_loss"};
-  timing_config.nvml_device = device.is_cuda() ? device.index() : -1;
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   std::unique_ptr<CheckpointWriter> writer;
   if (runtime.rank() == 0) writer = std::make_unique<CheckpointWriter>(run_dir, settings.integer("checkpoint.keep"));

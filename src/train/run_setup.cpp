@@ -34,6 +34,14 @@ double peak_flops(const torch::Device& device) {
   return 0;
 }
 
+TimingLogConfig timing_log_config_from(const Settings& settings, const torch::Device& device) {
+  TimingLogConfig config;
+  config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
+  config.peak_flops = peak_flops(device);
+  config.nvml_device = device.is_cuda() ? device.index() : -1;
+  return config;
+}
+
 model::ModelConfig model_config_from(const Settings& settings) {
   if (settings.has("model.config")) return model::ModelConfig::from_json_file(settings.string("model.config"));
   return model::ModelConfig::preset(settings.string("model.preset"));

@@ -67,6 +67,23 @@ TEST(Runtime, FirstErrorReachesEveryRank) {
   EXPECT_EQ(first, "bad input on rank 1");
 }
 
+TEST(Runtime, FirstFailureCarriesThatRanksCode) {
+  Runtime& rt = runtime();
+  EXPECT_EQ(rt.first_failure({}).code, 0);
+  // The last rank fails with 4, ranks 1.. before it with 3: every rank gets rank 1's outcome
+  // (the last one's when it is rank 1 or the only one).
+  const int last = rt.world_size() - 1;
+  Runtime::Outcome mine;
+  if (rt.rank() >= 1) mine = {rt.rank() == last ? 4 : 3, cat("failed on rank ", rt.rank())};
+  const Runtime::Outcome first = rt.first_failure(mine);
+  if (rt.world_size() == 1) {
+    EXPECT_EQ(first.code, 0);
+  } else {
+    EXPECT_EQ(first.code, last == 1 ? 4 : 3);
+    EXPECT_EQ(first.message, "failed on rank 1");
+  }
+}
+
 TEST(Runtime, StopAgreedWhenAnyRankIsSignalled) {
   Runtime& rt = runtime();
   clear_stop();

@@ -38,8 +38,16 @@ class Runtime {
   MPI_Comm role_comm() const { return role_comm_; }
   const Device& device() const { return device_; }
 
-  // Collective: the message of the lowest rank whose `local_error` is non-empty, on every
-  // rank, or "" when no rank has one. Lets every rank leave together on bad input.
+  // How one rank's part of a job ended: code 0, or an exit code and the message for the user.
+  struct Outcome {
+    int code = 0;
+    std::string message;
+  };
+  // Collective: the outcome of the lowest rank whose code is non-zero, on every rank, or
+  // code 0 when no rank failed. Lets every rank leave together with one message.
+  Outcome first_failure(const Outcome& mine) const;
+  // first_failure for bad input: the message of the lowest rank whose `local_error` is
+  // non-empty, or "" when no rank has one.
   std::string first_error(const std::string& local_error) const;
 
   // Collective: true on every rank when SIGINT/SIGTERM reached any rank.

@@ -18,6 +18,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/packed_batch.h"
 #include "topotrain/model/qwen3.h"
+#include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
 
 namespace topotrain {
@@ -48,6 +49,10 @@ comm::GradReducerConfig grad_reducer_config_from(const Settings& settings);
 
 // data.path, or the demo corpus built with topotrain when unset.
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings);
+
+// log.timings_every, the device's peak FLOP/s and, on CUDA, its NVML sampling; the trainer
+// adds its FLOPs per token and extra fields.
+TimingLogConfig timing_log_config_from(const Settings& settings, const torch::Device& device);
 
 // checkpoint.dir / (checkpoint.run, or the topology's name).
 std::string run_directory(const RunFile& run);
