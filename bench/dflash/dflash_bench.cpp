@@ -2,7 +2,10 @@
 // setup (fp32 master weights, bf16 compute, chunked weighted CE through the frozen lm_head),
 // with random qwen3-8b-shaped target tensors and random taps.
 //
-//   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,math]
+//   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,sdpa-exact,math] [PROFILE_DIR]
+//
+// With PROFILE_DIR, one more step of the last backend runs under torch's profiler and its
+// summary goes to PROFILE_DIR/profile-step1-rank0.txt.
 //
 // MFU counts the matmul FLOPs the step performs (model::dflash_step_flops) over 989 TFLOP/s, the
 // dense bf16 peak of an H100/H200 SXM.
@@ -18,6 +21,7 @@
 
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
+#include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;
 
@@ -32,7 +36,7 @@ int main(int argc, char** argv) {
   const int64_t doc_len = argc > 2 ? std::stoll(argv[2]) : 4096;
   const int64_t anchors = argc > 3 ? std::stoll(argv[3]) : 512;
   const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
-  const std::string backends = argc > 5 ? argv[5] : "sdpa,math";
+  const std::string backends = argc > 5 ? argv[5] : "sdpa,sdpa-exact,math";
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "dflash_bench needs a GPU\n");
     return 2;
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
   for (std::string name; std::getline(list, name, ',');) {
     mdl::DFlashAttentionOptions options;
     options.backend = name == "math" ? mdl::DFlashAttentionBackend::math_chunked : mdl::DFlashAttentionBackend::sdpa_chunked;
+    if (name == "sdpa-exact") options.sdpa_context_multiple = 0;
     drafter->force_attention_options(options);
     auto step = [&] {
       auto out = drafter->forward(batch, blocks);
@@ -94,11 +99,16 @@ int main(int argc, char** argv) {
       const double mfu = mdl::dflash_step_flops(config, blocks, tokens) / seconds / kPeakFlops;
       std::printf("attention %s: %.1f ms fwd+bwd (fwd %.1f, of which layers %.1f), %.0f context tokens/s, "
                   "%.0f block tokens/s, MFU %.1f%%\n",
-                  mdl::to_string(options.backend).c_str(), seconds * 1e3, forward * 1e3, layers * 1e3,
+                  (name + ", " + mdl::to_string(options.backend)).c_str(), seconds * 1e3, forward * 1e3, layers * 1e3,
                   static_cast<double>(tokens) / seconds,
                   static_cast<double>(blocks.num_blocks() * config.block_size) / seconds, mfu * 100);
     } catch (const std::exception& e) {
-      std::printf("attention %s: failed: %s\n", mdl::to_string(options.backend).c_str(), e.what());
+      std::printf("attention %s: failed: %s\n", name.c_str(), e.what());
+    }
+    if (argc > 6) {
+      topotrain::StepProfile profile(1, argv[6], 0, device);
+      auto profiled = profile.step(1);
+      step();
     }
     drafter->zero_grad();
   }

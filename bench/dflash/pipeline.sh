@@ -7,9 +7,11 @@
 #            one drafter on GPU 1
 # Each run's log (targets' rates, the drafter's progress lines) and topotrain-report's
 # breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
-# VARIANTS=1 adds 1t1d runs with a qwen3-0.6b-shaped target and drafter over each link
-# transport (ipc, nccl, mpi) and with queue depth 2: the drafter's step time in each tells
-# whether the link costs the drafter time.
+# RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
+# qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
+# (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
+# time in each tells whether the link costs the drafter time. PROFILE_STEP=N profiles step N
+# on every rank (log.profile_step) and keeps the summaries in $OUT.
 #   bash bench/dflash/pipeline.sh          (from the project root; builds into build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,21 +32,29 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
   timeout "${RUN_TIMEOUT_S:-240}" mpirun --allow-run-as-root --bind-to none -np "$np" -x LD_LIBRARY_PATH \
     -x NCCL_NVLS_ENABLE "$bin/dflash_train" "$topology" --set data.path="$work/docs.h5" \
     --set train.max_steps="$steps" --set log.every=5 --set checkpoint.every_steps=-1 \
-    --set checkpoint.dir="$work" --set checkpoint.run="$name" "$@" > "$results/dflash-$name.log" 2>&1 ||
-    { tail -30 "$results/dflash-$name.log"; return 1; }
+    --set checkpoint.dir="$work" --set checkpoint.run="$name" --set log.profile_step="${PROFILE_STEP:-0}" "$@" \
+    > "$results/dflash-$name.log" 2>&1 || { tail -30 "$results/dflash-$name.log"; return 1; }
+  for profile in "$work/$name"/profile-*.txt; do
+    [[ -f $profile ]] && cp "$profile" "$results/dflash-$name-$(basename "$profile")"
+  done
   grep -E "^\[rank [0-9]+ (target|drafter)\] (step |target stream|drafter done|drafter:)" "$results/dflash-$name.log"
   "$bin/topotrain-report" "$work/$name" --skip 3 | tee "$results/dflash-$name-report.txt"
 }
 
 {
   echo "# bench/dflash/pipeline.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l), $(date -u +%F)"
-  run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}"
-  run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}"
-  if [[ ${VARIANTS:-0} == 1 ]]; then
-    for variant in ipc:20 nccl:20 mpi:20 ipc:2; do
-      sed -e "s/^hidden_states = .*/hidden_states = \"${variant%:*}\"/" -e "s/^queue_depth = .*/queue_depth = ${variant#*:}/" \
-        topology/1t1d.toml > "$work/1t1d-$variant.toml"
-      run "small-${variant/:/-}" 2 "$work/1t1d-$variant.toml" 12 --set model.preset=qwen3-0.6b
-    done
-  fi
+  runs=${RUNS:-1t1d fan-in}
+  [[ ${VARIANTS:-0} == 1 ]] && runs+=" small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2"
+  for name in $runs; do
+    case $name in
+      1t1d) run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}" ;;
+      fan-in) run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}" ;;
+      small-*-*)
+        IFS=- read -r _ link depth <<< "$name"
+        sed -e "s/^hidden_states = .*/hidden_states = \"$link\"/" -e "s/^queue_depth = .*/queue_depth = $depth/" \
+          topology/1t1d.toml > "$work/$name.toml"
+        run "$name" 2 "$work/$name.toml" "${STEPS_SMALL:-12}" --set model.preset=qwen3-0.6b ;;
+      *) echo "unknown run $name" >&2; exit 2 ;;
+    esac
+  done
 } 2>&1 | tee "$results/dflash-pipeline.txt"

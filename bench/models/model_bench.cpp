@@ -1,7 +1,10 @@
 // Forward + backward throughput of one micro-batch on one GPU, in the training setup
 // (fp32 master weights, bf16 compute, chunked LM loss, MoE aux loss).
 //
-//   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10]
+//   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10] [PROFILE_DIR]
+//
+// With PROFILE_DIR, one more step runs under torch's profiler and its summary (kernels by
+// time, GPU busy share, host calls) goes to PROFILE_DIR/profile-step1-rank0.txt.
 //
 // MFU = training matmul FLOPs per token (3 x model::forward_flops_per_token) x tokens/s over 989 TFLOP/s,
 // the dense bf16 peak of an H100/H200 SXM.
@@ -14,6 +17,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"
+#include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;
 
@@ -25,7 +29,7 @@ constexpr double kPeakFlops = 989e12;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10] [PROFILE_DIR]\n", argv[0]);
     return 2;
   }
   const std::string preset = argv[1];
@@ -70,5 +74,10 @@ int main(int argc, char** argv) {
               mdl::to_string(model->attention_backend()).c_str(),
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-", seconds * 1e3, tokens_per_s,
               mfu * 100);
+  if (argc > 5) {
+    topotrain::StepProfile profile(1, argv[5], 0, device);
+    auto profiled = profile.step(1);
+    step();
+  }
   return 0;
 }

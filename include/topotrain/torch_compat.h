@@ -153,4 +153,54 @@ inline std::string device_name(const at::Device& device) {
 
 namespace topotrain::compat {
 constexpr bool kHasSdpa = TOPOTRAIN_HAS_SDPA;
+
+// While it lives, scaled_dot_product_attention does not choose cuDNN's kernel. Recent torch
+// prefers it on sm90 for attention with a mask, and cuDNN builds an execution plan for every
+// new shape: about 9 ms of host time per call on an H200. DFlash chunks change shape with
+// every batch, so no plan is ever reused (a pipeline's drafter spent 90% of its step there);
+// the memory-efficient kernel needs no plan. The backward follows the forward's choice.
+class WithoutCudnnAttention {
+ public:
+  WithoutCudnnAttention() {
+#if TOPOTRAIN_TORCH_AT_LEAST(2, 4)
+    enabled_ = at::globalContext().userEnabledCuDNNSDP();
+    at::globalContext().setSDPUseCuDNN(false);
+#endif
+  }
+  ~WithoutCudnnAttention() {
+#if TOPOTRAIN_TORCH_AT_LEAST(2, 4)
+    at::globalContext().setSDPUseCuDNN(enabled_);
+#endif
+  }
+  WithoutCudnnAttention(const WithoutCudnnAttention&) = delete;
+  WithoutCudnnAttention& operator=(const WithoutCudnnAttention&) = delete;
+
+ private:
+  bool enabled_ = false;
+};
+}  // namespace topotrain::compat
+
+// ---- profiler --------------------------------------------------------------------------
+// torch's profiler events report microseconds up to 1.13 and nanoseconds from 2.x on.
+// Templates, so that only the profiling code includes the profiler's headers.
+namespace topotrain::compat {
+
+template <class KinetoEvent>
+double profiler_event_start_us(const KinetoEvent& event) {
+#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
+  return static_cast<double>(event.startNs()) / 1e3;
+#else
+  return static_cast<double>(event.startUs());
+#endif
+}
+
+template <class KinetoEvent>
+double profiler_event_duration_us(const KinetoEvent& event) {
+#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
+  return static_cast<double>(event.durationNs()) / 1e3;
+#else
+  return static_cast<double>(event.durationUs());
+#endif
+}
+
 }  // namespace topotrain::compat

@@ -65,6 +65,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"log.samples", T::boolean, false,
        "every rank lists the sample pieces it trains in <run>/samples-rank-N.txt (resume audits)"},
       {"log.timings_every", T::integer, std::int64_t{20}, "ship step timings to rank 0 every N steps"},
+      {"log.profile_step", T::integer, std::int64_t{0},
+       "profile step N on every rank (0: off): <run>/profile-stepN-rankR.txt and a Chrome trace"},
   };
   return specs;
 }

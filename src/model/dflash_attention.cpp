@@ -49,22 +49,51 @@ torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, con
 }
 
 #if TOPOTRAIN_HAS_SDPA
+// Zero rows appended to dim 0 of `t` up to `rows`.
+torch::Tensor pad_rows(const torch::Tensor& t, int64_t rows) {
+  if (t.size(0) >= rows) return t;
+  std::vector<int64_t> pad(static_cast<size_t>(2 * t.dim()), 0);  // last dim first
+  pad.back() = rows - t.size(0);
+  return at::constant_pad_nd(t, pad, 0);
+}
+
+// With options.sdpa_context_multiple > 0 the chunk is padded to a bucketed shape: queries to
+// max_sdpa_chunk_blocks blocks (padded blocks see only their own zero keys, so no row is all
+// -inf), context rows up to the multiple (hidden by the mask like any row past the prefix).
 torch::Tensor sdpa_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
                          const torch::Tensor& blk_k, const torch::Tensor& blk_v, const torch::Tensor& visible,
-                         int64_t block_size, double scale) {
-  const int64_t queries = q.size(0), L = ctx_k.size(0), groups = q.size(1) / blk_k.size(1);
+                         int64_t block_size, double scale, const DFlashAttentionOptions& options) {
+  const int64_t rows = q.size(0), groups = q.size(1) / blk_k.size(1);
+  const bool bucketed = options.sdpa_context_multiple > 0;
+  const int64_t queries = bucketed ? std::max(rows, options.max_sdpa_chunk_blocks * block_size) : rows;
+  const int64_t L = bucketed ? (ctx_k.size(0) + options.sdpa_context_multiple - 1) / options.sdpa_context_multiple *
+                                   options.sdpa_context_multiple
+                             : ctx_k.size(0);
   auto opts = visible.options();
-  auto query_block = torch::arange(queries, opts).div(block_size, "floor");                  // [nB]
-  auto ctx_allowed = torch::arange(L, opts).unsqueeze(0) < visible.index_select(0, query_block).unsqueeze(1);
-  auto blk_allowed = query_block.unsqueeze(1) == query_block.unsqueeze(0);                    // [nB, nB]
+  auto query_block = torch::arange(queries, opts).div(block_size, "floor");  // [queries]
+  auto ctx_allowed =
+      torch::arange(L, opts).unsqueeze(0) < pad_rows(visible, queries / block_size).index_select(0, query_block).unsqueeze(1);
+  auto blk_allowed = query_block.unsqueeze(1) == query_block.unsqueeze(0);  // [queries, queries]
   auto mask = torch::zeros({queries, L + queries}, q.options())
                   .masked_fill(torch::cat({ctx_allowed, blk_allowed}, 1).logical_not(), kMinusInfinity);
   // The memory-efficient kernel takes no grouped k/v with a mask: repeat the chunk's keys.
-  auto keys = torch::cat({ctx_k, blk_k}, 0).repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
-  auto values = torch::cat({ctx_v, blk_v}, 0).repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
-  auto out = at::scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values, mask, 0.0,
-                                              /*is_causal=*/false, scale);
-  return out.squeeze(0).transpose(0, 1);
+  auto keys = torch::cat({pad_rows(ctx_k, L), pad_rows(blk_k, queries)}, 0)
+                  .repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
+  auto values = torch::cat({pad_rows(ctx_v, L), pad_rows(blk_v, queries)}, 0)
+                    .repeat_interleave(groups, 1).transpose(0, 1).unsqueeze(0);
+  auto query = pad_rows(q, queries).transpose(0, 1).unsqueeze(0);
+  auto attend = [&] {
+    return at::scaled_dot_product_attention(query, keys, values, mask, 0.0, /*is_causal=*/false, scale);
+  };
+  // cuDNN's kernel is the fastest here but plans each new shape; only bucketed shapes repeat.
+  torch::Tensor out;
+  if (bucketed) {
+    out = attend();
+  } else {
+    const compat::WithoutCudnnAttention no_cudnn;
+    out = attend();
+  }
+  return out.squeeze(0).transpose(0, 1).narrow(0, 0, rows);
 }
 #endif
 
@@ -103,7 +132,7 @@ std::vector<DFlashAttentionChunk> plan_dflash_chunks(const DFlashBlocks& blocks,
              (last + 1 - first) * B * (blocks.visible_context[last] + B) <= max_scores) {
         ++last;
       }
-      chunks.push_back({first, last, blocks.document_begin[d], blocks.visible_context[last - 1]});
+      chunks.push_back({first, last, d, blocks.document_begin[d], blocks.visible_context[last - 1]});
       first = last;
     }
   }
@@ -128,23 +157,36 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
 #endif
   const auto chunks =
       plan_dflash_chunks(blocks, options.max_chunk_scores, sdpa ? options.max_sdpa_chunk_blocks : blocks.num_blocks() + 1);
+  if (chunks.empty()) return torch::empty_like(q);
+  // Split once, not narrowed per chunk: a narrow's backward writes a zero-filled gradient of
+  // the whole input, and those add up over the chunks (O(chunks x tensor) memory traffic).
+  // The chunks partition the block rows in order; each chunk's context is a prefix of its
+  // document's rows, so only documents are split off the context.
+  std::vector<int64_t> chunk_rows, document_rows;
+  for (const auto& c : chunks) chunk_rows.push_back((c.last_block - c.first_block) * B);
+  const int64_t documents = blocks.num_documents();
+  for (int64_t d = 0; d < documents; ++d) {
+    const int64_t end = d + 1 < documents ? blocks.document_begin[d + 1] : context_k.size(0);
+    document_rows.push_back(end - blocks.document_begin[d]);
+  }
+  const auto q_parts = q.split_with_sizes(chunk_rows), k_parts = block_k.split_with_sizes(chunk_rows),
+             v_parts = block_v.split_with_sizes(chunk_rows);
+  const auto ctx_k_docs = context_k.split_with_sizes(document_rows), ctx_v_docs = context_v.split_with_sizes(document_rows);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(chunks.size());
-  for (const auto& c : chunks) {
-    const int64_t first = c.first_block * B, rows = (c.last_block - c.first_block) * B;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const auto& c = chunks[i];
     auto visible = chunk_visible(blocks, c, q.device());
-    auto ctx_k = context_k.narrow(0, c.context_begin, c.context_rows);
-    auto ctx_v = context_v.narrow(0, c.context_begin, c.context_rows);
-    auto qc = q.narrow(0, first, rows), kc = block_k.narrow(0, first, rows), vc = block_v.narrow(0, first, rows);
+    auto ctx_k = ctx_k_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
+    auto ctx_v = ctx_v_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
 #if TOPOTRAIN_HAS_SDPA
     if (sdpa) {
-      outputs.push_back(sdpa_chunk(qc, ctx_k, ctx_v, kc, vc, visible, B, scale));
+      outputs.push_back(sdpa_chunk(q_parts[i], ctx_k, ctx_v, k_parts[i], v_parts[i], visible, B, scale, options));
       continue;
     }
 #endif
-    outputs.push_back(math_chunk(qc, ctx_k, ctx_v, kc, vc, visible, B, scale));
+    outputs.push_back(math_chunk(q_parts[i], ctx_k, ctx_v, k_parts[i], v_parts[i], visible, B, scale));
   }
-  if (outputs.empty()) return torch::empty_like(q);
   return torch::cat(outputs, 0);
 }
 

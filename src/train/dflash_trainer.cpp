@@ -34,6 +34,7 @@
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
+#include "topotrain/train/step_profile.h"
 #include "topotrain/train/training_checkpoint.h"
 
 namespace topotrain {
@@ -187,12 +188,14 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)},
                                  link_config(topology, runtime.device()));
   SampleLog sample_log(settings, run_dir, runtime.rank());  // what this target sent
+  StepProfile profile(settings, run_dir, runtime.rank(), device);
 
   Outcome outcome;
   double forward_seconds = 0, blocked_seconds = 0;
   std::int64_t sent = 0, tokens = 0;
   while (!sender.stop_requested() && !stop_requested()) {
     timer.begin_step(sent + 1);
+    auto profiled = profile.step(sent + 1);
     data::StepPlan plan = [&] {
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();
@@ -401,6 +404,7 @@ Outcome Drafting::run() {
   comm::GradReducer reducer(parameters_, *backend_, grad_reducer_config_from(settings_));
   reducer.zero_grad();
   SampleLog sample_log(settings_, run_dir_, me);  // what this drafter trained on
+  StepProfile profile(settings_, run_dir_, me, device_);
   LrSchedule schedule{settings_.real("train.lr"), settings_.real("train.min_lr_ratio"), settings_.real("train.warmup"),
                       length_.schedule_tokens};  // as moe_train: max_steps only stops early
   const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
@@ -418,6 +422,7 @@ Outcome Drafting::run() {
   Outcome outcome;
   while (true) {
     timer.begin_step(state_.step + 1);
+    auto profiled = profile.step(state_.step + 1);
     const auto started = Clock::now();
     compat::reset_peak_allocated_bytes(device_);
     // The step's grad_accum batches: as they arrive, or from the targets in a rotation that

@@ -27,6 +27,7 @@
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
+#include "topotrain/train/step_profile.h"
 #include "topotrain/train/training_checkpoint.h"
 
 namespace topotrain {
@@ -125,6 +126,7 @@ void train_moe(JobContext& context) {
   const double clip = settings.real("train.clip");
   const bool shrink_on_oom = oom_policy_is_shrink(settings);
   SampleLog sample_log(settings, run_dir, runtime.rank());
+  StepProfile profile(settings, run_dir, runtime.rank(), device);
   PhaseTimer& timer = timings.timer();
 
   auto save_checkpoint = [&]() {
@@ -138,6 +140,7 @@ void train_moe(JobContext& context) {
   while (!length.done(state)) {
     const auto started = PhaseTimer::Clock::now();
     timer.begin_step(state.step + 1);
+    auto profiled = profile.step(state.step + 1);
     compat::reset_peak_allocated_bytes(device);
 
     data::StepPlan plan = [&] {

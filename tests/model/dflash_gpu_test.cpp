@@ -22,23 +22,29 @@ TEST(DFlashGpu, SdpaPathMatchesTheMathPath) {
                                     torch::randn({Q, hkv, dim}, opts)};
   for (auto& t : inputs) t.requires_grad_();
   auto upstream = torch::randn({Q, hq, dim}, opts);
-  auto run = [&](mdl::DFlashAttentionBackend backend, int64_t budget) {
+  auto run = [&](mdl::DFlashAttentionBackend backend, int64_t budget, int64_t context_multiple = 0) {
     mdl::DFlashAttentionOptions options;
     options.backend = backend;
     options.max_chunk_scores = budget;
     options.max_sdpa_chunk_blocks = 3;
+    options.sdpa_context_multiple = context_multiple;
     auto out = mdl::dflash_attention(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], blocks, 0.125, options);
     auto grads = torch::autograd::grad({(out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum()}, inputs);
     grads.insert(grads.begin(), out);
     return grads;
   };
   const auto math = run(mdl::DFlashAttentionBackend::math_chunked, int64_t{1} << 22);
-  for (int64_t budget : {int64_t{4096}, int64_t{1} << 22}) {
-    const auto sdpa = run(mdl::DFlashAttentionBackend::sdpa_chunked, budget);
-    for (size_t i = 0; i < math.size(); ++i) {
-      const double scale = math[i].abs().max().item<double>();
-      const double err = (sdpa[i].to(torch::kFloat32) - math[i].to(torch::kFloat32)).abs().max().item<double>();
-      EXPECT_LE(err, 2e-2 * scale) << "tensor " << i << " (0 = output, then gradients), budget " << budget;
+  // Exact chunk shapes, and shapes padded to buckets (queries to 3 blocks, context to a
+  // multiple of 64 rows): the padding must change nothing.
+  for (int64_t multiple : {int64_t{0}, int64_t{64}}) {
+    for (int64_t budget : {int64_t{4096}, int64_t{1} << 22}) {
+      const auto sdpa = run(mdl::DFlashAttentionBackend::sdpa_chunked, budget, multiple);
+      for (size_t i = 0; i < math.size(); ++i) {
+        const double scale = math[i].abs().max().item<double>();
+        const double err = (sdpa[i].to(torch::kFloat32) - math[i].to(torch::kFloat32)).abs().max().item<double>();
+        EXPECT_LE(err, 2e-2 * scale) << "tensor " << i << " (0 = output, then gradients), budget " << budget
+                                     << ", context multiple " << multiple;
+      }
     }
   }
 }

@@ -25,8 +25,8 @@ enum class DFlashAttentionBackend {
   // dtype. Autograd keeps each chunk's probabilities for backward.
   math_chunked,
   // at::scaled_dot_product_attention per chunk with an additive mask of [chunk queries,
-  // context + chunk block keys] (the memory-efficient kernel on CUDA: only the
-  // log-sum-exp is kept for backward). Needs torch >= 2.1 (TOPOTRAIN_HAS_SDPA).
+  // context + chunk block keys] (a fused kernel on CUDA, cuDNN's or the memory-efficient
+  // one: only the log-sum-exp is kept for backward). Needs torch >= 2.1 (TOPOTRAIN_HAS_SDPA).
   sdpa_chunked,
 };
 std::string to_string(DFlashAttentionBackend backend);
@@ -42,12 +42,18 @@ struct DFlashAttentionOptions {
   // Bound on one chunk's blocks for sdpa_chunked, whose mask also covers the chunk's
   // block-to-block square (wasted work grows with it).
   int64_t max_sdpa_chunk_blocks = 32;
+  // sdpa_chunked: > 0 pads every chunk to max_sdpa_chunk_blocks blocks and its context to a
+  // multiple of this many rows, so that chunk shapes repeat and cuDNN's attention (which
+  // builds an execution plan per shape, ~9 ms on the host each) reuses its plans; 0 keeps
+  // exact shapes and keeps cuDNN out (the memory-efficient kernel plans nothing).
+  int64_t sdpa_context_multiple = 512;
 };
 
 // A chunk: blocks [first, last) of one document, against context rows
-// [context_begin, context_begin + context_rows).
+// [context_begin, context_begin + context_rows) (context_begin: the document's first row).
 struct DFlashAttentionChunk {
   int64_t first_block = 0, last_block = 0;
+  int64_t document = 0;
   int64_t context_begin = 0, context_rows = 0;
 };
 // Greedy per document: a chunk grows while its blocks x B x (context + B) stays within

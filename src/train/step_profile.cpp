@@ -1,0 +1,81 @@
+#include "topotrain/train/step_profile.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
+#include "topotrain/store/profile_summary.h"
+#include "topotrain/torch_compat.h"
+
+namespace topotrain {
+namespace {
+
+namespace profiler = torch::autograd::profiler;
+namespace impl = torch::profiler::impl;
+
+impl::ProfilerConfig profiler_config() {
+  return impl::ProfilerConfig(impl::ProfilerState::KINETO, /*report_input_shapes=*/false, /*profile_memory=*/false,
+                              /*with_stack=*/false, /*with_flops=*/false, /*with_modules=*/false);
+}
+
+std::set<impl::ActivityType> activities(const torch::Device& device) {
+  std::set<impl::ActivityType> chosen{impl::ActivityType::CPU};
+  if (device.is_cuda()) chosen.insert(impl::ActivityType::CUDA);
+  return chosen;
+}
+
+}  // namespace
+
+StepProfile::StepProfile(const Settings& settings, std::string run_dir, int rank, const torch::Device& device)
+    : StepProfile(settings.integer("log.profile_step"), std::move(run_dir), rank, device) {}
+
+StepProfile::StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device)
+    : chosen_(step), run_dir_(std::move(run_dir)), rank_(rank), device_(device) {}
+
+StepProfile::Scope StepProfile::step(std::int64_t step) {
+  if (chosen_ <= 0 || step != chosen_) return Scope(nullptr);
+  compat::synchronize(device_);  // the previous step's kernels stay out of this one
+  profiler::prepareProfiler(profiler_config(), activities(device_));
+  profiler::enableProfiler(profiler_config(), activities(device_));
+  started_ = std::chrono::steady_clock::now();
+  return Scope(this);
+}
+
+// Runs at the end of a scope, also while an exception unwinds: a failure to write the
+// profile is reported and does not replace the error in flight.
+void StepProfile::finish() noexcept {
+  try {
+    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+    const double wall_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started_).count();
+    std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+    std::vector<ProfiledEvent> events;
+    events.reserve(result->events().size());
+    for (const auto& e : result->events()) {
+      events.push_back({e.name(), e.deviceType() != c10::DeviceType::CPU, e.startThreadId(),
+                        compat::profiler_event_start_us(e), compat::profiler_event_duration_us(e)});
+    }
+    const std::string stem = cat(run_dir_, "/profile-step", chosen_, "-rank", rank_);
+    std::string trace_note = cat("Chrome trace: ", stem, ".json");
+    try {
+      result->save(stem + ".json");
+    } catch (const std::exception&) {
+      trace_note = "no Chrome trace: this LibTorch has no Kineto";
+    }
+    const std::string title =
+        cat("profile of step ", chosen_, ", rank ", rank_, " on ", compat::device_name(device_), "; ", trace_note);
+    std::ofstream out(stem + ".txt");
+    out << summarize_profile(std::move(events), wall_us, title);
+    if (!out) throw std::runtime_error(cat("cannot write ", stem, ".txt"));
+    summary_path_ = stem + ".txt";
+    log_info_here(cat("profile of step ", chosen_, " written to ", summary_path_));
+  } catch (const std::exception& e) {
+    log_warn(cat("profile of step ", chosen_, " was not written: ", e.what()));
+  }
+}
+
+}  // namespace topotrain
