@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dflash_bench needs a GPU\n");
     return 2;
   }
-  const torch::Device device(torch::kCUDA);
+  const torch::Device device(torch::kCUDA, 0);
   torch::manual_seed(0);
   mdl::DFlashConfig config;
   config.source = "dflash_bench";

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "model_bench needs a GPU\n");
     return 2;
   }
-  const torch::Device device(torch::kCUDA);
+  const torch::Device device(torch::kCUDA, 0);
   torch::manual_seed(0);
   const auto config = mdl::ModelConfig::preset(preset);
   std::printf("%s\n", mdl::describe(config).c_str());

@@ -11,13 +11,6 @@ namespace {
 
 constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
-// Visible context rows of the chunk's blocks, [n] int64 on `device`.
-torch::Tensor chunk_visible(const DFlashBlocks& blocks, const DFlashAttentionChunk& chunk, const torch::Device& device) {
-  const auto* first = blocks.visible_context.data() + chunk.first_block;
-  return torch::tensor(std::vector<int64_t>(first, first + (chunk.last_block - chunk.first_block)), torch::kInt64)
-      .to(device);
-}
-
 // GQA without repeating k/v: query head h = kv * groups + g (HF's repeat_kv order), so the
 // queries are viewed as [Hkv, groups, ...] and each kv head serves its group by broadcasting.
 torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
@@ -172,11 +165,14 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
   const auto q_parts = q.split_with_sizes(chunk_rows), k_parts = block_k.split_with_sizes(chunk_rows),
              v_parts = block_v.split_with_sizes(chunk_rows);
   const auto ctx_k_docs = context_k.split_with_sizes(document_rows), ctx_v_docs = context_v.split_with_sizes(document_rows);
+  // Every block's visible context length in one copy: a copy from pageable host memory
+  // waits for the device, and one per chunk (320 in a drafter step) kept draining its queue.
+  const auto visible_all = torch::tensor(blocks.visible_context, torch::kInt64).to(q.device());
   std::vector<torch::Tensor> outputs;
   outputs.reserve(chunks.size());
   for (size_t i = 0; i < chunks.size(); ++i) {
     const auto& c = chunks[i];
-    auto visible = chunk_visible(blocks, c, q.device());
+    auto visible = visible_all.narrow(0, c.first_block, c.last_block - c.first_block);
     auto ctx_k = ctx_k_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
     auto ctx_v = ctx_v_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
 #if TOPOTRAIN_HAS_SDPA

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "topotrain/torch_compat.h"
+
 namespace topotrain::model {
 
 ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double init_std) {
@@ -17,6 +19,8 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  torch::Tensor fused;
+  if (compat::fused_rms_norm(x, weight, eps, fused)) return fused;
   auto xf = x.to(torch::kFloat32);
   auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return weight.to(x.scalar_type()) * normed.to(x.scalar_type());

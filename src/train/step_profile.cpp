@@ -49,7 +49,7 @@ StepProfile::Scope StepProfile::step(std::int64_t step) {
 // profile is reported and does not replace the error in flight.
 void StepProfile::finish() noexcept {
   try {
-    if (device_.is_cuda()) torch::cuda::synchronize(device_.index());
+    compat::synchronize(device_);
     const double wall_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started_).count();
     std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();

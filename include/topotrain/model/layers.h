@@ -26,7 +26,8 @@ class ProjectionImpl : public torch::nn::Module {
 TORCH_MODULE(Projection);
 
 // RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale by
-// `weight` (cast to the input dtype).
+// `weight` (cast to the input dtype). On CUDA one fused kernel where torch has it
+// (compat::fused_rms_norm), which rounds to the input dtype once, after the scaling.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 class RMSNormImpl : public torch::nn::Module {
