@@ -38,8 +38,13 @@ std::string percent(double share) {
   return text;
 }
 
-std::string name_bottleneck(const std::vector<RoleReport>& roles) {
-  if (roles.empty()) return "no steps recorded";
+// Names the bottleneck in `report` from its roles.
+void name_bottleneck(RunReport& report) {
+  const std::vector<RoleReport>& roles = report.roles;
+  if (roles.empty()) {
+    report.bottleneck = "no steps recorded";
+    return;
+  }
   // The role that waits least is the one the others wait for.
   const RoleReport* slowest = &roles.front();
   for (const RoleReport& role : roles)
@@ -60,7 +65,8 @@ std::string name_bottleneck(const std::vector<RoleReport>& roles) {
     const std::string who = &role == slowest ? "it" : role.role;
     line += cat("; ", who, " waits on ", wait_object(wait->name), ' ', percent(wait->share));
   }
-  return line;
+  report.bottleneck = line;
+  report.bottleneck_phase = top->name;
 }
 
 }  // namespace
@@ -172,7 +178,7 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     }
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
-  report.bottleneck = name_bottleneck(report.roles);
+  name_bottleneck(report);
   return report;
 }
 
@@ -216,6 +222,11 @@ std::string format_report(const RunReport& report) {
     out += "\n";
   }
   out += "\nbottleneck: " + report.bottleneck + "\n";
+  const std::string& phase = report.bottleneck_phase;
+  if (phase == "forward" || phase == "backward" || phase == "optimizer") {
+    out += "to see which kernels and host calls make it slow, rerun with --set log.profile_step=N: every rank\n"
+           "writes profile-stepN-rankR.txt into the run directory\n";
+  }
   return out;
 }
 

@@ -127,7 +127,9 @@ TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
   EXPECT_NEAR(shares, 1.0, 1e-12);
 
   EXPECT_EQ(report.bottleneck, "drafter backward is 58% of step; target waits on queue 40%");
+  EXPECT_EQ(report.bottleneck_phase, "backward");
   const std::string text = format_report(report);
+  EXPECT_NE(text.find("rerun with --set log.profile_step=N"), std::string::npos) << text;
   EXPECT_NE(text.find("bottleneck: drafter backward is 58% of step; target waits on queue 40%"), std::string::npos);
   EXPECT_NE(text.find("queue_wait        40.0"), std::string::npos) << text;
   EXPECT_NE(text.find("MFU "), std::string::npos) << text;

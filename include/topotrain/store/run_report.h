@@ -45,6 +45,7 @@ struct RunReport {
   std::int64_t skipped_steps = 0;
   std::vector<RoleReport> roles;  // in order of their lowest rank
   std::string bottleneck;
+  std::string bottleneck_phase;  // the slowest role's largest phase that is not a wait
 };
 
 // `skip_steps`: the first N steps of every rank are left out (warm-up).
