@@ -36,12 +36,18 @@ StepProfile::StepProfile(const Settings& settings, std::string run_dir, int rank
 StepProfile::StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device)
     : chosen_(step), run_dir_(std::move(run_dir)), rank_(rank), device_(device) {}
 
+StepProfile::~StepProfile() {
+  if (chosen_ > 0 && !started_once_)
+    log_warn(cat("log.profile_step = ", chosen_, ": this rank never ran step ", chosen_, ", so no profile was written"));
+}
+
 StepProfile::Scope StepProfile::step(std::int64_t step) {
   if (chosen_ <= 0 || step != chosen_) return Scope(nullptr);
   compat::synchronize(device_);  // the previous step's kernels stay out of this one
   profiler::prepareProfiler(profiler_config(), activities(device_));
   profiler::enableProfiler(profiler_config(), activities(device_));
   started_ = std::chrono::steady_clock::now();
+  started_once_ = true;
   return Scope(this);
 }
 

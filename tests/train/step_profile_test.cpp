@@ -35,3 +35,13 @@ TEST(StepProfile, StepZeroProfilesNothing) {
   { auto profiled = profile.step(0); }
   EXPECT_TRUE(profile.summary_path().empty());
 }
+
+TEST(StepProfile, WarnsWhenTheChosenStepNeverRan) {
+  testing::internal::CaptureStderr();
+  {
+    StepProfile profile(5, "/nonexistent", 0, torch::Device(torch::kCPU));
+    for (std::int64_t step = 1; step <= 3; ++step) auto profiled = profile.step(step);
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("log.profile_step = 5: this rank never ran step 5"), std::string::npos) << err;
+}

@@ -24,6 +24,10 @@ class StepProfile {
  public:
   StepProfile(const Settings& settings, std::string run_dir, int rank, const torch::Device& device);
   StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device);
+  // Warns when a step was chosen but never profiled (the run ended or resumed past it).
+  ~StepProfile();
+  StepProfile(const StepProfile&) = delete;
+  StepProfile& operator=(const StepProfile&) = delete;
 
   class Scope {
    public:
@@ -53,6 +57,7 @@ class StepProfile {
   int rank_;
   torch::Device device_;
   std::chrono::steady_clock::time_point started_;
+  bool started_once_ = false;
   std::string summary_path_;
 };
 
