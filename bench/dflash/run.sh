@@ -2,7 +2,8 @@
 # DFlash drafter alone on one GPU (an H200): the SDPA-vs-math attention parity test, then
 # forward+backward tokens/s and MFU of a 5-layer drafter of qwen3-8b shapes (hidden 4096)
 # at a 16K-token micro-batch with up to 512 anchors per document, for documents of 16K,
-# 4K and 2K tokens, with both attention paths. Results go to stdout and, if set, "$OUT".
+# 4K and 2K tokens, with each attention path (sdpa with bucketed shapes, sdpa-exact, math).
+# Results go to stdout and, if set, "$OUT".
 #   bench/dflash/run.sh            (from the project root; builds into build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,6 +25,6 @@ mkdir -p "$results"
   echo "# bench/dflash/run.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
   status=0
   "$bin/test_dflash_gpu" || status=1
-  for doc_len in 16384 4096 2048; do "$bin/dflash_bench" 16384 "$doc_len" 512 10 sdpa,math; done
+  for doc_len in 16384 4096 2048; do "$bin/dflash_bench" 16384 "$doc_len" 512 10 sdpa,sdpa-exact,math; done
   exit $status
 } 2>&1 | tee "$results/dflash.txt"
