@@ -55,7 +55,12 @@ StepProfile::Scope StepProfile::step(std::int64_t step) {
 // profile is reported and does not replace the error in flight.
 void StepProfile::finish() noexcept {
   try {
-    compat::synchronize(device_);
+    try {
+      compat::synchronize(device_);
+    } catch (const std::exception&) {
+      // The step failed on the device; its error is already on its way. Still stop the
+      // profiler and write what it saw.
+    }
     const double wall_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started_).count();
     std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
@@ -69,8 +74,10 @@ void StepProfile::finish() noexcept {
     std::string trace_note = cat("Chrome trace: ", stem, ".json");
     try {
       result->save(stem + ".json");
-    } catch (const std::exception&) {
-      trace_note = "no Chrome trace: this LibTorch has no Kineto";
+    } catch (const std::exception& e) {
+      // Debian's LibTorch has no Kineto and says so here; keep the first line, not the backtrace.
+      const std::string why = e.what();
+      trace_note = cat("no Chrome trace: ", why.substr(0, why.find('\n')));
     }
     const std::string title =
         cat("profile of step ", chosen_, ", rank ", rank_, " on ", compat::device_name(device_), "; ", trace_note);
