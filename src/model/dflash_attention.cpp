@@ -125,7 +125,7 @@ std::vector<DFlashAttentionChunk> plan_dflash_chunks(const DFlashBlocks& blocks,
              (last + 1 - first) * B * (blocks.visible_context[last] + B) <= max_scores) {
         ++last;
       }
-      chunks.push_back({first, last, d, blocks.document_begin[d], blocks.visible_context[last - 1]});
+      chunks.push_back({first, last, d, blocks.visible_context[last - 1]});
       first = last;
     }
   }

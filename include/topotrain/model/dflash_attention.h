@@ -49,12 +49,12 @@ struct DFlashAttentionOptions {
   int64_t sdpa_context_multiple = 512;
 };
 
-// A chunk: blocks [first, last) of one document, against context rows
-// [context_begin, context_begin + context_rows) (context_begin: the document's first row).
+// A chunk: blocks [first, last) of one document, against the first context_rows rows of
+// that document.
 struct DFlashAttentionChunk {
   int64_t first_block = 0, last_block = 0;
   int64_t document = 0;
-  int64_t context_begin = 0, context_rows = 0;
+  int64_t context_rows = 0;
 };
 // Greedy per document: a chunk grows while its blocks x B x (context + B) stays within
 // max_scores and its block count within max_blocks.
