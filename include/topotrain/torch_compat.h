@@ -156,9 +156,10 @@ constexpr bool kHasSdpa = TOPOTRAIN_HAS_SDPA;
 
 // While it lives, scaled_dot_product_attention does not choose cuDNN's kernel. Recent torch
 // prefers it on sm90 for attention with a mask, and cuDNN builds an execution plan for every
-// new shape: about 9 ms of host time per call on an H200. DFlash chunks change shape with
-// every batch, so no plan is ever reused (a pipeline's drafter spent 90% of its step there);
-// the memory-efficient kernel needs no plan. The backward follows the forward's choice.
+// new shape: about 9 ms of host time per call on an H200 (DFlash chunks of exact shapes, new
+// with every batch, once cost a pipeline's drafter 90% of its step). Where shapes rarely
+// repeat, the memory-efficient kernel, which plans nothing, is faster. The backward follows
+// the forward's choice.
 class WithoutCudnnAttention {
  public:
   WithoutCudnnAttention() {
