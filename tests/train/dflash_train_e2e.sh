@@ -63,7 +63,11 @@ covers_epoch_once() {  # covers_epoch_once RUN DRAFTER_RANK
 case $scenario in
 fanin)
   timeout 300 "${mpirun[@]}" -np 8 "$bin/dflash_train" topology/cpu-7t1d.toml "${common[@]}" --set checkpoint.run=fanin \
-    > "$work/fanin.log" 2>&1 || { cat "$work/fanin.log"; exit 1; }
+    --set log.profile_step=2 > "$work/fanin.log" 2>&1 || { cat "$work/fanin.log"; exit 1; }
+  for rank in 0 1 2 3 4 5 6 7; do  # every rank, target or drafter, profiled its step 2
+    head -1 "$work/fanin/profile-step2-rank$rank.txt" | grep -q "^profile of step 2, rank $rank on cpu" ||
+      { echo "no profile of step 2 from rank $rank"; ls "$work/fanin"; exit 1; }
+  done
   sort "$work"/fanin/samples-rank-[0-6].txt > "$work/sent"
   sort "$work/fanin/samples-rank-7.txt" > "$work/trained"
   cmp -s "$work/sent" "$work/trained" || { echo "trained pieces differ from the sent ones"; diff "$work/sent" "$work/trained" | head; exit 1; }

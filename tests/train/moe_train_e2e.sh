@@ -49,7 +49,11 @@ dp)
   # Adam divides by the root of tiny second moments, so fp32 summation-order noise in
   # rarely-seen embedding rows grows to ~1e-5 after a few steps at lr 1e-2: 1e-4 bounds it.
   train 1 ref6 --set train.grad_accum=6 --set train.max_steps=4
-  train 2 np2 --set train.grad_accum=3 --set train.max_steps=4
+  train 2 np2 --set train.grad_accum=3 --set train.max_steps=4 --set log.profile_step=2
+  for rank in 0 1; do
+    head -1 "$work/np2/profile-step2-rank$rank.txt" | grep -q "^profile of step 2, rank $rank on cpu" ||
+      { echo "rank $rank wrote no profile of step 2"; exit 1; }
+  done
   train 1 ref12 --set train.grad_accum=12 --set train.max_steps=4
   train 4 np4 --set train.grad_accum=3 --set train.max_steps=4
   same_losses ref6 np2
