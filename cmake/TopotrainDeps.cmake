@@ -21,6 +21,17 @@ message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX},
 
 if(TOPOTRAIN_CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # Our own kernels (src/model/*.cu) need bf16 arithmetic (sm_80 on); the default covers the
+  # A100, the RTX 30/40 and L40 generations and Hopper. Override with -DCMAKE_CUDA_ARCHITECTURES.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90)
+  endif()
+  if(NOT DEFINED CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
+  endif()
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
   add_library(topotrain_nccl INTERFACE)
@@ -31,7 +42,8 @@ endif()
 # Flags shared by all of our targets. Third-party headers come in as SYSTEM includes so
 # that -Wall -Wextra judge our code only.
 add_library(topotrain_flags INTERFACE)
-target_compile_options(topotrain_flags INTERFACE -Wall -Wextra -Wno-unused-parameter)
+target_compile_options(topotrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>
+                                                 $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
 target_include_directories(topotrain_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
 # We use MPI's C API only; its deprecated C++ bindings would need libmpi_cxx.
 target_compile_definitions(topotrain_flags INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)

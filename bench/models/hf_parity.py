@@ -25,7 +25,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3Moe
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 COMMON = dict(vocab_size=1024, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=32, max_position_embeddings=512, rms_norm_eps=1e-6)
+              num_key_value_heads=2, head_dim=64, max_position_embeddings=512, rms_norm_eps=1e-6)
 CASES = {
     "dense": (Qwen3Config, Qwen3ForCausalLM, dict(COMMON, intermediate_size=256, tie_word_embeddings=True)),
     # moe_intermediate_size 48 keeps 2*I != hidden, so fused expert layouts are unambiguous.

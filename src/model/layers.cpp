@@ -1,7 +1,9 @@
 #include "topotrain/model/layers.h"
 
 #include <cmath>
+#include <vector>
 
+#include "topotrain/model/swiglu.h"
 #include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
@@ -12,6 +14,12 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
   return torch::matmul(x, weight.to(x.scalar_type()).t());
+}
+
+torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections) {
+  std::vector<torch::Tensor> weights;
+  for (const auto& p : projections) weights.push_back(p->weight.to(x.scalar_type()));
+  return torch::matmul(x, torch::cat(weights, 0).t());
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -28,21 +36,6 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
-RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype) {
-  auto exponent = torch::arange(0, head_dim, 2, positions.options().dtype(torch::kInt64)).to(torch::kFloat32) /
-                  static_cast<double>(head_dim);
-  auto inv_freq = 1.0 / torch::pow(theta, exponent);
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, D/2]
-  auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [T, 1, D]
-  return {angles.cos().to(dtype), angles.sin().to(dtype)};
-}
-
-torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables) {
-  const int64_t half = x.size(-1) / 2;
-  auto rotated = torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * tables.cos + rotated * tables.sin;
-}
-
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
   const double std = c.initializer_range;
@@ -54,14 +47,19 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
 }
 
+torch::Tensor AttentionImpl::normed_rotated(const torch::Tensor& projected, int64_t heads, const RMSNorm& norm,
+                                            const RotaryTables& rotary) const {
+  return norm_rotary(projected.view({projected.size(0), heads, head_dim_}), norm->weight, norm->eps(), rotary);
+}
+
 torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const RotaryTables& rotary) {
-  return apply_rotary(q_norm(q_proj(x).view({x.size(0), heads_, head_dim_})), rotary);
+  return normed_rotated(q_proj(x), heads_, q_norm, rotary);
 }
 
 AttentionImpl::KeysValues AttentionImpl::project_keys_values(const torch::Tensor& x, const RotaryTables& rotary) {
-  const int64_t tokens = x.size(0);
-  return {apply_rotary(k_norm(k_proj(x).view({tokens, kv_heads_, head_dim_})), rotary),
-          v_proj(x).view({tokens, kv_heads_, head_dim_})};
+  const int64_t width = kv_heads_ * head_dim_;
+  auto kv = fused_projection(x, {k_proj, v_proj}).split_with_sizes({width, width}, 1);
+  return {normed_rotated(kv[0], kv_heads_, k_norm, rotary), kv[1].view({x.size(0), kv_heads_, head_dim_})};
 }
 
 torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
@@ -71,10 +69,13 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
-  auto q = project_queries(x, context.rotary);
-  auto kv = project_keys_values(x, context.rotary);
-  return project_output(varlen_causal_attention(q, kv.keys, kv.values, context.cu_seqlens, context.max_seqlen, scale(),
-                                                context.attention));
+  const int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
+  auto qkv = fused_projection(x, {q_proj, k_proj, v_proj}).split_with_sizes({q_width, kv_width, kv_width}, 1);
+  auto q = normed_rotated(qkv[0], heads_, q_norm, context.rotary);
+  auto k = normed_rotated(qkv[1], kv_heads_, k_norm, context.rotary);
+  auto v = qkv[2].view({x.size(0), kv_heads_, head_dim_});
+  return project_output(
+      varlen_causal_attention(q, k, v, context.cu_seqlens, context.max_seqlen, scale(), context.attention));
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std) {
@@ -84,7 +85,7 @@ DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std
 }
 
 torch::Tensor DenseMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  return down_proj(swiglu(fused_projection(x, {gate_proj, up_proj})));
 }
 
 }  // namespace topotrain::model

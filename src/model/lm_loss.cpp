@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "kernel_launch.h"
 #include "topotrain/core/error.h"
 
 namespace topotrain::model {
@@ -9,6 +10,61 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
+
+// One chunk's per-row losses (unweighted, fp32 [n]) and, when want_grad, d(sum_i w_i
+// loss_i)/d(logits) in the logits' dtype. argmax_rows, when defined, receives each row's
+// most likely token (the argmax of the compute-dtype logits is that of their fp32 copy);
+// it is a contiguous slice of the caller's result.
+struct ChunkRows {
+  torch::Tensor row_loss, dlogits;
+};
+
+ChunkRows hard_target_rows(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& w,
+                           const torch::Tensor& argmax_rows, bool want_grad) {
+#ifdef TOPOTRAIN_CUDA
+  if (own_kernels_apply(logits) && logits.is_contiguous() && logits.size(1) % 8 == 0) {
+    // The kernel overwrites the logits with their gradient: one bf16 buffer per chunk.
+    auto row_loss = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat32));
+    auto targets_in = targets.contiguous();
+    auto weights_in = w.defined() ? w.contiguous() : torch::Tensor();
+    check_launch(kernels::cross_entropy_rows(logits.data_ptr(), targets_in.data_ptr<int64_t>(),
+                                             weights_in.defined() ? weights_in.data_ptr<float>() : nullptr,
+                                             row_loss.data_ptr<float>(),
+                                             argmax_rows.defined() ? argmax_rows.data_ptr<int64_t>() : nullptr,
+                                             want_grad,
+                                             logits.size(0), logits.size(1), stream_of(logits)),
+                 "cross_entropy_rows");
+    return {row_loss, want_grad ? logits : torch::Tensor()};
+  }
+#endif
+  if (argmax_rows.defined()) argmax_rows.copy_(logits.argmax(-1));
+  // log_softmax reads the compute-dtype logits once and writes fp32 (one fused kernel on
+  // CUDA for bf16 input), where a cast, a logsumexp and a subtraction made four passes.
+  auto log_probs = torch::log_softmax(logits, -1, torch::kFloat32);
+  auto row_loss = -log_probs.gather(1, targets.unsqueeze(1)).squeeze(1);
+  if (!want_grad) return {row_loss, torch::Tensor()};
+  // d(loss_i)/d(logits_i) = softmax(logits_i) - onehot(target_i)
+  auto dlogits = log_probs.exp_();
+  dlogits.scatter_add_(1, targets.unsqueeze(1), torch::full({logits.size(0), 1}, -1.0f, dlogits.options()));
+  if (w.defined()) dlogits *= w.unsqueeze(1);
+  return {row_loss, dlogits.to(logits.scalar_type())};
+}
+
+// loss_i = KL(teacher_i || model_i); its gradient is softmax(model) - softmax(teacher).
+ChunkRows soft_target_rows(const torch::Tensor& logits, const torch::Tensor& teacher_hidden,
+                           const torch::Tensor& weight, const torch::Tensor& w, const torch::Tensor& argmax_rows,
+                           bool want_grad) {
+  if (argmax_rows.defined()) argmax_rows.copy_(logits.argmax(-1));
+  auto log_probs = torch::log_softmax(logits, -1, torch::kFloat32);
+  auto teacher_log_probs = torch::log_softmax(torch::matmul(teacher_hidden, weight.t()), -1, torch::kFloat32);
+  auto teacher_probs = teacher_log_probs.exp();
+  auto row_loss = (teacher_probs * (teacher_log_probs - log_probs)).sum(-1);
+  if (!want_grad) return {row_loss, torch::Tensor()};
+  auto dlogits = log_probs.exp_();
+  dlogits -= teacher_probs;
+  if (w.defined()) dlogits *= w.unsqueeze(1);
+  return {row_loss, dlogits.to(logits.scalar_type())};
+}
 
 // Invariant: the loss is a scalar, so d(loss)/d(input) is known after the forward; the
 // backward only multiplies the saved gradients by the incoming scalar.
@@ -34,37 +90,18 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - begin);
       auto h = hidden.narrow(0, begin, n);
-      // Logits stay in the compute dtype: log_softmax reads them once and writes fp32 (one
-      // fused kernel on CUDA for bf16 input), where a cast, a logsumexp and a subtraction
-      // made four passes over [rows, vocab]. The argmax of the bf16 logits is that of
-      // their fp32 copy.
       auto logits = torch::matmul(h, weight.t());
-      if (want_argmax) argmax.narrow(0, begin, n).copy_(logits.argmax(-1));
-      auto log_probs = torch::log_softmax(logits, -1, torch::kFloat32);
-      torch::Tensor row_loss, teacher_probs;
-      if (soft) {
-        auto teacher_log_probs =
-            torch::log_softmax(torch::matmul(teacher_hidden.narrow(0, begin, n), weight.t()), -1, torch::kFloat32);
-        teacher_probs = teacher_log_probs.exp();
-        row_loss = (teacher_probs * (teacher_log_probs - log_probs)).sum(-1);
-      } else {
-        row_loss = -log_probs.gather(1, targets.narrow(0, begin, n).unsqueeze(1)).squeeze(1);
-      }
       torch::Tensor w;
       if (row_weights.defined()) w = row_weights.narrow(0, begin, n).to(torch::kFloat32);
+      const bool want_grad = grad_of_hidden || grad_of_weight;
+      auto argmax_rows = want_argmax ? argmax.narrow(0, begin, n) : torch::Tensor();
+      auto [row_loss, d] = soft ? soft_target_rows(logits, teacher_hidden.narrow(0, begin, n), weight, w, argmax_rows,
+                                                   want_grad)
+                                : hard_target_rows(logits, targets.narrow(0, begin, n), w, argmax_rows, want_grad);
       loss += w.defined() ? (row_loss * w).sum() : row_loss.sum();
-      if (!grad_of_hidden && !grad_of_weight) continue;
-      // d(loss_i)/d(logits_i) = softmax(logits_i) - target distribution (one-hot or teacher)
-      auto dlogits = log_probs.exp_();
-      if (soft) {
-        dlogits -= teacher_probs;
-      } else {
-        dlogits.scatter_add_(1, targets.narrow(0, begin, n).unsqueeze(1), torch::full({n, 1}, -1.0f, dlogits.options()));
-      }
-      if (w.defined()) dlogits *= w.unsqueeze(1);
-      auto d = dlogits.to(hidden.scalar_type());
+      if (!want_grad) continue;
       if (grad_of_hidden) grad_hidden.narrow(0, begin, n).copy_(torch::matmul(d, weight));
-      if (grad_of_weight) grad_weight += torch::matmul(d.t(), h).to(torch::kFloat32);
+      if (grad_of_weight) grad_weight.add_(torch::matmul(d.t(), h));  // bf16 read straight into the fp32 sum
     }
     ctx->save_for_backward({grad_hidden, grad_of_weight ? grad_weight.to(weight.scalar_type()) : grad_weight});
     ctx->mark_non_differentiable({argmax});

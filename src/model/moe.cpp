@@ -3,9 +3,34 @@
 #include <stdexcept>
 #include <vector>
 
+#include "topotrain/model/swiglu.h"
 #include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
+namespace {
+
+// rows[i] = x[order[i]] for a permutation `order` with inverse `inverse`. Its backward is the
+// inverse gather; index_select's would scatter-add (atomics, nondeterministic order), which
+// a permutation never needs.
+class PermuteRowsFunction : public torch::autograd::Function<PermuteRowsFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& order, const torch::Tensor& inverse) {
+    ctx->save_for_backward({inverse});
+    return x.index_select(0, order);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    return {grads[0].index_select(0, ctx->get_saved_variables()[0]), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse) {
+  return PermuteRowsFunction::apply(x, order, inverse);
+}
+
+}  // namespace
 
 std::string to_string(ExpertBackend backend) {
   return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
@@ -43,12 +68,8 @@ ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermedia
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend) {
   const auto dtype = x_sorted.scalar_type();
-  const int64_t intermediate = down_proj.size(2);
   auto gate_up = gate_up_proj.to(dtype);
   auto down = down_proj.to(dtype);
-  auto swiglu = [intermediate](const torch::Tensor& gu) {
-    return torch::silu(gu.narrow(-1, 0, intermediate)) * gu.narrow(-1, intermediate, intermediate);
-  };
   if (backend == ExpertBackend::grouped_mm) {
 #if TOPOTRAIN_HAS_GROUPED_MM
     // offs holds each group's end row; weights go in as [E, in, out] views of the
@@ -93,15 +114,17 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   if (load != nullptr) load->add(probs, selected);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
+  // The token copies and both permutations are gathers forward and backward (the copies'
+  // backward sums a token's k rows), so the combine is deterministic and atomic-free.
   auto flat = selected.reshape({-1});
   auto order = flat.argsort();
-  auto counts = torch::bincount(flat, {}, num_experts);
-  auto x_sorted = x.index_select(0, order.div(top_k_, "floor"));
-  auto y_sorted = experts(x_sorted, counts, backend);
-  // Undo the sort with a gather instead of a scatter-add so that the sum over a token's
-  // k experts is deterministic.
-  auto y = y_sorted.index_select(0, order.argsort()).view({tokens, top_k_, hidden});
-  return (y * weights.unsqueeze(-1)).sum(1);
+  auto inverse = order.argsort();
+  // scatter_add instead of bincount, which reads the maximum back to the host.
+  auto counts = torch::zeros({num_experts}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
+  auto x_copies = x.unsqueeze(1).expand({tokens, top_k_, hidden}).reshape({tokens * top_k_, hidden});
+  auto y_sorted = experts(permute_rows(x_copies, order, inverse), counts, backend);
+  auto y = permute_rows(y_sorted, inverse, order).view({tokens, top_k_, hidden});
+  return torch::bmm(weights.unsqueeze(1), y).squeeze(1);
 }
 
 }  // namespace topotrain::model

@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <torch/torch.h>
 
 #include "topotrain/model/attention.h"
 #include "topotrain/model/config.h"
+#include "topotrain/model/rotary.h"
 
 namespace topotrain::model {
 
@@ -25,6 +27,12 @@ class ProjectionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Projection);
 
+// x W^T for W the row-wise concatenation of the projections' weights (each cast to x's
+// dtype): one GEMM where there were as many as projections, and in backward one GEMM for
+// the gradient of x where autograd summed one per projection. Split the result with
+// split_with_sizes, whose backward concatenates (narrow's would zero-fill a whole copy each).
+torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections);
+
 // RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale by
 // `weight` (cast to the input dtype). On CUDA one fused kernel where torch has it
 // (compat::fused_rms_norm), which rounds to the input dtype once, after the scaling.
@@ -34,20 +42,13 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);
   torch::Tensor forward(const torch::Tensor& x);
+  double eps() const { return eps_; }
   torch::Tensor weight;
 
  private:
   double eps_;
 };
 TORCH_MODULE(RMSNorm);
-
-// cos/sin of rotate-half RoPE for each token's position, [T, 1, head_dim] in `dtype`
-// (computed in fp32 first, as HF does).
-struct RotaryTables {
-  torch::Tensor cos, sin;
-};
-RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype);
-torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables);  // x [T, heads, head_dim]
 
 // What every layer of one forward shares.
 struct LayerContext {
@@ -77,11 +78,15 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 
  private:
+  // norm_rotary of a [T, heads * head_dim] projection (or a column slice of a fused one).
+  torch::Tensor normed_rotated(const torch::Tensor& projected, int64_t heads, const RMSNorm& norm,
+                               const RotaryTables& rotary) const;
+
   int64_t heads_, kv_heads_, head_dim_;
 };
 TORCH_MODULE(Attention);
 
-// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+// SwiGLU feed-forward: down(silu(gate(x)) * up(x)), gate and up as one GEMM.
 class DenseMlpImpl : public torch::nn::Module {
  public:
   DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std);

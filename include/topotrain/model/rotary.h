@@ -1,0 +1,26 @@
+// Rotate-half rotary position embeddings (RoPE) and Qwen3's per-head norm before them.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace topotrain::model {
+
+// cos/sin of rotate-half RoPE for each token's position, [T, 1, head_dim] in `dtype`
+// (computed in fp32 first, as HF does).
+struct RotaryTables {
+  torch::Tensor cos, sin;
+};
+RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype);
+torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables);  // x [T, heads, head_dim]
+
+// apply_rotary(rms_norm(x, norm_weight, eps), tables): Qwen3's q_norm/k_norm then RoPE.
+// x [T, heads, head_dim] may be a column slice of a fused projection (heads and head_dim
+// packed, any token stride). For bf16 on CUDA with head_dim in {64, 128, 192, 256} one kernel
+// each way (a warp per row, fp32 throughout, one rounding) replaces the norm's kernels and
+// the five of the rotation; the result is contiguous either way.
+torch::Tensor norm_rotary(const torch::Tensor& x, const torch::Tensor& norm_weight, double eps,
+                          const RotaryTables& tables);
+
+}  // namespace topotrain::model

@@ -1,0 +1,51 @@
+// Launchers of topotrain's own CUDA kernels (the *.cu files next to this header), for the
+// elementwise and per-row work between the matmuls, where chains of generic torch kernels
+// made many passes over memory. No torch here: the .cu files compile with nvcc alone; the
+// callers (torch side) check dtypes, shapes and contiguity and pass raw pointers.
+//
+// Every "bf16" pointer is __nv_bfloat16 data; a launcher returns the launch's error.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace topotrain::model::kernels {
+
+// SwiGLU over gate_up [rows, 2 * inner] (gate columns first, then up): out [rows, inner] =
+// silu(gate) * up, computed in fp32, rounded once. inner % 8 == 0 (16-byte vectors).
+cudaError_t swiglu_forward(const void* gate_up_bf16, void* out_bf16, int64_t rows, int64_t inner,
+                           cudaStream_t stream);
+// grad_gate_up [rows, 2 * inner] from grad_out [rows, inner].
+cudaError_t swiglu_backward(const void* gate_up_bf16, const void* grad_out_bf16, void* grad_gate_up_bf16,
+                            int64_t rows, int64_t inner, cudaStream_t stream);
+
+// Per-head RMSNorm then rotate-half RoPE (Qwen3's q_norm/k_norm followed by rotary), one warp
+// per (token, head) row of head_dim values. x is [tokens, heads, head_dim] with heads and
+// head_dim packed and `x_token_stride` elements between tokens (a column slice of a fused
+// QKV projection); weight fp32 [head_dim]; cos/sin bf16 [tokens, head_dim]. Writes y
+// contiguous [tokens, heads, head_dim] and rstd fp32 [tokens * heads] for the backward.
+// head_dim % 64 == 0 and head_dim <= 256.
+cudaError_t norm_rotary_forward(const void* x_bf16, int64_t x_token_stride, const float* weight, const void* cos_bf16,
+                                const void* sin_bf16, void* y_bf16, float* rstd, int64_t tokens, int64_t heads,
+                                int64_t head_dim, float eps, cudaStream_t stream);
+// grad_x contiguous [tokens, heads, head_dim] (bf16) and per-block partial weight gradients
+// weight_grad_partials fp32 [norm_rotary_backward_blocks(...), head_dim], summed by the caller
+// (a fixed-order sum keeps the weight gradient deterministic).
+int64_t norm_rotary_backward_blocks(int64_t tokens, int64_t heads);
+cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, const float* weight, const void* cos_bf16,
+                                 const void* sin_bf16, const float* rstd, const void* grad_y_bf16, void* grad_x_bf16,
+                                 float* weight_grad_partials, int64_t tokens, int64_t heads, int64_t head_dim,
+                                 cudaStream_t stream);
+
+// Cross-entropy of each row of logits bf16 [rows, vocab] (contiguous, vocab % 8 == 0)
+// against targets int64 [rows], one block per row in two passes over the row:
+//   row_loss[i] = logsumexp(logits[i]) - logits[i][targets[i]]   (fp32; NaN if the target is
+//                                                                  outside [0, vocab))
+//   argmax[i]   = first index of the row's maximum               (when argmax != nullptr)
+//   and, when write_grad, logits[i] is overwritten with
+//   (softmax(logits[i]) - onehot(targets[i])) * row_weights[i]   (row_weights may be null: 1)
+cudaError_t cross_entropy_rows(void* logits_bf16, const int64_t* targets, const float* row_weights, float* row_loss,
+                               int64_t* argmax, bool write_grad, int64_t rows, int64_t vocab, cudaStream_t stream);
+
+}  // namespace topotrain::model::kernels

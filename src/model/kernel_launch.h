@@ -1,0 +1,38 @@
+// The torch side of topotrain's CUDA kernels (cuda_kernels.h): where they apply and how a
+// caller launches them. Every fused op keeps a torch-op path for the other cases (CPU, fp32
+// on a GPU, shapes the kernels do not take), which is also the reference in the GPU tests.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "topotrain/torch_compat.h"
+
+#ifdef TOPOTRAIN_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "cuda_kernels.h"
+#endif
+
+namespace topotrain::model {
+
+// Our kernels read and write bf16 tensors on a CUDA device.
+inline bool own_kernels_apply(const torch::Tensor& t) {
+  return compat::kCudaBuild && t.is_cuda() && t.scalar_type() == torch::kBFloat16;
+}
+
+#ifdef TOPOTRAIN_CUDA
+inline cudaStream_t stream_of(const torch::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+inline void check_launch(cudaError_t status, const char* kernel) {
+  if (status != cudaSuccess) {
+    throw std::runtime_error(std::string("CUDA kernel ") + kernel + " failed to launch: " + cudaGetErrorString(status));
+  }
+}
+#endif
+
+}  // namespace topotrain::model

@@ -1,0 +1,108 @@
+// Our CUDA kernels (SwiGLU, per-head norm + rotary, row cross-entropy) against the torch-op
+// path run in fp32 on the same bf16 inputs: outputs and every gradient.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "topotrain/model/lm_loss.h"
+#include "topotrain/model/rotary.h"
+#include "topotrain/model/swiglu.h"
+
+namespace mdl = topotrain::model;
+
+namespace {
+
+const auto kBf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+
+// max |a - b| relative to max |b|
+double relative_error(const torch::Tensor& a, const torch::Tensor& b) {
+  auto bf = b.to(torch::kFloat32);
+  return ((a.to(torch::kFloat32) - bf).abs().max() / bf.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+// A bf16 leaf on the GPU and its fp32 copy (a separate leaf) for the reference path.
+struct Pair {
+  torch::Tensor bf16, fp32;
+};
+Pair leaf_pair(const std::vector<int64_t>& shape, double scale = 1.0) {
+  auto values = (torch::randn(shape, kBf16) * scale).to(torch::kBFloat16);
+  return {values.clone().requires_grad_(), values.to(torch::kFloat32).requires_grad_()};
+}
+
+class FusedOpsGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+    torch::manual_seed(11);
+  }
+};
+
+}  // namespace
+
+TEST_F(FusedOpsGpu, SwigluMatchesTorchOpsInFp32) {
+  auto gate_up = leaf_pair({1000, 2 * 96}, 3.0);
+  auto upstream = torch::randn({1000, 96}, kBf16);
+  auto out = mdl::swiglu(gate_up.bf16);
+  auto ref = mdl::swiglu(gate_up.fp32);
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(relative_error(out, ref), 1e-2);
+  (out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum().backward();
+  (ref * upstream.to(torch::kFloat32)).sum().backward();
+  EXPECT_LT(relative_error(gate_up.bf16.grad(), gate_up.fp32.grad()), 1e-2);
+}
+
+TEST_F(FusedOpsGpu, NormRotaryOfAStridedSliceMatchesTorchOpsInFp32) {
+  for (int64_t dim : {64, 128, 256}) {
+    SCOPED_TRACE(dim);
+    const int64_t tokens = 300, heads = 3;
+    // x is the middle column slice of a fused projection, as q and k of the fused QKV are.
+    auto base = leaf_pair({tokens, (heads + 2) * dim}, 2.0);
+    auto slice = [&](const torch::Tensor& t) { return t.narrow(1, dim, heads * dim).view({tokens, heads, dim}); };
+    auto w32 = (torch::rand({dim}, kBf16.dtype(torch::kFloat32)) + 0.5).requires_grad_();
+    auto w32_ref = w32.detach().clone().requires_grad_();
+    auto positions = torch::randint(0, 4000, {tokens}, kBf16.dtype(torch::kInt64));
+    const auto tables = mdl::rotary_tables(positions, dim, 1e6, torch::kBFloat16);
+    const mdl::RotaryTables tables32{tables.cos.to(torch::kFloat32), tables.sin.to(torch::kFloat32)};
+    auto upstream = torch::randn({tokens, heads, dim}, kBf16);
+
+    auto out = mdl::norm_rotary(slice(base.bf16), w32, 1e-6, tables);
+    auto ref = mdl::norm_rotary(slice(base.fp32), w32_ref, 1e-6, tables32);
+    EXPECT_TRUE(out.is_contiguous());
+    EXPECT_LT(relative_error(out, ref), 1e-2);
+    (out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum().backward();
+    (ref * upstream.to(torch::kFloat32)).sum().backward();
+    EXPECT_LT(relative_error(base.bf16.grad(), base.fp32.grad()), 1e-2);
+    EXPECT_EQ(base.bf16.grad().narrow(1, 0, dim).abs().max().item<float>(), 0.0f);  // outside the slice
+    EXPECT_LT(relative_error(w32.grad(), w32_ref.grad()), 1e-3);
+  }
+}
+
+TEST_F(FusedOpsGpu, RowCrossEntropyMatchesTorchOpsInFp32) {
+  const int64_t rows = 300, hidden_size = 64, vocab = 1000;
+  auto hidden = leaf_pair({rows, hidden_size});
+  auto weight = leaf_pair({vocab, hidden_size}, 0.5);
+  auto targets = torch::randint(0, vocab, {rows}, kBf16.dtype(torch::kInt64));
+  mdl::LinearCrossEntropyOptions options;
+  options.chunk_rows = 128;  // two full chunks and a partial one
+  options.argmax = true;
+  options.row_weights = torch::rand({rows}, kBf16.dtype(torch::kFloat32));
+  auto out = mdl::linear_cross_entropy(hidden.bf16, weight.bf16, targets, options);
+  auto ref = mdl::linear_cross_entropy(hidden.fp32, weight.fp32, targets, options);
+  EXPECT_LT(relative_error(out.loss, ref.loss), 1e-2);
+  out.loss.backward();
+  ref.loss.backward();
+  EXPECT_LT(relative_error(hidden.bf16.grad(), hidden.fp32.grad()), 2e-2);
+  EXPECT_LT(relative_error(weight.bf16.grad(), weight.fp32.grad()), 2e-2);
+  // The chosen token holds the row's maximum of the bf16 logits (ties may pick either).
+  auto logits = torch::matmul(hidden.bf16.detach(), weight.bf16.detach().t()).to(torch::kFloat32);
+  auto chosen = logits.gather(1, out.argmax.unsqueeze(1)).squeeze(1);
+  auto spread = std::get<0>(logits.max(1)) - std::get<0>(logits.min(1));
+  EXPECT_TRUE(((std::get<0>(logits.max(1)) - chosen) <= 0.01 * spread).all().item<bool>());
+}
+
+TEST_F(FusedOpsGpu, RowCrossEntropyFlagsATargetOutsideTheVocabulary) {
+  auto hidden = torch::randn({4, 16}, kBf16);
+  auto weight = torch::randn({64, 16}, kBf16);
+  auto targets = torch::tensor({1, 2, 64, 3}, kBf16.dtype(torch::kInt64));
+  auto loss = mdl::linear_cross_entropy_sum(hidden, weight, targets, 4096);
+  EXPECT_TRUE(std::isnan(loss.item<float>()));
+}
