@@ -32,7 +32,13 @@ CASES = {
     "moe": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
             dict(COMMON, intermediate_size=256, moe_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
                  norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.01,
-                 tie_word_embeddings=False)),
+                 tie_word_embeddings=False, head_dim=32)),
+    # Every expert chosen: no top-k boundary for bf16 rounding of the router input to cross,
+    # so this case holds the bf16 expert path to the dense bounds whatever the seed.
+    "moe_all": (Qwen3MoeConfig, Qwen3MoeForCausalLM,
+                dict(COMMON, intermediate_size=256, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=4,
+                     norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.01,
+                     tie_word_embeddings=False)),
 }
 DOC_LENGTHS = [37, 64, 5, 90]
 
@@ -80,7 +86,7 @@ def build_case(name, out_dir, seed):
             save_file(hf_expert_layout(load_file(path), cfg), path, metadata={"format": "pt"})
 
     docs = [torch.randint(cfg.vocab_size, (n,)) for n in DOC_LENGTHS]
-    is_moe = name == "moe"
+    is_moe = name.startswith("moe")
     logits, router = [], []
     ce_sum = torch.zeros(())
     for doc in docs:

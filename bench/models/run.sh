@@ -22,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   python3 bench/models/hf_parity.py "$work"
   status=0
-  for case in dense moe; do "$bin/hf_parity" "$work/$case" || status=1; done
+  for case in dense moe moe_all; do "$bin/hf_parity" "$work/$case" || status=1; done
   for preset in moe-500m qwen3-0.6b; do "$bin/model_bench" "$preset" 16384 2048 10; done
   exit $status
 } 2>&1 | tee "$log"

@@ -48,4 +48,15 @@ cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, con
 cudaError_t cross_entropy_rows(void* logits_bf16, const int64_t* targets, const float* row_weights, float* row_loss,
                                int64_t* argmax, bool write_grad, int64_t rows, int64_t vocab, cudaStream_t stream);
 
+// The MoE combine: out[t] = sum_j weights[t, j] * y[t, j] for y bf16 [tokens, k, hidden]
+// (contiguous, hidden % 8 == 0), weights fp32 [tokens, k], out bf16 [tokens, hidden]; one warp
+// per token, fp32 sums. k <= kMaxCombineChoices.
+constexpr int kMaxCombineChoices = 8;
+cudaError_t expert_combine_forward(const void* y_bf16, const float* weights, void* out_bf16, int64_t tokens,
+                                   int64_t k, int64_t hidden, cudaStream_t stream);
+// grad_y[t, j] = weights[t, j] * grad_out[t] (bf16), grad_weights[t, j] = <grad_out[t], y[t, j]> (fp32).
+cudaError_t expert_combine_backward(const void* y_bf16, const float* weights, const void* grad_out_bf16,
+                                    void* grad_y_bf16, float* grad_weights, int64_t tokens, int64_t k, int64_t hidden,
+                                    cudaStream_t stream);
+
 }  // namespace topotrain::model::kernels

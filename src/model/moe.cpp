@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernel_launch.h"
 #include "topotrain/model/swiglu.h"
 #include "topotrain/torch_compat.h"
 
@@ -30,7 +31,49 @@ torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, c
   return PermuteRowsFunction::apply(x, order, inverse);
 }
 
+#ifdef TOPOTRAIN_CUDA
+class CombineFunction : public torch::autograd::Function<CombineFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y_in,
+                               const torch::Tensor& weights_in) {
+    auto y = y_in.contiguous();
+    auto weights = weights_in.contiguous();
+    const int64_t tokens = y.size(0), k = y.size(1), hidden = y.size(2);
+    auto out = torch::empty({tokens, hidden}, y.options());
+    check_launch(kernels::expert_combine_forward(y.data_ptr(), weights.data_ptr<float>(), out.data_ptr(), tokens, k,
+                                                 hidden, stream_of(y)),
+                 "expert_combine_forward");
+    ctx->save_for_backward({y, weights});
+    return out;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &y = saved[0], &weights = saved[1];
+    const auto grad_out = grads[0].contiguous();
+    auto grad_y = torch::empty_like(y);
+    auto grad_weights = torch::empty_like(weights);
+    check_launch(kernels::expert_combine_backward(y.data_ptr(), weights.data_ptr<float>(), grad_out.data_ptr(),
+                                                  grad_y.data_ptr(), grad_weights.data_ptr<float>(), y.size(0),
+                                                  y.size(1), y.size(2), stream_of(y)),
+                 "expert_combine_backward");
+    return {grad_y, grad_weights};
+  }
+};
+#endif
+
 }  // namespace
+
+torch::Tensor combine_expert_outputs(const torch::Tensor& y, const torch::Tensor& weights) {
+#ifdef TOPOTRAIN_CUDA
+  if (own_kernels_apply(y) && y.dim() == 3 && y.size(2) % 8 == 0 && y.size(1) <= kernels::kMaxCombineChoices &&
+      weights.scalar_type() == torch::kFloat32) {
+    return CombineFunction::apply(y, weights);
+  }
+#endif
+  return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
+}
 
 std::string to_string(ExpertBackend backend) {
   return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
@@ -110,7 +153,6 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
   auto [weights, selected] = probs.topk(top_k_, -1);
   if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  weights = weights.to(x.scalar_type());
   if (load != nullptr) load->add(probs, selected);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
@@ -124,7 +166,7 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   auto x_copies = x.unsqueeze(1).expand({tokens, top_k_, hidden}).reshape({tokens * top_k_, hidden});
   auto y_sorted = experts(permute_rows(x_copies, order, inverse), counts, backend);
   auto y = permute_rows(y_sorted, inverse, order).view({tokens, top_k_, hidden});
-  return torch::bmm(weights.unsqueeze(1), y).squeeze(1);
+  return combine_expert_outputs(y, weights);
 }
 
 }  // namespace topotrain::model

@@ -1,9 +1,12 @@
-// Our CUDA kernels (SwiGLU, per-head norm + rotary, row cross-entropy) against the torch-op
+// Our CUDA kernels (SwiGLU, per-head norm + rotary, row cross-entropy, MoE combine) against the torch-op
 // path run in fp32 on the same bf16 inputs: outputs and every gradient.
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "topotrain/model/lm_loss.h"
+#include "topotrain/model/moe.h"
 #include "topotrain/model/rotary.h"
 #include "topotrain/model/swiglu.h"
 
@@ -74,6 +77,22 @@ TEST_F(FusedOpsGpu, NormRotaryOfAStridedSliceMatchesTorchOpsInFp32) {
     EXPECT_EQ(base.bf16.grad().narrow(1, 0, dim).abs().max().item<float>(), 0.0f);  // outside the slice
     EXPECT_LT(relative_error(w32.grad(), w32_ref.grad()), 1e-3);
   }
+}
+
+TEST_F(FusedOpsGpu, ExpertCombineMatchesTorchOpsInFp32) {
+  const int64_t tokens = 500, k = 3, hidden = 136;
+  auto y = leaf_pair({tokens, k, hidden});
+  auto w = torch::rand({tokens, k}, kBf16.dtype(torch::kFloat32)).requires_grad_();
+  auto w_ref = w.detach().clone().requires_grad_();
+  auto upstream = torch::randn({tokens, hidden}, kBf16);
+  auto out = mdl::combine_expert_outputs(y.bf16, w);
+  auto ref = mdl::combine_expert_outputs(y.fp32, w_ref);
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(relative_error(out, ref), 1e-2);
+  (out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum().backward();
+  (ref * upstream.to(torch::kFloat32)).sum().backward();
+  EXPECT_LT(relative_error(y.bf16.grad(), y.fp32.grad()), 1e-2);
+  EXPECT_LT(relative_error(w.grad(), w_ref.grad()), 1e-2);
 }
 
 TEST_F(FusedOpsGpu, RowCrossEntropyMatchesTorchOpsInFp32) {

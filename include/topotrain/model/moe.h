@@ -40,6 +40,11 @@ struct RouterLoad {
 // This is HF's aux loss before router_aux_loss_coef is applied.
 torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts);
 
+// A token's k expert outputs weighted by its router weights: y [T, k, H] in the compute
+// dtype, weights fp32 [T, k] -> [T, H] in y's dtype. One kernel each way for bf16 on CUDA
+// (fp32 sums, H % 8 == 0, k <= 8); torch ops otherwise (weights rounded to y's dtype first).
+torch::Tensor combine_expert_outputs(const torch::Tensor& y, const torch::Tensor& weights);
+
 // The stacked expert weights, HF's per-expert Linear layouts stacked on dim 0:
 // gate_up_proj [E, 2*I, H] (gate rows first, then up rows), down_proj [E, H, I].
 class ExpertsImpl : public torch::nn::Module {
