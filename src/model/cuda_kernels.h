@@ -48,6 +48,21 @@ cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, con
 cudaError_t cross_entropy_rows(void* logits_bf16, const int64_t* targets, const float* row_weights, float* row_loss,
                                int64_t* argmax, bool write_grad, int64_t rows, int64_t vocab, cudaStream_t stream);
 
+// RMSNorm over rows of x bf16 [rows, hidden] (contiguous, hidden % 8 == 0, hidden <= 8192),
+// optionally of the sum x + residual: sum = bf16(x + residual) is written to `sum_out` (the
+// residual stream's next value) and normalised as it was stored. y = bf16(s * rstd * weight),
+// rstd fp32 [rows]. residual and sum_out are both null or both set.
+cudaError_t rms_norm_forward(const void* x_bf16, const void* residual_bf16, const float* weight, void* sum_out_bf16,
+                             void* y_bf16, float* rstd, int64_t rows, int64_t hidden, float eps, cudaStream_t stream);
+// From grad_y (and grad_sum, the gradient the sum gets from its other uses; may be null):
+// grad_x = rstd * (grad_y * w - xhat * mean(grad_y * w * xhat)) + grad_sum, with xhat = s * rstd
+// for s the normalised input (the stored sum), and per-block partial weight gradients
+// weight_grad_partials fp32 [rms_norm_backward_blocks(rows), hidden], summed by the caller.
+int64_t rms_norm_backward_blocks(int64_t rows);
+cudaError_t rms_norm_backward(const void* s_bf16, const float* weight, const float* rstd, const void* grad_y_bf16,
+                              const void* grad_sum_bf16, void* grad_x_bf16, float* weight_grad_partials, int64_t rows,
+                              int64_t hidden, cudaStream_t stream);
+
 // The MoE combine: out[t] = sum_j weights[t, j] * y[t, j] for y bf16 [tokens, k, hidden]
 // (contiguous, hidden % 8 == 0), weights fp32 [tokens, k], out bf16 [tokens, hidden]; one warp
 // per token, fp32 sums. k <= kMaxCombineChoices.

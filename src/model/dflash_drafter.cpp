@@ -148,7 +148,7 @@ torch::Tensor DFlashDrafterImpl::forward_blocks(const DFlashBatch& batch, const 
     auto context_kv = attn.project_keys_values(context, context_rotary);
     auto attended = dflash_attention(queries, context_kv.keys, context_kv.values, block_kv.keys, block_kv.values,
                                      blocks, attn.scale(), attention);
-    x = layer.feed_forward(x + attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
+    x = layer.feed_forward(x, attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
   }
   return x;
 }

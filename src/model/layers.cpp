@@ -26,14 +26,6 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  torch::Tensor fused;
-  if (compat::fused_rms_norm(x, weight, eps, fused)) return fused;
-  auto xf = x.to(torch::kFloat32);
-  auto normed = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight.to(x.scalar_type()) * normed.to(x.scalar_type());
-}
-
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)

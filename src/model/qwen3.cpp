@@ -19,11 +19,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
                                         RouterLoad* load) {
-  return feed_forward(x + self_attn(input_layernorm(x), context), experts, load);
+  return feed_forward(x, self_attn(input_layernorm(x), context), experts, load);
 }
 
-torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& h, ExpertBackend experts, RouterLoad* load) {
-  auto normed = post_attention_layernorm(h);
+torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out,
+                                             ExpertBackend experts, RouterLoad* load) {
+  auto [h, normed] = add_rms_norm(x, attention_out, post_attention_layernorm->weight, post_attention_layernorm->eps());
   return h + (sparse_mlp ? sparse_mlp(normed, experts, load) : dense_mlp(normed));
 }
 

@@ -1,4 +1,5 @@
-// Our CUDA kernels (SwiGLU, per-head norm + rotary, row cross-entropy, MoE combine) against the torch-op
+// Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary,
+// row cross-entropy, MoE combine) against the torch-op
 // path run in fp32 on the same bf16 inputs: outputs and every gradient.
 #include <cmath>
 
@@ -7,6 +8,7 @@
 
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/moe.h"
+#include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
 #include "topotrain/model/swiglu.h"
 
@@ -40,6 +42,36 @@ class FusedOpsGpu : public ::testing::Test {
 };
 
 }  // namespace
+
+TEST_F(FusedOpsGpu, RmsNormWithAndWithoutTheResidualAddMatchesTorchOpsInFp32) {
+  for (int64_t hidden : {24, 768, 1024, 4096, 8192}) {
+    SCOPED_TRACE(hidden);
+    const int64_t rows = 257;
+    auto x = leaf_pair({rows, hidden}, 3.0);
+    auto residual = leaf_pair({rows, hidden});
+    auto w = (torch::rand({hidden}, kBf16.dtype(torch::kFloat32)) + 0.5).requires_grad_();
+    auto w_ref = w.detach().clone().requires_grad_();
+    auto up_sum = torch::randn({rows, hidden}, kBf16), up_normed = torch::randn({rows, hidden}, kBf16);
+    auto plain = mdl::rms_norm(x.bf16, w, 1e-6);
+    auto plain_ref = mdl::rms_norm(x.fp32, w_ref, 1e-6);
+    EXPECT_LT(relative_error(plain, plain_ref), 1e-2);
+    auto fused = mdl::add_rms_norm(x.bf16, residual.bf16, w, 1e-6);
+    auto fused_ref = mdl::add_rms_norm(x.fp32, residual.fp32, w_ref, 1e-6);
+    EXPECT_LT(relative_error(fused.sum, fused_ref.sum), 1e-2);
+    EXPECT_LT(relative_error(fused.normed, fused_ref.normed), 1e-2);
+    // Every output feeds the loss, the sum also directly (its use by the next residual add).
+    auto loss = [&](const torch::Tensor& a, const torch::Tensor& s, const torch::Tensor& n) {
+      return ((a.to(torch::kFloat32) + n.to(torch::kFloat32)) * up_normed.to(torch::kFloat32) +
+              s.to(torch::kFloat32) * up_sum.to(torch::kFloat32))
+          .sum();
+    };
+    loss(plain, fused.sum, fused.normed).backward();
+    loss(plain_ref, fused_ref.sum, fused_ref.normed).backward();
+    EXPECT_LT(relative_error(x.bf16.grad(), x.fp32.grad()), 2e-2);
+    EXPECT_LT(relative_error(residual.bf16.grad(), residual.fp32.grad()), 2e-2);
+    EXPECT_LT(relative_error(w.grad(), w_ref.grad()), 1e-2);
+  }
+}
 
 TEST_F(FusedOpsGpu, SwigluMatchesTorchOpsInFp32) {
   auto gate_up = leaf_pair({1000, 2 * 96}, 3.0);

@@ -14,6 +14,7 @@
 
 #include "topotrain/model/attention.h"
 #include "topotrain/model/config.h"
+#include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
 
 namespace topotrain::model {
@@ -32,11 +33,6 @@ TORCH_MODULE(Projection);
 // the gradient of x where autograd summed one per projection. Split the result with
 // split_with_sizes, whose backward concatenates (narrow's would zero-fill a whole copy each).
 torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections);
-
-// RMSNorm as HF computes it: normalise in fp32, return to the input dtype, then scale by
-// `weight` (cast to the input dtype). On CUDA one fused kernel where torch has it
-// (compat::fused_rms_norm), which rounds to the input dtype once, after the scaling.
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 class RMSNormImpl : public torch::nn::Module {
  public:

@@ -24,8 +24,10 @@ class DecoderLayerImpl : public torch::nn::Module {
   // x [T, hidden] in the compute dtype; router statistics go to `load` (MoE layers).
   torch::Tensor forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
                         RouterLoad* load);
-  // The second half of forward: h + mlp(post_attention_layernorm(h)), h = x + attention.
-  torch::Tensor feed_forward(const torch::Tensor& h, ExpertBackend experts, RouterLoad* load);
+  // The second half of forward: h + mlp(post_attention_layernorm(h)) for h = x + attention_out
+  // (the add fused into the norm where add_rms_norm's kernel applies).
+  torch::Tensor feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out, ExpertBackend experts,
+                             RouterLoad* load);
 
   Attention self_attn{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
