@@ -68,12 +68,12 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
   const double tokens_per_s = static_cast<double>(tokens) / seconds;
   const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, static_cast<double>(doc_len)) / kPeakFlops;
-  std::printf("%s: %lld tokens/micro-batch (docs of %lld), attention %s, experts %s: %.1f ms fwd+bwd, %.0f tokens/s, "
-              "MFU %.1f%%\n",
+  std::printf("%s: %lld tokens/micro-batch (docs of %lld), attention %s, experts %s, elementwise %s: %.1f ms "
+              "fwd+bwd, %.0f tokens/s, MFU %.1f%%\n",
               preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(doc_len),
               mdl::to_string(model->attention_backend()).c_str(),
-              config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-", seconds * 1e3, tokens_per_s,
-              mfu * 100);
+              config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
+              model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100);
   if (argc > 5) {
     topotrain::StepProfile profile(1, argv[5], 0, device);
     auto profiled = profile.step(1);

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
 
@@ -61,6 +62,11 @@ AttentionBackend Qwen3CausalLMImpl::attention_backend() const {
 ExpertBackend Qwen3CausalLMImpl::expert_backend() const {
   if (forced_experts_) return *forced_experts_;
   return choose_expert_backend(model->embed_tokens->weight.device(), compute_dtype_, config_);
+}
+
+std::string Qwen3CausalLMImpl::elementwise_backend() const {
+  const bool own = compat::kCudaBuild && model->embed_tokens->weight.is_cuda() && compute_dtype_ == torch::kBFloat16;
+  return own ? "own CUDA kernels" : "torch ops";
 }
 
 LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {

@@ -85,7 +85,7 @@ void train_moe(JobContext& context) {
     log_info(model::describe(model_config));
     log_info(cat("compute ", net->compute_dtype(), " with fp32 master weights and AdamW state; attention ",
                  model::to_string(net->attention_backend()), ", experts ", model::to_string(net->expert_backend()),
-                 ", device ", compat::device_name(device)));
+                 ", norms/rotary/SwiGLU/loss ", net->elementwise_backend(), ", device ", compat::device_name(device)));
   }
 
   // ---- data: the step planner deals the global sample stream to the ranks.

@@ -54,6 +54,8 @@ dp)
     head -1 "$work/np2/profile-step2-rank$rank.txt" | grep -q "^profile of step 2, rank $rank on cpu" ||
       { echo "rank $rank wrote no profile of step 2"; exit 1; }
   done
+  grep -q "attention math (per document), experts sorted loop, norms/rotary/SwiGLU/loss torch ops" "$work/np2.log" ||
+    { echo "the start line does not name the CPU kernels"; exit 1; }
   train 1 ref12 --set train.grad_accum=12 --set train.max_steps=4
   train 4 np4 --set train.grad_accum=3 --set train.max_steps=4
   same_losses ref6 np2

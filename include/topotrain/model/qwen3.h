@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -77,6 +78,9 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   // dtype; force_* pins one (e.g. the math path as a reference on GPU).
   AttentionBackend attention_backend() const;
   ExpertBackend expert_backend() const;
+  // "own CUDA kernels" where the norms, rotary, SwiGLU, MoE combine and loss rows run on
+  // topotrain's kernels (a CUDA build, parameters on a GPU, bf16 compute), else "torch ops".
+  std::string elementwise_backend() const;
   void force_attention_backend(std::optional<AttentionBackend> backend) { forced_attention_ = backend; }
   void force_expert_backend(std::optional<ExpertBackend> backend) { forced_experts_ = backend; }
 
