@@ -169,7 +169,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   const std::vector<std::int64_t> taps = config.resolved_taps();
   const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
 
-  auto dataset = load_dataset(settings);
+  auto dataset = load_dataset(settings, config.target);
   const TrainingLength length = training_length(settings, *dataset);
   // Without a step or token limit the data decides: each stream ends after `epochs`.
   const bool ends_with_data = length.max_steps == 0 && length.stop_tokens == 0;
@@ -305,7 +305,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
       config_(config),
       device_(device),
       run_dir_(run_directory(context.run)),
-      length_(training_length(context.run.settings, *load_dataset(context.run.settings))),
+      length_(training_length(context.run.settings, *load_dataset(context.run.settings, config.target))),
       drafter_(config) {
   drafter_->load_target_tensors(*target);
   drafter_->to(device_);

@@ -89,7 +89,7 @@ void train_moe(JobContext& context) {
   }
 
   // ---- data: the step planner deals the global sample stream to the ranks.
-  auto dataset = load_dataset(settings);
+  auto dataset = load_dataset(settings, model_config);
   const TrainingLength length = training_length(settings, *dataset);
   AdamW optimizer(parameters, adamw_config_from(settings));
   LrSchedule schedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),

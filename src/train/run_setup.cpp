@@ -104,9 +104,19 @@ comm::GradReducerConfig grad_reducer_config_from(const Settings& settings) {
   return config;
 }
 
-std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings) {
+std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model) {
   const std::string path = settings.has("data.path") ? settings.string("data.path") : TOPOTRAIN_DEMO_DATASET;
-  return std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
+  auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
+  // Checked here because past the embedding table a CPU run stops in an index error and a
+  // GPU run in a device-side assert, neither naming the dataset or the model.
+  if (dataset->vocab_size() > static_cast<std::uint64_t>(model.vocab_size)) {
+    throw ConfigError(cat("dataset '", path, "' has vocab_size ", dataset->vocab_size(), " (tokenizer ",
+                          dataset->tokenizer(), ") but the model (", model.source, ") embeds only vocab_size ",
+                          model.vocab_size, " ids: train a model whose vocab_size is at least ",
+                          dataset->vocab_size(), " (model.preset or model.config) or re-tokenize the corpus "
+                          "with the model's tokenizer (topotrain-prepare)"));
+  }
+  return dataset;
 }
 
 std::string run_directory(const RunFile& run) {

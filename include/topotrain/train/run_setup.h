@@ -47,8 +47,9 @@ torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Devi
 AdamWConfig adamw_config_from(const Settings& settings);
 comm::GradReducerConfig grad_reducer_config_from(const Settings& settings);
 
-// data.path, or the demo corpus built with topotrain when unset.
-std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings);
+// data.path, or the demo corpus built with topotrain when unset; a dataset whose vocabulary
+// is larger than the model's is refused (ConfigError naming both and the fix).
+std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model);
 
 // log.timings_every, the device's peak FLOP/s and, on CUDA, its NVML sampling; the trainer
 // adds its FLOPs per token and extra fields.
