@@ -9,18 +9,13 @@
 #include <cfloat>
 #include <cmath>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
 namespace topotrain::model::kernels {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kVector = 8;
-
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat16 v[kVector];
-};
 
 // Running max m and sum of exp(value - m); a part with no values has m = -inf, sum = 0.
 struct MaxSum {
@@ -74,9 +69,9 @@ __global__ void cross_entropy_rows_kernel(__nv_bfloat16* logits, const int64_t* 
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    mine = combine(mine, {__shfl_xor_sync(0xffffffffu, mine.max, offset), __shfl_xor_sync(0xffffffffu, mine.sum, offset)});
-    best = better(best, {__shfl_xor_sync(0xffffffffu, best.value, offset),
-                         __shfl_xor_sync(0xffffffffu, best.index, offset)});
+    mine = combine(mine, {__shfl_xor_sync(kAllLanes, mine.max, offset), __shfl_xor_sync(kAllLanes, mine.sum, offset)});
+    best = better(best, {__shfl_xor_sync(kAllLanes, best.value, offset),
+                         __shfl_xor_sync(kAllLanes, best.index, offset)});
   }
   if (lane == 0) {
     part_sums[warp] = mine;

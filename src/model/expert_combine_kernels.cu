@@ -5,19 +5,13 @@
 
 #include <algorithm>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
 namespace topotrain::model::kernels {
 namespace {
 
-constexpr int kVector = 8;
 constexpr int kWarps = 8;
-constexpr unsigned kAll = 0xffffffffu;
-
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat16 v[kVector];
-};
 
 __global__ void expert_combine_forward_kernel(const uint4* y, const float* weights, uint4* out, int64_t tokens, int k,
                                               int64_t vectors) {
@@ -68,9 +62,7 @@ __global__ void expert_combine_backward_kernel(const uint4* y, const float* weig
       }
     }
     for (int j = 0; j < k; ++j) {
-      float sum = dot[j];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kAll, sum, offset);
+      const float sum = warp_sum(dot[j]);
       if (lane == 0) grad_weights[t * k + j] = sum;
     }
   }

@@ -8,19 +8,13 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
 namespace topotrain::model::kernels {
 namespace {
 
 constexpr int kWarps = 8;  // rows per block at a time
-constexpr unsigned kAll = 0xffffffffu;
-
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kAll, v, offset);
-  return v;
-}
 
 template <int E>
 struct RowView {
@@ -60,7 +54,7 @@ __global__ void norm_rotary_forward_kernel(const __nv_bfloat16* x, int64_t x_tok
     __nv_bfloat16* out = y + row * D + at.first;
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      const float partner = __shfl_xor_sync(kAll, n[k], 16);
+      const float partner = __shfl_xor_sync(kAllLanes, n[k], 16);
       out[k] = __float2bfloat16(n[k] * c[k] + (first_half ? -partner : partner) * s[k]);
     }
     if (lane == 0) rstd_out[row] = rstd;
@@ -91,7 +85,7 @@ __global__ void norm_rotary_backward_kernel(const __nv_bfloat16* x, int64_t x_to
     float xhat[E], dxhat[E], dot = 0.0f;
 #pragma unroll
     for (int k = 0; k < E; ++k) {
-      const float partner = __shfl_xor_sync(kAll, g[k] * s[k], 16);
+      const float partner = __shfl_xor_sync(kAllLanes, g[k] * s[k], 16);
       const float dn = g[k] * c[k] + (first_half ? partner : -partner);
       xhat[k] = v[k] * rstd;
       dxhat[k] = dn * weight[at.first + k];

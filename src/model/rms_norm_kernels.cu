@@ -8,24 +8,17 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
 namespace topotrain::model::kernels {
 namespace {
 
-constexpr int kVector = 8;
 constexpr int kMaxBlocks = 1024;
-constexpr unsigned kAll = 0xffffffffu;
-
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat16 v[kVector];
-};
 
 // Sum over the block; every thread gets the total. `scratch` holds one float per warp.
 __device__ inline float block_sum(float v, float* scratch) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kAll, v, offset);
+  v = warp_sum(v);
   const int warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
   __syncthreads();  // scratch may still be read from the previous call
   if ((threadIdx.x & 31) == 0) scratch[warp] = v;

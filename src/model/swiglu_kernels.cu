@@ -3,18 +3,13 @@
 
 #include <algorithm>
 
+#include "cuda_common.cuh"
 #include "cuda_kernels.h"
 
 namespace topotrain::model::kernels {
 namespace {
 
-constexpr int kVector = 8;  // bf16 values per uint4
 constexpr int kThreads = 256;
-
-union Bf16x8 {
-  uint4 raw;
-  __nv_bfloat16 v[kVector];
-};
 
 __device__ inline float sigmoid(float a) { return 1.0f / (1.0f + __expf(-a)); }
 

@@ -1,0 +1,24 @@
+// What our .cu files share: 16-byte bf16 vectors and the warp-wide sum.
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace topotrain::model::kernels {
+
+constexpr int kVector = 8;  // bf16 values per 16-byte load or store
+constexpr unsigned kAllLanes = 0xffffffffu;
+
+// One 16-byte load (uint4) seen as its eight bf16 values.
+union Bf16x8 {
+  uint4 raw;
+  __nv_bfloat16 v[kVector];
+};
+
+// Sum over the 32 lanes of a warp; every lane gets the total.
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kAllLanes, v, offset);
+  return v;
+}
+
+}  // namespace topotrain::model::kernels
