@@ -19,9 +19,10 @@
 namespace topotrain::model {
 
 // Our kernels read and write bf16 tensors on a CUDA device.
-inline bool own_kernels_apply(const torch::Tensor& t) {
-  return compat::kCudaBuild && t.is_cuda() && t.scalar_type() == torch::kBFloat16;
+inline bool own_kernels_apply(const torch::Device& device, torch::ScalarType dtype) {
+  return compat::kCudaBuild && device.is_cuda() && dtype == torch::kBFloat16;
 }
+inline bool own_kernels_apply(const torch::Tensor& t) { return own_kernels_apply(t.device(), t.scalar_type()); }
 
 #ifdef TOPOTRAIN_CUDA
 inline cudaStream_t stream_of(const torch::Tensor& t) {

@@ -2,8 +2,8 @@
 
 #include <stdexcept>
 
+#include "kernel_launch.h"
 #include "topotrain/core/error.h"
-#include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
 
@@ -65,8 +65,7 @@ ExpertBackend Qwen3CausalLMImpl::expert_backend() const {
 }
 
 std::string Qwen3CausalLMImpl::elementwise_backend() const {
-  const bool own = compat::kCudaBuild && model->embed_tokens->weight.is_cuda() && compute_dtype_ == torch::kBFloat16;
-  return own ? "own CUDA kernels" : "torch ops";
+  return own_kernels_apply(model->embed_tokens->weight.device(), compute_dtype_) ? "own CUDA kernels" : "torch ops";
 }
 
 LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {
