@@ -2,6 +2,8 @@
 # Model checks and throughput on one GPU (an H200): HF parity (fp32 and bf16 logits and
 # gradients against transformers), then forward+backward tokens/s and MFU at a 16K-token
 # micro-batch for moe-500m and qwen3-0.6b. Results go to stdout and, if set, "$OUT".
+# PROFILE=1 also profiles one step of each preset and appends the head of each summary
+# (GPU busy share, kernels by time) to the results.
 #   bench/models/run.sh            (from the project root; builds into build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -24,5 +26,13 @@ trap 'rm -rf "$work"' EXIT
   status=0
   for case in dense moe moe_all; do "$bin/hf_parity" "$work/$case" || status=1; done
   for preset in moe-500m qwen3-0.6b; do "$bin/model_bench" "$preset" 16384 2048 10; done
+  if [[ ${PROFILE:-0} == 1 ]]; then
+    for preset in moe-500m qwen3-0.6b; do
+      mkdir -p "$work/profile-$preset"
+      "$bin/model_bench" "$preset" 16384 2048 3 "$work/profile-$preset" >/dev/null
+      echo "## profile of one $preset step"
+      head -32 "$work/profile-$preset/profile-step1-rank0.txt" | cut -c1-200
+    done
+  fi
   exit $status
 } 2>&1 | tee "$log"
