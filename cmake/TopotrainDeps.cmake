@@ -21,8 +21,9 @@ message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX},
 
 if(TOPOTRAIN_CUDA)
   find_package(CUDAToolkit REQUIRED)
-  # Our own kernels (src/model/*.cu) need bf16 arithmetic (sm_80 on); the default covers the
-  # A100, the RTX 30/40 and L40 generations and Hopper. Override with -DCMAKE_CUDA_ARCHITECTURES.
+  # Our own kernels (src/model/*.cu): the default covers the A100, the RTX 30/40 and L40
+  # generations and Hopper, the GPUs that compute in bf16 natively; others (sm_75 compiles
+  # too) with -DCMAKE_CUDA_ARCHITECTURES, which a launch error on such a GPU names.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
     set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90)
   endif()

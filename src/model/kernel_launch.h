@@ -30,9 +30,18 @@ inline cudaStream_t stream_of(const torch::Tensor& t) {
 }
 
 inline void check_launch(cudaError_t status, const char* kernel) {
-  if (status != cudaSuccess) {
-    throw std::runtime_error(std::string("CUDA kernel ") + kernel + " failed to launch: " + cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  std::string message = std::string("CUDA kernel ") + kernel + " failed to launch: " + cudaGetErrorString(status);
+  int device = 0, major = 0, minor = 0;
+  if (status == cudaErrorNoKernelImageForDevice && cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
+    const std::string arch = std::to_string(major * 10 + minor);
+    message += "; topotrain's kernels were not compiled for this GPU (sm_" + arch +
+               "): rebuild with -DCMAKE_CUDA_ARCHITECTURES=" + arch +
+               " (launch/build.sh passes it to CMake), or set model.dtype = fp32 to use torch ops only";
   }
+  throw std::runtime_error(message);
 }
 #endif
 
