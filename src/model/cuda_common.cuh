@@ -1,7 +1,11 @@
-// What our .cu files share: 16-byte bf16 vectors and the warp-wide sum.
+// What our .cu files share: 16-byte bf16 vectors, the warp-wide sum, launching a kernel
+// template by a run-time value.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <type_traits>
 
 namespace topotrain::model::kernels {
 
@@ -19,6 +23,15 @@ __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kAllLanes, v, offset);
   return v;
+}
+
+// For kernels templated on a per-thread register count chosen at run time: calls
+// launch(std::integral_constant<int, V>{}) for the V of Values equal to `value` and returns the
+// launch's error, or cudaErrorInvalidValue when no V matches.
+template <int... Values, typename Launch>
+cudaError_t launch_for(int value, Launch&& launch) {
+  const bool matched = ((value == Values && (launch(std::integral_constant<int, Values>{}), true)) || ...);
+  return matched ? cudaGetLastError() : cudaErrorInvalidValue;
 }
 
 }  // namespace topotrain::model::kernels

@@ -6,7 +6,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "cuda_kernels.h"
@@ -110,25 +109,11 @@ __global__ void norm_rotary_backward_kernel(const __nv_bfloat16* x, int64_t x_to
 
 int64_t blocks_for(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>((rows + kWarps - 1) / kWarps, 2048)); }
 
+// E = head_dim / 32 values per lane; the rotate-half pairing needs E even.
 template <typename Launch>
-cudaError_t dispatch_head_dim(int64_t head_dim, Launch&& launch) {
-  switch (head_dim) {
-    case 64:
-      launch(std::integral_constant<int, 2>{});
-      break;
-    case 128:
-      launch(std::integral_constant<int, 4>{});
-      break;
-    case 192:
-      launch(std::integral_constant<int, 6>{});
-      break;
-    case 256:
-      launch(std::integral_constant<int, 8>{});
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+cudaError_t launch_for_head_dim(int64_t head_dim, Launch&& launch) {
+  if (head_dim % 32 != 0) return cudaErrorInvalidValue;
+  return launch_for<2, 4, 6, 8>(static_cast<int>(head_dim / 32), launch);
 }
 
 }  // namespace
@@ -140,7 +125,7 @@ cudaError_t norm_rotary_forward(const void* x_bf16, int64_t x_token_stride, cons
                                 int64_t head_dim, float eps, cudaStream_t stream) {
   const int64_t rows = tokens * heads;
   if (rows == 0) return cudaSuccess;
-  return dispatch_head_dim(head_dim, [&](auto e) {
+  return launch_for_head_dim(head_dim, [&](auto e) {
     norm_rotary_forward_kernel<decltype(e)::value><<<blocks_for(rows), kWarps * 32, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(x_bf16), x_token_stride, weight, static_cast<const __nv_bfloat16*>(cos_bf16),
         static_cast<const __nv_bfloat16*>(sin_bf16), static_cast<__nv_bfloat16*>(y_bf16), rstd, rows, heads, eps);
@@ -152,7 +137,7 @@ cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, con
                                  float* weight_grad_partials, int64_t tokens, int64_t heads, int64_t head_dim,
                                  cudaStream_t stream) {
   const int64_t rows = tokens * heads;
-  return dispatch_head_dim(head_dim, [&](auto e) {
+  return launch_for_head_dim(head_dim, [&](auto e) {
     norm_rotary_backward_kernel<decltype(e)::value><<<blocks_for(rows), kWarps * 32, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(x_bf16), x_token_stride, weight, static_cast<const __nv_bfloat16*>(cos_bf16),
         static_cast<const __nv_bfloat16*>(sin_bf16), rstd, static_cast<const __nv_bfloat16*>(grad_y_bf16),
