@@ -160,7 +160,8 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   // backward sums a token's k rows), so the combine is deterministic and atomic-free.
   auto flat = selected.reshape({-1});
   auto order = flat.argsort();
-  auto inverse = order.argsort();
+  // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
+  auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   // scatter_add instead of bincount, which reads the maximum back to the host.
   auto counts = torch::zeros({num_experts}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
   auto x_copies = x.unsqueeze(1).expand({tokens, top_k_, hidden}).reshape({tokens * top_k_, hidden});
