@@ -35,6 +35,15 @@ if(TOPOTRAIN_CUDA)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
+  # cuBLAS: the very library LibTorch loads (pip torch bundles its own under nvidia/), so that
+  # one copy serves torch's handle and our calls; a toolkit build of LibTorch uses the toolkit's.
+  find_library(TOPOTRAIN_CUBLAS NAMES cublas libcublas.so.13 libcublas.so.12
+               HINTS ${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib ${TORCH_INSTALL_PREFIX}/../nvidia/cublas/lib
+               NO_DEFAULT_PATH)
+  if(NOT TOPOTRAIN_CUBLAS)
+    set(TOPOTRAIN_CUBLAS CUDA::cublas)
+  endif()
+  message(STATUS "topotrain: cuBLAS ${TOPOTRAIN_CUBLAS}")
   add_library(topotrain_nccl INTERFACE)
   target_include_directories(topotrain_nccl INTERFACE ${NCCL_INCLUDE_DIR})
   target_link_libraries(topotrain_nccl INTERFACE ${NCCL_LIBRARY} CUDA::cudart)

@@ -34,9 +34,12 @@ torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, con
 #if TOPOTRAIN_HAS_FLASH_VARLEN
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& cu_seqlens, int64_t max_seqlen, double scale) {
+  // The kernel takes any row and head strides with a dense last dimension: v, a column slice of
+  // the fused q/k/v projection, goes in without a copy.
+  auto rows = [](const torch::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); };
   // Arguments after `scale` (window sizes, seqused_k, alibi...) keep their defaults, which
   // also keeps this call valid when later releases append more defaulted arguments.
-  auto result = at::_flash_attention_forward(q.contiguous(), k.contiguous(), v.contiguous(), cu_seqlens, cu_seqlens,
+  auto result = at::_flash_attention_forward(rows(q), rows(k), rows(v), cu_seqlens, cu_seqlens,
                                              max_seqlen, max_seqlen, /*dropout_p=*/0.0, /*is_causal=*/true,
                                              /*return_debug_mask=*/false, scale);
   return std::get<0>(result);

@@ -5,8 +5,43 @@
 #include "kernel_launch.h"
 #include "topotrain/core/error.h"
 
+#ifdef TOPOTRAIN_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 namespace topotrain::model {
 namespace {
+
+// sum = (first ? 0 : sum) + d^T h for one chunk: d [n, V] and h [n, H] in the compute dtype,
+// sum [V, H] fp32. For bf16 on CUDA the GEMM writes into the fp32 sum itself (beta = 1), where
+// a bf16 product and a mixed-dtype add made two more passes over [V, H] per chunk.
+void add_weight_gradient(torch::Tensor& sum, const torch::Tensor& d, const torch::Tensor& h, bool first) {
+#ifdef TOPOTRAIN_CUDA
+  if (d.is_cuda() && d.scalar_type() == torch::kBFloat16 && h.scalar_type() == torch::kBFloat16 &&
+      d.is_contiguous() && h.is_contiguous() && sum.is_contiguous()) {
+    // cuBLAS is column-major: the row-major sum [V, H] is its C^T [H, V] = h^T d, with h
+    // read as [H, n] (lda H) and d as the transpose of [V, n] (ldb V). No copies. torch's
+    // handle comes bound to the current stream.
+    const int rows = static_cast<int>(d.size(0)), vocab = static_cast<int>(d.size(1)),
+              hidden = static_cast<int>(h.size(1));
+    const float alpha = 1.0f, beta = first ? 0.0f : 1.0f;
+    const auto status = cublasGemmEx(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_T, hidden, vocab,
+                                     rows, &alpha, h.data_ptr(), CUDA_R_16BF, hidden, d.data_ptr(), CUDA_R_16BF, vocab,
+                                     &beta, sum.data_ptr(), CUDA_R_32F, hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      throw std::runtime_error(cat("linear_cross_entropy: the weight-gradient GEMM (bf16 into fp32, ", vocab, " x ",
+                                   hidden, " over ", rows, " rows) failed: ", cublasGetStatusString(status)));
+    }
+    return;
+  }
+#endif
+  auto product = torch::matmul(d.t(), h);
+  if (first) {
+    sum.copy_(product);
+  } else {
+    sum.add_(product);  // a bf16 product is read straight into the fp32 sum
+  }
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
@@ -80,28 +115,35 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     const torch::Tensor row_weights = row_weights_or_none.value_or(torch::Tensor());
     const torch::Tensor teacher_hidden = teacher_or_none.value_or(torch::Tensor());
     const bool grad_of_hidden = hidden.requires_grad(), grad_of_weight = weight.requires_grad();
+    // The weight may come in fp32 (a master weight): its compute-dtype copy is made here, out
+    // of autograd's sight, and its gradient goes back in fp32 without casts on the way.
+    const auto weight_compute = weight.to(hidden.scalar_type());
     const bool soft = teacher_hidden.defined();
     const int64_t rows = hidden.size(0);
     auto loss = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
     auto argmax = torch::empty({want_argmax ? rows : 0}, hidden.options().dtype(torch::kInt64));
     torch::Tensor grad_hidden, grad_weight;
     if (grad_of_hidden) grad_hidden = torch::empty_like(hidden);
-    if (grad_of_weight) grad_weight = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (grad_of_weight) {
+      // Every entry is written by the first chunk's GEMM; with no rows the gradient is zero.
+      const auto fp32 = weight.options().dtype(torch::kFloat32);
+      grad_weight = rows > 0 ? torch::empty(weight.sizes(), fp32) : torch::zeros(weight.sizes(), fp32);
+    }
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - begin);
       auto h = hidden.narrow(0, begin, n);
-      auto logits = torch::matmul(h, weight.t());
+      auto logits = torch::matmul(h, weight_compute.t());
       torch::Tensor w;
       if (row_weights.defined()) w = row_weights.narrow(0, begin, n).to(torch::kFloat32);
       const bool want_grad = grad_of_hidden || grad_of_weight;
       auto argmax_rows = want_argmax ? argmax.narrow(0, begin, n) : torch::Tensor();
-      auto [row_loss, d] = soft ? soft_target_rows(logits, teacher_hidden.narrow(0, begin, n), weight, w, argmax_rows,
-                                                   want_grad)
+      auto [row_loss, d] = soft ? soft_target_rows(logits, teacher_hidden.narrow(0, begin, n), weight_compute, w,
+                                                   argmax_rows, want_grad)
                                 : hard_target_rows(logits, targets.narrow(0, begin, n), w, argmax_rows, want_grad);
       loss += w.defined() ? (row_loss * w).sum() : row_loss.sum();
       if (!want_grad) continue;
-      if (grad_of_hidden) grad_hidden.narrow(0, begin, n).copy_(torch::matmul(d, weight));
-      if (grad_of_weight) grad_weight.add_(torch::matmul(d.t(), h));  // bf16 read straight into the fp32 sum
+      if (grad_of_hidden) grad_hidden.narrow(0, begin, n).copy_(torch::matmul(d, weight_compute));
+      if (grad_of_weight) add_weight_gradient(grad_weight, d, h, begin == 0);
     }
     ctx->save_for_backward({grad_hidden, grad_of_weight ? grad_weight.to(weight.scalar_type()) : grad_weight});
     ctx->mark_non_differentiable({argmax});

@@ -31,6 +31,27 @@ torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, c
   return PermuteRowsFunction::apply(x, order, inverse);
 }
 
+// rows[i] = x[order[i] / k]: the k copies of every token, already in expert order, by one
+// gather (copying first and then permuting the copies passed over the rows twice). The
+// backward gathers each token's k rows back through `inverse` and sums them.
+class DispatchRowsFunction : public torch::autograd::Function<DispatchRowsFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& order, const torch::Tensor& inverse, int64_t k) {
+    ctx->save_for_backward({inverse});
+    ctx->saved_data["k"] = k;
+    return x.index_select(0, order.div(k, "floor"));
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto& grad = grads[0];
+    const int64_t k = ctx->saved_data["k"].toInt();
+    auto per_token = grad.index_select(0, ctx->get_saved_variables()[0]).view({-1, k, grad.size(1)});
+    return {per_token.sum(1), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 #ifdef TOPOTRAIN_CUDA
 class CombineFunction : public torch::autograd::Function<CombineFunction> {
  public:
@@ -156,16 +177,15 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   if (load != nullptr) load->add(probs, selected);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
-  // The token copies and both permutations are gathers forward and backward (the copies'
-  // backward sums a token's k rows), so the combine is deterministic and atomic-free.
+  // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a
+  // token's k rows), so both are deterministic and atomic-free.
   auto flat = selected.reshape({-1});
   auto order = flat.argsort();
   // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
   auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   // scatter_add instead of bincount, which reads the maximum back to the host.
   auto counts = torch::zeros({num_experts}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
-  auto x_copies = x.unsqueeze(1).expand({tokens, top_k_, hidden}).reshape({tokens * top_k_, hidden});
-  auto y_sorted = experts(permute_rows(x_copies, order, inverse), counts, backend);
+  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), counts, backend);
   auto y = permute_rows(y_sorted, inverse, order).view({tokens, top_k_, hidden});
   return combine_expert_outputs(y, weights);
 }

@@ -107,12 +107,12 @@ BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, con
 }
 
 torch::Tensor Qwen3CausalLMImpl::lm_head_weight() {
-  const auto& weight = config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
-  return weight.to(compute_dtype_);
+  return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
 torch::Tensor Qwen3CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
-  return torch::matmul(hidden.index_select(0, rows), lm_head_weight().t()).to(torch::kFloat32);
+  return torch::matmul(hidden.index_select(0, rows), lm_head_weight().to(hidden.scalar_type()).t())
+      .to(torch::kFloat32);
 }
 
 }  // namespace topotrain::model

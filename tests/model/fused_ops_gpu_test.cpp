@@ -1,5 +1,5 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary,
-// row cross-entropy, MoE combine) against the torch-op
+// row cross-entropy and its weight gradient, MoE combine) against the torch-op
 // path run in fp32 on the same bf16 inputs: outputs and every gradient.
 #include <cmath>
 
@@ -148,6 +148,24 @@ TEST_F(FusedOpsGpu, RowCrossEntropyMatchesTorchOpsInFp32) {
   auto chosen = logits.gather(1, out.argmax.unsqueeze(1)).squeeze(1);
   auto spread = std::get<0>(logits.max(1)) - std::get<0>(logits.min(1));
   EXPECT_TRUE(((std::get<0>(logits.max(1)) - chosen) <= 0.01 * spread).all().item<bool>());
+}
+
+// bf16 compute on an fp32 master weight (the model's lm_head): the chunks' weight gradients
+// are summed by the GEMM into fp32 and come back in fp32, matching the all-fp32 path.
+TEST_F(FusedOpsGpu, CrossEntropyOfAnFp32MasterWeightSumsItsGradientInFp32) {
+  const int64_t rows = 300, hidden_size = 64, vocab = 1000;
+  auto hidden = leaf_pair({rows, hidden_size});
+  auto weight = leaf_pair({vocab, hidden_size}, 0.5);
+  auto master = weight.fp32.detach().clone().requires_grad_();
+  auto targets = torch::randint(0, vocab, {rows}, kBf16.dtype(torch::kInt64));
+  auto out = mdl::linear_cross_entropy_sum(hidden.bf16, master, targets, 128);
+  auto ref = mdl::linear_cross_entropy_sum(hidden.fp32, weight.fp32, targets, 128);
+  EXPECT_LT(relative_error(out, ref), 1e-2);
+  (out * 0.5).backward();
+  (ref * 0.5).backward();
+  ASSERT_EQ(master.grad().scalar_type(), torch::kFloat32);
+  EXPECT_LT(relative_error(master.grad(), weight.fp32.grad()), 2e-2);
+  EXPECT_LT(relative_error(hidden.bf16.grad(), hidden.fp32.grad()), 2e-2);
 }
 
 TEST_F(FusedOpsGpu, RowCrossEntropyFlagsATargetOutsideTheVocabulary) {

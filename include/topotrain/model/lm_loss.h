@@ -31,8 +31,9 @@ struct LinearCrossEntropy {
 // `chunk_rows` rows at a time. The gradients of hidden and weight (each only when it
 // requires grad) are computed chunk by chunk during the forward and only scaled in
 // backward, so peak extra memory is one chunk of fp32 logits instead of all of them
-// (autograd would keep every chunk's softmax). hidden [N, H] and weight [V, H] share the
-// compute dtype; targets int64 [N] (may be undefined with teacher_hidden).
+// (autograd would keep every chunk's softmax). hidden [N, H] is in the compute dtype; weight
+// [V, H] in it or in fp32 (a master weight, whose gradient then comes back in fp32 with no
+// cast through the compute dtype); targets int64 [N] (may be undefined with teacher_hidden).
 LinearCrossEntropy linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                         const torch::Tensor& targets, const LinearCrossEntropyOptions& options);
 

@@ -89,7 +89,8 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   BackboneOutput forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps = {});
   // lm_head at the given rows of `hidden` only: fp32 [rows, vocab].
   torch::Tensor logits_at(const torch::Tensor& hidden, const torch::Tensor& rows);
-  // lm_head (or the embedding when tied) in the compute dtype, through the autograd graph.
+  // lm_head's parameter (the embedding when tied), fp32 master: the loss makes its own
+  // compute-dtype copy and hands back an fp32 gradient.
   torch::Tensor lm_head_weight();
 
   // Pieces of forward_backbone, public so that a caller can run layers one by one.
