@@ -48,7 +48,9 @@ const std::array<std::string, 256>& byte_alphabet() {
   return alphabet;
 }
 
-const nlohmann::json& require(const nlohmann::json& node, const char* key, const std::string& where,
+// `where` is a literal: a std::string temporary there would make GCC 13 suspect the returned
+// reference of dangling (-Wdangling-reference).
+const nlohmann::json& require(const nlohmann::json& node, const char* key, const char* where,
                               const std::string& path) {
   if (!node.is_object() || !node.contains(key)) {
     throw ConfigError(cat("'", path, "': ", where, " has no \"", key, "\"; is this a HF tokenizer.json?"));
