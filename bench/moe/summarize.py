@@ -4,13 +4,9 @@
   summarize.py timings RUN_DIR --skip K   one moe_train run's throughput from its timings.h5, as JSON
   summarize.py table RESULTS_DIR          the summary table (markdown) from <config>.tt.json / .ref.json
 
-Throughput is computed here rather than taken from topotrain-report: moe_train records the
-step's *global* token count in every rank's row of /steps, while topotrain-report sums
-tokens/wall over ranks (it expects per-rank counts), which multiplies tokens/s and MFU by
-the number of ranks. The rule below is right for either convention: per step, tokens are
-the shared value when every rank reports the same count, else their sum; the step time is
-the slowest rank's wall time. The run's last step is left out as well as the first K: it
-also writes the final checkpoint.
+Per step, tokens are the sum of the ranks' rows (each moe_train rank records its own tokens,
+as topotrain-report expects) and the step time is the slowest rank's wall time. The run's last
+step is left out as well as the first K: it also writes the final checkpoint.
 """
 import argparse
 import glob
