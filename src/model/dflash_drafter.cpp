@@ -138,19 +138,19 @@ torch::Tensor DFlashDrafterImpl::forward_blocks(const DFlashBatch& batch, const 
   const RotaryTables block_rotary = rotary_tables(block_positions, c.head_dim, c.rope_theta, compute_dtype_);
 
   const DFlashAttentionOptions attention = attention_options();
-  auto x = torch::embedding(target_embed_tokens, block_tokens.reshape({n * B})).to(compute_dtype_);
+  ResidualStream stream{torch::embedding(target_embed_tokens, block_tokens.reshape({n * B})).to(compute_dtype_), {}};
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers->ptr<DecoderLayerImpl>(i);
     auto& attn = *layer.self_attn;
-    auto normed = layer.input_layernorm(x);
+    auto [x, normed] = normed_stream(stream, layer.input_layernorm);
     auto queries = attn.project_queries(normed, block_rotary);
     auto block_kv = attn.project_keys_values(normed, block_rotary);
     auto context_kv = attn.project_keys_values(context, context_rotary);
     auto attended = dflash_attention(queries, context_kv.keys, context_kv.values, block_kv.keys, block_kv.values,
                                      blocks, attn.scale(), attention);
-    x = layer.feed_forward(x, attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
+    stream = layer.feed_forward(x, attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
   }
-  return x;
+  return stream.value();
 }
 
 DFlashStepOutput DFlashDrafterImpl::forward(const DFlashBatch& batch, const DFlashBlocks& blocks) {

@@ -18,15 +18,23 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
   }
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
-                                        RouterLoad* load) {
-  return feed_forward(x, self_attn(input_layernorm(x), context), experts, load);
+torch::Tensor ResidualStream::value() const { return pending.defined() ? base + pending : base; }
+
+NormedSum normed_stream(const ResidualStream& stream, const RMSNorm& norm) {
+  if (!stream.pending.defined()) return {stream.base, rms_norm(stream.base, norm->weight, norm->eps())};
+  return add_rms_norm(stream.base, stream.pending, norm->weight, norm->eps());
 }
 
-torch::Tensor DecoderLayerImpl::feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out,
-                                             ExpertBackend experts, RouterLoad* load) {
+ResidualStream DecoderLayerImpl::forward(const ResidualStream& in, const LayerContext& context,
+                                         ExpertBackend experts, RouterLoad* load) {
+  auto [x, normed] = normed_stream(in, input_layernorm);
+  return feed_forward(x, self_attn(normed, context), experts, load);
+}
+
+ResidualStream DecoderLayerImpl::feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out,
+                                              ExpertBackend experts, RouterLoad* load) {
   auto [h, normed] = add_rms_norm(x, attention_out, post_attention_layernorm->weight, post_attention_layernorm->eps());
-  return h + (sparse_mlp ? sparse_mlp(normed, experts, load) : dense_mlp(normed));
+  return {h, sparse_mlp ? sparse_mlp(normed, experts, load) : dense_mlp(normed)};
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t hidden, double init_std) {
@@ -94,15 +102,15 @@ BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, con
   RouterLoad load;
   BackboneOutput out;
   out.taps.resize(taps.size());
-  auto x = model->embed_tokens(batch.tokens).to(compute_dtype_);
+  ResidualStream stream{model->embed_tokens(batch.tokens).to(compute_dtype_), {}};
   for (int64_t i = 0; i < num_layers; ++i) {
-    x = layer(i)(x, context, experts, &load);
+    stream = layer(i)(stream, context, experts, &load);
     for (size_t t = 0; t < taps.size(); ++t) {
-      if (taps[t] == i) out.taps[t] = x;
+      if (taps[t] == i) out.taps[t] = stream.value();
     }
   }
-  out.hidden = model->norm(x);
-  out.aux_loss = load_balancing_loss(load, config_.num_experts).to(x.device());
+  out.hidden = normed_stream(stream, model->norm).normed;
+  out.aux_loss = load_balancing_loss(load, config_.num_experts).to(out.hidden.device());
   return out;
 }
 

@@ -103,6 +103,30 @@ TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
   }
 }
 
+// A decoder layer is HF's pre-norm block, x -> h = x + attn(norm(x)) -> h + mlp(norm(h)), and a
+// stream whose last add is still pending (fused into the next norm) means the same input.
+TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
+  for (const char* name : {"tiny-dense", "tiny-moe"}) {
+    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
+    const auto batch = mdl::PackedBatch::from_documents(random_documents({5, 3}, 512));
+    const auto context = model->layer_context(batch);
+    const int64_t last = model->config().num_hidden_layers - 1;  // an MoE layer in tiny-moe
+    auto& layer = *model->layer(last);
+    const auto x = torch::randn({8, model->config().hidden_size});
+    const auto experts = mdl::ExpertBackend::sorted_loop;
+
+    auto h = x + layer.self_attn(layer.input_layernorm(x), context);
+    auto normed = layer.post_attention_layernorm(h);
+    auto mlp = layer.sparse_mlp ? layer.sparse_mlp(normed, experts, nullptr) : layer.dense_mlp(normed);
+    const auto expected = h + mlp;
+
+    expect_close(layer.forward({x, {}}, context, experts, nullptr).value(), expected, 1e-5, name);
+    const auto part = torch::randn_like(x);
+    expect_close(layer.forward({x - part, part}, context, experts, nullptr).value(), expected, 1e-5,
+                 std::string(name) + " pending");
+  }
+}
+
 TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
   mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   const auto batch = mdl::PackedBatch::from_documents(random_documents({6, 4}, 512));
@@ -114,7 +138,7 @@ TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
   auto x = model->model->embed_tokens(batch.tokens);
   std::vector<torch::Tensor> outputs;
   for (int64_t i = 0; i < model->config().num_hidden_layers; ++i) {
-    x = model->layer(i)(x, context, mdl::ExpertBackend::sorted_loop, nullptr);
+    x = model->layer(i)(mdl::ResidualStream{x, {}}, context, mdl::ExpertBackend::sorted_loop, nullptr).value();
     outputs.push_back(x);
   }
   EXPECT_TRUE(torch::equal(out.taps[0], outputs[2]));

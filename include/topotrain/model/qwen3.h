@@ -16,19 +16,34 @@
 #include "topotrain/model/layers.h"
 #include "topotrain/model/moe.h"
 #include "topotrain/model/packed_batch.h"
+#include "topotrain/model/rms_norm.h"
 
 namespace topotrain::model {
+
+// The residual stream between decoder layers, held as base + pending: a layer leaves its MLP
+// output pending so that the next norm (the next layer's input norm, or the final norm) adds
+// it in the same kernel (add_rms_norm) instead of a separate pass over [T, hidden] each way.
+struct ResidualStream {
+  torch::Tensor base, pending;  // pending undefined: the stream is base alone
+  // base + pending, materialised (one add): for taps and outputs that are not normed.
+  torch::Tensor value() const;
+};
+
+// The stream's value and its norm, the pending add fused into the norm.
+NormedSum normed_stream(const ResidualStream& stream, const RMSNorm& norm);
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, int64_t layer);
-  // x [T, hidden] in the compute dtype; router statistics go to `load` (MoE layers).
-  torch::Tensor forward(const torch::Tensor& x, const LayerContext& context, ExpertBackend experts,
-                        RouterLoad* load);
-  // The second half of forward: h + mlp(post_attention_layernorm(h)) for h = x + attention_out
-  // (the add fused into the norm where add_rms_norm's kernel applies).
-  torch::Tensor feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out, ExpertBackend experts,
-                             RouterLoad* load);
+  // One pre-norm block, x -> h = x + attn(input_norm(x)) -> h + mlp(post_norm(h)), over the
+  // stream's [T, hidden] rows in the compute dtype; the result leaves the MLP output pending.
+  // Router statistics go to `load` (MoE layers).
+  ResidualStream forward(const ResidualStream& in, const LayerContext& context, ExpertBackend experts,
+                         RouterLoad* load);
+  // The second half of forward, from x and the attention output: h = x + attention_out (fused
+  // into the post-attention norm), then {h, mlp(post_attention_layernorm(h))}.
+  ResidualStream feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out, ExpertBackend experts,
+                              RouterLoad* load);
 
   Attention self_attn{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
