@@ -3,7 +3,7 @@
 # gradients against transformers), then forward+backward tokens/s and MFU at a 16K-token
 # micro-batch for moe-500m and qwen3-0.6b. Results go to stdout and, if set, "$OUT".
 # PROFILE=1 also profiles one step of each preset and appends the head of each summary
-# (GPU busy share, kernels by time) to the results.
+# (GPU busy share, kernels by time; PROFILE_LINES lines, default 60) to the results.
 #   bench/models/run.sh            (from the project root; builds into build-gpu)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,7 +31,7 @@ trap 'rm -rf "$work"' EXIT
       mkdir -p "$work/profile-$preset"
       "$bin/model_bench" "$preset" 16384 2048 3 "$work/profile-$preset" >/dev/null
       echo "## profile of one $preset step"
-      head -32 "$work/profile-$preset/profile-step1-rank0.txt" | cut -c1-200
+      head -${PROFILE_LINES:-60} "$work/profile-$preset/profile-step1-rank0.txt" | cut -c1-200
     done
   fi
   exit $status
