@@ -29,14 +29,16 @@ cudaError_t swiglu_backward(const void* gate_up_bf16, const void* grad_out_bf16,
 cudaError_t norm_rotary_forward(const void* x_bf16, int64_t x_token_stride, const float* weight, const void* cos_bf16,
                                 const void* sin_bf16, void* y_bf16, float* rstd, int64_t tokens, int64_t heads,
                                 int64_t head_dim, float eps, cudaStream_t stream);
-// grad_x contiguous [tokens, heads, head_dim] (bf16) and per-block partial weight gradients
-// weight_grad_partials fp32 [norm_rotary_backward_blocks(...), head_dim], summed by the caller
-// (a fixed-order sum keeps the weight gradient deterministic).
+// grad_y contiguous [tokens, heads, head_dim]; grad_x (bf16) laid out as x, heads and
+// head_dim packed with `grad_x_token_stride` elements between tokens (a column slice of the
+// fused projection's gradient); per-block partial weight gradients weight_grad_partials fp32
+// [norm_rotary_backward_blocks(...), head_dim], summed by the caller (a fixed-order sum keeps
+// the weight gradient deterministic).
 int64_t norm_rotary_backward_blocks(int64_t tokens, int64_t heads);
 cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, const float* weight, const void* cos_bf16,
                                  const void* sin_bf16, const float* rstd, const void* grad_y_bf16, void* grad_x_bf16,
-                                 float* weight_grad_partials, int64_t tokens, int64_t heads, int64_t head_dim,
-                                 cudaStream_t stream);
+                                 int64_t grad_x_token_stride, float* weight_grad_partials, int64_t tokens,
+                                 int64_t heads, int64_t head_dim, cudaStream_t stream);
 
 // Cross-entropy of each row of logits bf16 [rows, vocab] (contiguous, vocab % 8 == 0)
 // against targets int64 [rows], one block per row in two passes over the row:

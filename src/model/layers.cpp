@@ -61,13 +61,10 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
-  const int64_t q_width = heads_ * head_dim_, kv_width = kv_heads_ * head_dim_;
-  auto qkv = fused_projection(x, {q_proj, k_proj, v_proj}).split_with_sizes({q_width, kv_width, kv_width}, 1);
-  auto q = normed_rotated(qkv[0], heads_, q_norm, context.rotary);
-  auto k = normed_rotated(qkv[1], kv_heads_, k_norm, context.rotary);
-  auto v = qkv[2].view({x.size(0), kv_heads_, head_dim_});
-  return project_output(
-      varlen_causal_attention(q, k, v, context.cu_seqlens, context.max_seqlen, scale(), context.attention));
+  auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, q_norm->weight,
+                             k_norm->weight, q_norm->eps(), context.rotary);
+  return project_output(varlen_causal_attention(heads.q, heads.k, heads.v, context.cu_seqlens, context.max_seqlen,
+                                                scale(), context.attention));
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std) {

@@ -25,9 +25,10 @@ void add_weight_gradient(torch::Tensor& sum, const torch::Tensor& d, const torch
     const int rows = static_cast<int>(d.size(0)), vocab = static_cast<int>(d.size(1)),
               hidden = static_cast<int>(h.size(1));
     const float alpha = 1.0f, beta = first ? 0.0f : 1.0f;
-    const auto status = cublasGemmEx(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_T, hidden, vocab,
-                                     rows, &alpha, h.data_ptr(), CUDA_R_16BF, hidden, d.data_ptr(), CUDA_R_16BF, vocab,
-                                     &beta, sum.data_ptr(), CUDA_R_32F, hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const auto status =
+        cublasGemmEx(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_T, hidden, vocab, rows, &alpha,
+                     h.data_ptr(), CUDA_R_16BF, hidden, d.data_ptr(), CUDA_R_16BF, vocab, &beta, sum.data_ptr(),
+                     CUDA_R_32F, hidden, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS) {
       throw std::runtime_error(cat("linear_cross_entropy: the weight-gradient GEMM (bf16 into fp32, ", vocab, " x ",
                                    hidden, " over ", rows, " rows) failed: ", cublasGetStatusString(status)));

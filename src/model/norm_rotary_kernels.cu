@@ -66,7 +66,8 @@ template <int E>
 __global__ void norm_rotary_backward_kernel(const __nv_bfloat16* x, int64_t x_token_stride, const float* weight,
                                             const __nv_bfloat16* cos, const __nv_bfloat16* sin, const float* rstd_in,
                                             const __nv_bfloat16* grad_y, __nv_bfloat16* grad_x,
-                                            float* weight_grad_partials, int64_t rows, int64_t heads) {
+                                            int64_t grad_x_token_stride, float* weight_grad_partials, int64_t rows,
+                                            int64_t heads) {
   constexpr int D = 32 * E;
   __shared__ float block_dw[kWarps][D];
   const int lane = threadIdx.x & 31, warp_in_block = threadIdx.x / 32;
@@ -92,7 +93,7 @@ __global__ void norm_rotary_backward_kernel(const __nv_bfloat16* x, int64_t x_to
       dot += dxhat[k] * xhat[k];
     }
     const float mean_dot = warp_sum(dot) / D;
-    __nv_bfloat16* out = grad_x + row * D + at.first;
+    __nv_bfloat16* out = grad_x + at.token * grad_x_token_stride + at.head * D + at.first;
 #pragma unroll
     for (int k = 0; k < E; ++k) out[k] = __float2bfloat16(rstd * (dxhat[k] - xhat[k] * mean_dot));
   }
@@ -134,14 +135,14 @@ cudaError_t norm_rotary_forward(const void* x_bf16, int64_t x_token_stride, cons
 
 cudaError_t norm_rotary_backward(const void* x_bf16, int64_t x_token_stride, const float* weight, const void* cos_bf16,
                                  const void* sin_bf16, const float* rstd, const void* grad_y_bf16, void* grad_x_bf16,
-                                 float* weight_grad_partials, int64_t tokens, int64_t heads, int64_t head_dim,
-                                 cudaStream_t stream) {
+                                 int64_t grad_x_token_stride, float* weight_grad_partials, int64_t tokens,
+                                 int64_t heads, int64_t head_dim, cudaStream_t stream) {
   const int64_t rows = tokens * heads;
   return launch_for_head_dim(head_dim, [&](auto e) {
     norm_rotary_backward_kernel<decltype(e)::value><<<blocks_for(rows), kWarps * 32, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(x_bf16), x_token_stride, weight, static_cast<const __nv_bfloat16*>(cos_bf16),
         static_cast<const __nv_bfloat16*>(sin_bf16), rstd, static_cast<const __nv_bfloat16*>(grad_y_bf16),
-        static_cast<__nv_bfloat16*>(grad_x_bf16), weight_grad_partials, rows, heads);
+        static_cast<__nv_bfloat16*>(grad_x_bf16), grad_x_token_stride, weight_grad_partials, rows, heads);
   });
 }
 

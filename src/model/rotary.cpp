@@ -19,38 +19,114 @@ bool norm_rotary_kernel_applies(const torch::Tensor& x, const torch::Tensor& wei
   return dim_ok && rows_packed && weight_ok && table_ok(tables.cos) && table_ok(tables.sin);
 }
 
+// One kernel launch each way over `heads` heads of head_dim `dim` that start `column` values
+// into each token's row of `rows` (bf16, token stride rows.stride(0)).
+struct Rotated {
+  torch::Tensor y, rstd;  // y contiguous [T, heads, dim]; rstd fp32 [T * heads]
+};
+
+const void* at_column(const torch::Tensor& rows, int64_t column) {
+  return static_cast<const at::BFloat16*>(rows.data_ptr()) + column;
+}
+
+Rotated rotate_forward(const torch::Tensor& rows, int64_t column, int64_t heads, int64_t dim,
+                       const torch::Tensor& weight, const torch::Tensor& cos, const torch::Tensor& sin, double eps) {
+  const int64_t tokens = rows.size(0);
+  Rotated out{torch::empty({tokens, heads, dim}, rows.options()),
+              torch::empty({tokens * heads}, rows.options().dtype(torch::kFloat32))};
+  check_launch(kernels::norm_rotary_forward(at_column(rows, column), rows.stride(0), weight.data_ptr<float>(),
+                                            cos.data_ptr(), sin.data_ptr(), out.y.data_ptr(),
+                                            out.rstd.data_ptr<float>(), tokens, heads, dim, static_cast<float>(eps),
+                                            stream_of(rows)),
+               "norm_rotary_forward");
+  return out;
+}
+
+// Writes dx into `grad_rows` (same layout as rows, its own token stride) at `column`; returns
+// the weight gradient.
+torch::Tensor rotate_backward(const torch::Tensor& rows, int64_t column, int64_t heads, int64_t dim,
+                              const torch::Tensor& weight, const torch::Tensor& cos, const torch::Tensor& sin,
+                              const torch::Tensor& rstd, const torch::Tensor& grad_y_in, torch::Tensor& grad_rows) {
+  const int64_t tokens = rows.size(0);
+  const auto grad_y = grad_y_in.contiguous();
+  auto partials = torch::empty({kernels::norm_rotary_backward_blocks(tokens, heads), dim}, weight.options());
+  check_launch(kernels::norm_rotary_backward(at_column(rows, column), rows.stride(0), weight.data_ptr<float>(),
+                                             cos.data_ptr(), sin.data_ptr(), rstd.data_ptr<float>(), grad_y.data_ptr(),
+                                             static_cast<at::BFloat16*>(grad_rows.data_ptr()) + column,
+                                             grad_rows.stride(0), partials.data_ptr<float>(), tokens, heads, dim,
+                                             stream_of(rows)),
+               "norm_rotary_backward");
+  return partials.sum(0);
+}
+
 // Inputs: x (bf16, token-strided), weight (fp32 parameter); cos/sin ride along undifferentiated.
 class NormRotaryFunction : public torch::autograd::Function<NormRotaryFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight_in, const torch::Tensor& cos, const torch::Tensor& sin,
                                double eps) {
-    const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2);
     auto weight = weight_in.contiguous();
-    auto y = torch::empty({tokens, heads, dim}, x.options());
-    auto rstd = torch::empty({tokens * heads}, x.options().dtype(torch::kFloat32));
-    check_launch(kernels::norm_rotary_forward(x.data_ptr(), x.stride(0), weight.data_ptr<float>(), cos.data_ptr(),
-                                              sin.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), tokens, heads, dim,
-                                              static_cast<float>(eps), stream_of(x)),
-                 "norm_rotary_forward");
-    ctx->save_for_backward({x, weight, cos, sin, rstd});
-    return y;
+    auto out = rotate_forward(x, 0, x.size(1), x.size(2), weight, cos, sin, eps);
+    ctx->save_for_backward({x, weight, cos, sin, out.rstd});
+    return out.y;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &weight = saved[1], &cos = saved[2], &sin = saved[3], &rstd = saved[4];
-    const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2);
-    const auto grad_y = grads[0].contiguous();
-    auto grad_x = torch::empty({tokens, heads, dim}, x.options());
-    auto partials = torch::empty({kernels::norm_rotary_backward_blocks(tokens, heads), dim}, weight.options());
-    check_launch(kernels::norm_rotary_backward(x.data_ptr(), x.stride(0), weight.data_ptr<float>(), cos.data_ptr(),
-                                               sin.data_ptr(), rstd.data_ptr<float>(), grad_y.data_ptr(),
-                                               grad_x.data_ptr(), partials.data_ptr<float>(), tokens, heads, dim,
-                                               stream_of(x)),
-                 "norm_rotary_backward");
-    return {grad_x, partials.sum(0), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto &x = saved[0], &weight = saved[1];
+    auto grad_x = torch::empty(x.sizes(), x.options());
+    auto grad_weight = rotate_backward(x, 0, x.size(1), x.size(2), weight, saved[2], saved[3], saved[4], grads[0],
+                                       grad_x);
+    return {grad_x, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// Inputs: the fused projection [T, (Hq + 2 Hkv) * D] and the q/k norm weights. Outputs q and k
+// rotated, and v as a view of the input. The backward fills one gradient buffer for the whole
+// projection: split's backward would concatenate dq, dk and dv into it in another pass.
+class RotatedHeadsFunction : public torch::autograd::Function<RotatedHeadsFunction> {
+ public:
+  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& fused,
+                                              const torch::Tensor& q_weight_in, const torch::Tensor& k_weight_in,
+                                              const torch::Tensor& cos, const torch::Tensor& sin, double eps,
+                                              int64_t q_heads, int64_t kv_heads) {
+    const int64_t tokens = fused.size(0), dim = fused.size(1) / (q_heads + 2 * kv_heads);
+    auto q_weight = q_weight_in.contiguous(), k_weight = k_weight_in.contiguous();
+    auto q = rotate_forward(fused, 0, q_heads, dim, q_weight, cos, sin, eps);
+    auto k = rotate_forward(fused, q_heads * dim, kv_heads, dim, k_weight, cos, sin, eps);
+    auto v = fused.narrow(1, (q_heads + kv_heads) * dim, kv_heads * dim).view({tokens, kv_heads, dim});
+    ctx->save_for_backward({fused, q_weight, k_weight, cos, sin, q.rstd, k.rstd});
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined: no zero tensors to read
+    ctx->saved_data["q_heads"] = q_heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    return {q.y, k.y, v};
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &fused = saved[0], &cos = saved[3], &sin = saved[4];
+    const int64_t q_heads = ctx->saved_data["q_heads"].toInt(), kv_heads = ctx->saved_data["kv_heads"].toInt();
+    const int64_t dim = fused.size(1) / (q_heads + 2 * kv_heads);
+    auto grad_fused = torch::empty(fused.sizes(), fused.options());
+    // An output nobody used has no gradient: its columns get zeros.
+    auto heads_backward = [&](int64_t column, int64_t heads, const torch::Tensor& weight, const torch::Tensor& rstd,
+                              const torch::Tensor& grad) {
+      if (grad.defined()) return rotate_backward(fused, column, heads, dim, weight, cos, sin, rstd, grad, grad_fused);
+      grad_fused.narrow(1, column, heads * dim).zero_();
+      return torch::zeros_like(weight);
+    };
+    auto grad_q_weight = heads_backward(0, q_heads, saved[1], saved[5], grads[0]);
+    auto grad_k_weight = heads_backward(q_heads * dim, kv_heads, saved[2], saved[6], grads[1]);
+    auto grad_v = grad_fused.narrow(1, (q_heads + kv_heads) * dim, kv_heads * dim);
+    if (grads[2].defined()) {
+      grad_v.copy_(grads[2].reshape({fused.size(0), kv_heads * dim}));
+    } else {
+      grad_v.zero_();
+    }
+    return {grad_fused, grad_q_weight, grad_k_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 #endif
@@ -80,6 +156,24 @@ torch::Tensor norm_rotary(const torch::Tensor& x, const torch::Tensor& norm_weig
   }
 #endif
   return apply_rotary(rms_norm(x, norm_weight, eps), tables);
+}
+
+RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads,
+                           const torch::Tensor& q_norm_weight, const torch::Tensor& k_norm_weight, double eps,
+                           const RotaryTables& tables) {
+  const int64_t tokens = fused.size(0), dim = fused.size(1) / (q_heads + 2 * kv_heads);
+  auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
+  auto q = parts[0].view({tokens, q_heads, dim}), k = parts[1].view({tokens, kv_heads, dim});
+#ifdef TOPOTRAIN_CUDA
+  if (fused.is_contiguous() && norm_rotary_kernel_applies(q, q_norm_weight, tables) &&
+      norm_rotary_kernel_applies(k, k_norm_weight, tables)) {
+    auto out = RotatedHeadsFunction::apply(fused, q_norm_weight, k_norm_weight, tables.cos, tables.sin, eps, q_heads,
+                                           kv_heads);
+    return {out[0], out[1], out[2]};
+  }
+#endif
+  return {norm_rotary(q, q_norm_weight, eps, tables), norm_rotary(k, k_norm_weight, eps, tables),
+          parts[2].view({tokens, kv_heads, dim})};
 }
 
 }  // namespace topotrain::model

@@ -1,6 +1,7 @@
-// Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary,
-// row cross-entropy and its weight gradient, MoE combine) against the torch-op
-// path run in fp32 on the same bf16 inputs: outputs and every gradient.
+// Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
+// alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
+// combine) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
+// gradient.
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -109,6 +110,46 @@ TEST_F(FusedOpsGpu, NormRotaryOfAStridedSliceMatchesTorchOpsInFp32) {
     EXPECT_EQ(base.bf16.grad().narrow(1, 0, dim).abs().max().item<float>(), 0.0f);  // outside the slice
     EXPECT_LT(relative_error(w32.grad(), w32_ref.grad()), 1e-3);
   }
+}
+
+// q | k | v of a fused projection through one autograd function: outputs and the gradients of
+// the projection and both norm weights against the split + norm_rotary path in fp32, v a view
+// (no copy), and an unused output's columns get a zero gradient.
+TEST_F(FusedOpsGpu, RotatedHeadsOfAFusedProjectionMatchTorchOpsInFp32) {
+  const int64_t tokens = 300, q_heads = 4, kv_heads = 2, dim = 128;
+  auto fused = leaf_pair({tokens, (q_heads + 2 * kv_heads) * dim}, 2.0);
+  auto weights = [&] {
+    auto w = (torch::rand({dim}, kBf16.dtype(torch::kFloat32)) + 0.5).requires_grad_();
+    return std::make_pair(w, w.detach().clone().requires_grad_());
+  };
+  auto [qw, qw_ref] = weights();
+  auto [kw, kw_ref] = weights();
+  auto positions = torch::randint(0, 4000, {tokens}, kBf16.dtype(torch::kInt64));
+  const auto tables = mdl::rotary_tables(positions, dim, 1e6, torch::kBFloat16);
+  const mdl::RotaryTables tables32{tables.cos.to(torch::kFloat32), tables.sin.to(torch::kFloat32)};
+
+  auto out = mdl::rotated_heads(fused.bf16, q_heads, kv_heads, qw, kw, 1e-6, tables);
+  auto ref = mdl::rotated_heads(fused.fp32, q_heads, kv_heads, qw_ref, kw_ref, 1e-6, tables32);
+  EXPECT_EQ(out.v.data_ptr(), static_cast<void*>(fused.bf16.data_ptr<at::BFloat16>() + (q_heads + kv_heads) * dim));
+  EXPECT_LT(relative_error(out.q, ref.q), 1e-2);
+  EXPECT_LT(relative_error(out.k, ref.k), 1e-2);
+  EXPECT_LT(relative_error(out.v, ref.v), 1e-6);
+  auto up_q = torch::randn({tokens, q_heads, dim}, kBf16), up_k = torch::randn({tokens, kv_heads, dim}, kBf16),
+       up_v = torch::randn({tokens, kv_heads, dim}, kBf16);
+  auto dot = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a.to(torch::kFloat32) * b.to(torch::kFloat32)).sum();
+  };
+  (dot(out.q, up_q) + dot(out.k, up_k) + dot(out.v, up_v)).backward();
+  (dot(ref.q, up_q) + dot(ref.k, up_k) + dot(ref.v, up_v)).backward();
+  EXPECT_LT(relative_error(fused.bf16.grad(), fused.fp32.grad()), 1e-2);
+  EXPECT_LT(relative_error(qw.grad(), qw_ref.grad()), 1e-3);
+  EXPECT_LT(relative_error(kw.grad(), kw_ref.grad()), 1e-3);
+
+  // Only q used: k's and v's columns of the gradient are zero.
+  auto only_q = mdl::rotated_heads(fused.bf16, q_heads, kv_heads, qw, kw, 1e-6, tables).q;
+  auto grad = torch::autograd::grad({dot(only_q, up_q)}, {fused.bf16})[0];
+  EXPECT_EQ(grad.narrow(1, q_heads * dim, 2 * kv_heads * dim).abs().max().item<float>(), 0.0f);
+  EXPECT_GT(grad.narrow(1, 0, q_heads * dim).abs().max().item<float>(), 0.0f);
 }
 
 TEST_F(FusedOpsGpu, ExpertCombineMatchesTorchOpsInFp32) {

@@ -23,4 +23,16 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables); 
 torch::Tensor norm_rotary(const torch::Tensor& x, const torch::Tensor& norm_weight, double eps,
                           const RotaryTables& tables);
 
+// The attention heads of a fused q/k/v projection's output [T, (Hq + 2 Hkv) * head_dim], laid
+// out q | k | v: q and k through norm_rotary with their norms' weights (Qwen3 gives both norms
+// one eps), v as it is (a view). Where norm_rotary's kernel applies, one autograd function
+// covers all three, and its backward writes dq, dk and dv straight into one gradient of the
+// projection output instead of split's backward concatenating them in a further pass.
+struct RotatedHeads {
+  torch::Tensor q, k, v;  // [T, Hq, D], [T, Hkv, D], [T, Hkv, D]
+};
+RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads,
+                           const torch::Tensor& q_norm_weight, const torch::Tensor& k_norm_weight, double eps,
+                           const RotaryTables& tables);
+
 }  // namespace topotrain::model
