@@ -162,18 +162,22 @@ RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t 
                            const torch::Tensor& q_norm_weight, const torch::Tensor& k_norm_weight, double eps,
                            const RotaryTables& tables) {
   const int64_t tokens = fused.size(0), dim = fused.size(1) / (q_heads + 2 * kv_heads);
-  auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
-  auto q = parts[0].view({tokens, q_heads, dim}), k = parts[1].view({tokens, kv_heads, dim});
+  auto heads_at = [&](const torch::Tensor& columns, int64_t heads) { return columns.view({tokens, heads, dim}); };
 #ifdef TOPOTRAIN_CUDA
-  if (fused.is_contiguous() && norm_rotary_kernel_applies(q, q_norm_weight, tables) &&
-      norm_rotary_kernel_applies(k, k_norm_weight, tables)) {
+  // q's and k's views serve the check only: taken on a detached alias, they add no autograd node.
+  const auto alias = fused.detach();
+  if (alias.is_contiguous() &&
+      norm_rotary_kernel_applies(heads_at(alias.narrow(1, 0, q_heads * dim), q_heads), q_norm_weight, tables) &&
+      norm_rotary_kernel_applies(heads_at(alias.narrow(1, q_heads * dim, kv_heads * dim), kv_heads), k_norm_weight,
+                                 tables)) {
     auto out = RotatedHeadsFunction::apply(fused, q_norm_weight, k_norm_weight, tables.cos, tables.sin, eps, q_heads,
                                            kv_heads);
     return {out[0], out[1], out[2]};
   }
 #endif
-  return {norm_rotary(q, q_norm_weight, eps, tables), norm_rotary(k, k_norm_weight, eps, tables),
-          parts[2].view({tokens, kv_heads, dim})};
+  auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
+  return {norm_rotary(heads_at(parts[0], q_heads), q_norm_weight, eps, tables),
+          norm_rotary(heads_at(parts[1], kv_heads), k_norm_weight, eps, tables), heads_at(parts[2], kv_heads)};
 }
 
 }  // namespace topotrain::model
