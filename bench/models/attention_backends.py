@@ -7,7 +7,11 @@ difference between the two backends' outputs and gradients, whether cuDNN accept
 k/v heads directly, and what a first call with an unseen document layout costs (cuDNN builds
 an execution plan per shape).
 
-    python3 bench/models/attention_backends.py
+With --dense, only the equal-length case: the packed documents viewed as a [batch, seq] grid
+(no offsets), FlashAttention-2 packed against the dense FlashAttention-2 and cuDNN kernels
+behind scaled_dot_product_attention.
+
+    python3 bench/models/attention_backends.py [--dense]
 """
 import sys
 import time
@@ -73,7 +77,53 @@ def rel(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def sdpa(backend, q, k, v, dout, doc_len):
+    """Equal-length documents as a dense [batch, heads, seq, dim] grid through scaled_dot_product_attention,
+    grouped k/v handed over as they are; gradients back in the packed [tokens, heads, dim] layout."""
+    from torch.nn.attention import sdpa_kernel
+    grid = lambda t: t.detach().view(-1, doc_len, t.size(1), t.size(2)).transpose(1, 2).requires_grad_()
+    qg, kg, vg = grid(q), grid(k), grid(v)
+    with sdpa_kernel(backend):
+        out = torch.nn.functional.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True)
+    dog = dout.view(-1, doc_len, dout.size(1), dout.size(2)).transpose(1, 2)
+    grads = torch.autograd.grad(out, (qg, kg, vg), dog)
+    packed_back = lambda t: t.transpose(1, 2).reshape(-1, t.size(1), t.size(3))
+    return tuple(packed_back(t) for t in (out, *grads))
+
+
+def dense_probe():
+    from torch.nn.attention import SDPBackend
+    print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())
+    for name, tokens, doc_len, hq, hkv, dim in (("qwen3-0.6b layer", 16384, 2048, 16, 8, 128),
+                                                ("moe-500m layer", 16384, 2048, 8, 4, 128),
+                                                ("drafter (32/8 heads)", 16384, 4096, 32, 8, 128)):
+        q, k, v, dout, cu, mx, lens = packed(tokens, doc_len, hq, hkv, dim)
+        scale = dim ** -0.5
+        flops = 4 * hq * dim * sum(l * (l + 1) / 2 for l in lens) * 3.5
+        ref = flash(q, k, v, dout, cu, mx, scale)
+        t = timed(lambda: flash(q, k, v, dout, cu, mx, scale))
+        print(f"\n## {name}: tokens {tokens}, docs of {doc_len}, heads {hq}/{hkv}, dim {dim}")
+        print(f"{'flash2 packed':24s} {t * 1e3:7.2f} ms  {flops / t / 1e12:6.1f} TFLOP/s")
+        for label, backend in (("flash2 dense grid", SDPBackend.FLASH_ATTENTION),
+                               ("cudnn dense grid", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                got = sdpa(backend, q, k, v, dout, doc_len)
+                torch.cuda.synchronize()
+                first = time.perf_counter() - t0  # with cuDNN: building the plans of a new shape
+                t = timed(lambda: sdpa(backend, q, k, v, dout, doc_len))
+                errs = " ".join(f"{n} {rel(a, b):.1e}" for n, a, b in zip(("out", "dq", "dk", "dv"), got, ref))
+                print(f"{label:24s} {t * 1e3:7.2f} ms  {flops / t / 1e12:6.1f} TFLOP/s  first call {first * 1e3:6.1f} ms"
+                      f"  vs flash: {errs}")
+            except Exception as e:  # report and go on: the probe is to learn what works
+                print(f"{label:24s} FAILED: {str(e).splitlines()[0][:200]}")
+    return 0
+
+
 def main():
+    if "--dense" in sys.argv:
+        return dense_probe()
     print("torch", torch.__version__, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())
     shapes = [  # name, tokens, doc_len, hq, hkv, dim
         ("qwen3-0.6b layer", 16384, 2048, 16, 8, 128),

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "topotrain/model/hf_checkpoint.h"
@@ -33,9 +34,12 @@ double norm_relative(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a64 - b64).norm() / b64.norm().clamp_min(1e-30)).item<double>();
 }
 
-// One forward and backward in `dtype` on `device`; returns false when out of bounds.
-bool compare(const std::string& dir, const mdl::SafetensorsCheckpoint& ref, const torch::Device& device,
+// One forward and backward of reference file `batch_file` in `dtype` on `device`, with the
+// kernels the model picks or the reference ones (math attention, the per-expert loop);
+// returns false when out of bounds.
+bool compare(const std::string& dir, const std::string& batch_file, const torch::Device& device,
              torch::ScalarType dtype, bool reference_kernels, const Bounds& bounds) {
+  const mdl::SafetensorsCheckpoint ref(dir + "/" + batch_file);
   mdl::Qwen3CausalLM model(mdl::ModelConfig::from_json_file(dir + "/model/config.json"));
   mdl::load_hf_checkpoint(*model, dir + "/model");
   model->to(device);
@@ -48,8 +52,9 @@ bool compare(const std::string& dir, const mdl::SafetensorsCheckpoint& ref, cons
   batch.tokens = ref.load("tokens");
   batch.positions = ref.load("positions");
   batch.cu_seqlens = ref.load("cu_seqlens");
-  auto cu = batch.cu_seqlens.to(torch::kInt64);
-  batch.max_seqlen = (cu.slice(0, 1) - cu.slice(0, 0, -1)).max().item<int64_t>();
+  auto lengths = batch.cu_seqlens.slice(0, 1).to(torch::kInt64) - batch.cu_seqlens.slice(0, 0, -1);
+  batch.document_lengths.assign(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  batch.max_seqlen = lengths.max().item<int64_t>();
   batch = batch.to(device);
 
   auto out = model->forward_backbone(batch);
@@ -71,10 +76,10 @@ bool compare(const std::string& dir, const mdl::SafetensorsCheckpoint& ref, cons
   }
   const bool ok = logits_err <= bounds.logits && worst_grad <= bounds.grads && ce_err <= bounds.logits &&
                   aux_err <= bounds.logits;
-  std::printf("%-6s %-5s attention=%-44s experts=%-11s logits %.2e (<= %.0e)  ce %.2e  aux %.2e  "
+  std::printf("%-7s %-26s %-5s attention=%-44s experts=%-11s logits %.2e (<= %.0e)  ce %.2e  aux %.2e  "
               "grads worst %.2e (<= %.0e, %s)  %s\n",
-              dir.substr(dir.find_last_of('/') + 1).c_str(), dtype == torch::kFloat32 ? "fp32" : "bf16",
-              mdl::to_string(model->attention_backend()).c_str(),
+              dir.substr(dir.find_last_of('/') + 1).c_str(), batch_file.c_str(), dtype == torch::kFloat32 ? "fp32" : "bf16",
+              mdl::describe(model->layer_context(batch).documents).c_str(),
               model->config().is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-", logits_err,
               bounds.logits, ce_err, aux_err, worst_grad, bounds.grads, worst_name.c_str(), ok ? "OK" : "FAIL");
   return ok;
@@ -88,12 +93,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  const mdl::SafetensorsCheckpoint ref(dir + "/reference.safetensors");
   const torch::Device device = torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  bool ok = compare(dir, ref, device, torch::kFloat32, false, {1e-4, 1e-4});
-  if (device.is_cuda()) {
-    ok &= compare(dir, ref, device, torch::kBFloat16, false, {2e-2, 5e-2});  // flash + grouped_mm
-    ok &= compare(dir, ref, device, torch::kBFloat16, true, {2e-2, 5e-2});   // math + sorted loop
+  // reference.safetensors: documents of several lengths (flash varlen on a GPU);
+  // reference-rows.safetensors (some cases): of one length (cuDNN on the packed batch as a grid).
+  bool ok = true;
+  for (const std::string batch : {"reference.safetensors", "reference-rows.safetensors"}) {
+    if (batch != "reference.safetensors" && !std::filesystem::exists(dir + "/" + batch)) continue;
+    ok &= compare(dir, batch, device, torch::kFloat32, false, {1e-4, 1e-4});
+    if (device.is_cuda()) {
+      ok &= compare(dir, batch, device, torch::kBFloat16, false, {2e-2, 5e-2});
+      ok &= compare(dir, batch, device, torch::kBFloat16, true, {2e-2, 5e-2});
+    }
   }
   return ok ? 0 : 1;
 }

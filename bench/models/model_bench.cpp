@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "topotrain/model/config.h"
@@ -29,12 +30,19 @@ constexpr double kPeakFlops = 989e12;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10] [PROFILE_DIR]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s PRESET [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
+                 "  MIN-MAX: document lengths drawn uniformly from [MIN, MAX] (seeded), the last one cut to fit\n"
+                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n",
+                 argv[0]);
     return 2;
   }
   const std::string preset = argv[1];
   const int64_t tokens = argc > 2 ? std::stoll(argv[2]) : 16384;
-  const int64_t doc_len = argc > 3 ? std::stoll(argv[3]) : 2048;
+  const std::string doc_arg = argc > 3 ? argv[3] : "2048";
+  const auto dash = doc_arg.find('-');
+  const int64_t min_len = std::stoll(doc_arg.substr(0, dash));
+  const int64_t max_len = dash == std::string::npos ? min_len : std::stoll(doc_arg.substr(dash + 1));
   const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "model_bench needs a GPU\n");
@@ -47,13 +55,26 @@ int main(int argc, char** argv) {
   mdl::Qwen3CausalLM model(config);
   model->to(device);
   model->set_compute_dtype(mdl::default_compute_dtype(device));
+  if (const char* forced = std::getenv("MODEL_BENCH_ATTENTION"); forced && *forced) {
+    const std::string name = forced;
+    model->force_attention_backend(name == "flash"  ? mdl::AttentionBackend::flash_varlen
+                                   : name == "grid" ? mdl::AttentionBackend::dense_grid
+                                                    : mdl::AttentionBackend::math_per_document);
+  }
 
   std::vector<std::vector<int64_t>> docs;
-  for (int64_t begin = 0; begin < tokens; begin += doc_len) {
-    auto t = torch::randint(config.vocab_size, {std::min(doc_len, tokens - begin)}, torch::kInt64);
+  double square_sum = 0;  // of the lengths: attention's work grows with each document's length squared
+  for (int64_t begin = 0; begin < tokens;) {
+    const int64_t drawn = min_len + (max_len > min_len ? torch::randint(max_len - min_len + 1, {1}).item<int64_t>() : 0);
+    const int64_t len = std::min(drawn, tokens - begin);
+    auto t = torch::randint(config.vocab_size, {len}, torch::kInt64);
     docs.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+    square_sum += static_cast<double>(len) * static_cast<double>(len);
+    begin += len;
   }
   const auto batch = mdl::PackedBatch::from_documents(docs).to(device);
+  // What this batch's attention runs (the model lays it out the same way in every forward).
+  const std::string attention = mdl::describe(model->layer_context(batch).documents);
 
   auto step = [&] {
     auto out = model->forward_backbone(batch);
@@ -67,11 +88,12 @@ int main(int argc, char** argv) {
   torch::cuda::synchronize();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / steps;
   const double tokens_per_s = static_cast<double>(tokens) / seconds;
-  const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, static_cast<double>(doc_len)) / kPeakFlops;
-  std::printf("%s: %lld tokens/micro-batch (docs of %lld), attention %s, experts %s, elementwise %s: %.1f ms "
+  // A token's mean causal context over these documents is sum(len^2) / (2 sum(len)).
+  const double context = square_sum / static_cast<double>(tokens);
+  const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, context) / kPeakFlops;
+  std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s, elementwise %s: %.1f ms "
               "fwd+bwd, %.0f tokens/s, MFU %.1f%%\n",
-              preset.c_str(), static_cast<long long>(tokens), static_cast<long long>(doc_len),
-              mdl::to_string(model->attention_backend()).c_str(),
+              preset.c_str(), static_cast<long long>(tokens), docs.size(), doc_arg.c_str(), attention.c_str(),
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
               model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100);
   if (argc > 5) {

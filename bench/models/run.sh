@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Model checks and throughput on one GPU (an H200): HF parity (fp32 and bf16 logits and
 # gradients against transformers), then forward+backward tokens/s and MFU at a 16K-token
-# micro-batch for moe-500m and qwen3-0.6b. Results go to stdout and, if set, "$OUT".
+# micro-batch for moe-500m and qwen3-0.6b (documents of 2048 tokens with the model's choice
+# and with FlashAttention-2 forced, then of spread lengths). Results go to stdout and, if set,
+# "$OUT".
 # PROFILE=1 also profiles one step of each preset and appends the head of each summary
 # (GPU busy share, kernels by time; PROFILE_LINES lines, default 60) to the results.
 #   bench/models/run.sh            (from the project root; builds into build-gpu)
@@ -25,7 +27,13 @@ trap 'rm -rf "$work"' EXIT
   python3 bench/models/hf_parity.py "$work"
   status=0
   for case in dense moe moe_all; do "$bin/hf_parity" "$work/$case" || status=1; done
-  for preset in moe-500m qwen3-0.6b; do "$bin/model_bench" "$preset" 16384 2048 10; done
+  # Documents of one length (the packed batch is cuDNN's grid as it is), the same with
+  # FlashAttention-2 varlen forced, and documents of spread lengths (flash varlen).
+  for preset in moe-500m qwen3-0.6b; do
+    "$bin/model_bench" "$preset" 16384 2048 10
+    MODEL_BENCH_ATTENTION=flash "$bin/model_bench" "$preset" 16384 2048 10 | tail -1
+    "$bin/model_bench" "$preset" 16384 300-3000 10 | tail -1
+  done
   if [[ ${PROFILE:-0} == 1 ]]; then
     for preset in moe-500m qwen3-0.6b; do
       mkdir -p "$work/profile-$preset"

@@ -54,7 +54,7 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
 }  // namespace topotrain::compat
 
 // ---------------------------------------------------------------------------------------
-// Model kernels (src/model). Both are CUDA-only and differentiable in the versions named.
+// Model kernels (src/model). All are CUDA-only and differentiable in the versions named.
 //
 // TOPOTRAIN_HAS_FLASH_VARLEN: at::_flash_attention_forward takes packed [T, heads, dim]
 //   tensors with cu_seqlens (FlashAttention-2 varlen, GQA without repeating k/v), accepts
@@ -73,9 +73,20 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
 #define TOPOTRAIN_HAS_GROUPED_MM 0
 #endif
 
+// TOPOTRAIN_HAS_CUDNN_ATTENTION: at::_scaled_dot_product_cudnn_attention(q, k, v, attn_bias,
+//   compute_log_sumexp, dropout_p, is_causal, return_debug_mask, scale) on dense
+//   [batch, heads, seq, dim] tensors of any strides, grouped k/v heads, with an autograd
+//   formula (the attn_bias argument arrived in 2.5; 2.6 is the oldest checked).
+#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 6)
+#define TOPOTRAIN_HAS_CUDNN_ATTENTION 1
+#else
+#define TOPOTRAIN_HAS_CUDNN_ATTENTION 0
+#endif
+
 namespace topotrain::compat {
 constexpr bool kHasFlashVarlen = TOPOTRAIN_HAS_FLASH_VARLEN;
 constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
+constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
 }  // namespace topotrain::compat
 
 // ---- device memory and identity ---------------------------------------------------------

@@ -15,6 +15,9 @@ PackedBatch first_sequences(const PackedBatch& batch, int64_t sequences) {
   out.num_tokens = tokens;
   out.num_loss_tokens = out.loss_mask.sum().item<int64_t>();
   out.max_seqlen = sequences > 0 ? (cu.slice(0, 1) - cu.slice(0, 0, -1)).max().item<int64_t>() : 0;
+  if (!batch.sequence_lengths.empty()) {
+    out.sequence_lengths.assign(batch.sequence_lengths.begin(), batch.sequence_lengths.begin() + sequences);
+  }
   return out;
 }
 

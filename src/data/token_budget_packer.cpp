@@ -102,6 +102,7 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
   batch.cu_seqlens = torch::empty({n + 1}, i64.dtype(torch::kInt32));
   batch.loss_mask = torch::empty({total}, i64.dtype(torch::kUInt8));
   batch.sample_ids = torch::empty({n}, i64);
+  batch.sequence_lengths.reserve(static_cast<size_t>(n));
   batch.num_tokens = total;
   batch.num_loss_tokens = static_cast<int64_t>(layout.num_loss_tokens);
 
@@ -127,6 +128,7 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
     }
     ids[p] = static_cast<int64_t>(piece.sample);
     batch.max_seqlen = std::max(batch.max_seqlen, len);
+    batch.sequence_lengths.push_back(len);
     at += len;
     cu[p + 1] = static_cast<int32_t>(at);
   }

@@ -63,8 +63,7 @@ double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
   auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, q_norm->weight,
                              k_norm->weight, q_norm->eps(), context.rotary);
-  return project_output(varlen_causal_attention(heads.q, heads.k, heads.v, context.cu_seqlens, context.max_seqlen,
-                                                scale(), context.attention));
+  return project_output(varlen_causal_attention(heads.q, heads.k, heads.v, context.documents, scale()));
 }
 
 DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std) {

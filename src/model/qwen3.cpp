@@ -79,9 +79,8 @@ std::string Qwen3CausalLMImpl::elementwise_backend() const {
 LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {
   LayerContext context;
   context.rotary = rotary_tables(batch.positions, config_.head_dim, config_.rope_theta, compute_dtype_);
-  context.cu_seqlens = batch.cu_seqlens;
-  context.max_seqlen = batch.max_seqlen;
-  context.attention = attention_backend();
+  context.documents =
+      layout_documents(batch.cu_seqlens, batch.max_seqlen, batch.document_lengths, attention_backend());
   return context;
 }
 

@@ -180,6 +180,7 @@ model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::D
   out.positions = batch.positions.to(device, true);
   out.cu_seqlens = batch.cu_seqlens.to(device, true);
   out.max_seqlen = batch.max_seqlen;
+  out.document_lengths = batch.sequence_lengths;
   return out;
 }
 

@@ -160,6 +160,9 @@ TEST_F(PackerTest, FirstSequencesKeepsWholePiecesAndRecounts) {
   EXPECT_EQ(two.num_tokens, 8);
   EXPECT_EQ(two.num_loss_tokens, 1 + 2);
   EXPECT_EQ(two.max_seqlen, 5);
+  // The lengths also travel on the host, for attention to plan by without reading the GPU.
+  EXPECT_EQ(all.sequence_lengths, (I64{3, 5, 2}));
+  EXPECT_EQ(two.sequence_lengths, (I64{3, 5}));
   EXPECT_EQ(first_sequences(all, 7).num_tokens, all.num_tokens);
 }
 

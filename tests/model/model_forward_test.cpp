@@ -100,6 +100,13 @@ TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
     std::vector<torch::Tensor> single;
     for (const auto& doc : docs) single.push_back(model->forward_backbone(mdl::PackedBatch::from_documents({doc})).hidden);
     expect_close(packed.hidden, torch::cat(single, 0), 1e-5, name);
+    // Documents of one length: the packed batch as a dense grid (what cuDNN's kernel gets on a GPU).
+    const auto rows = random_documents({6, 6, 6}, model->config().vocab_size);
+    const auto per_document = model->forward_backbone(mdl::PackedBatch::from_documents(rows)).hidden;
+    model->force_attention_backend(mdl::AttentionBackend::dense_grid);
+    expect_close(model->forward_backbone(mdl::PackedBatch::from_documents(rows)).hidden, per_document, 1e-5,
+                 std::string(name) + " as a grid");
+    model->force_attention_backend(std::nullopt);
   }
 }
 
@@ -275,6 +282,13 @@ TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
 
 TEST_F(ModelTest, BadPackedBatchIsRefused) {
   auto batch = mdl::PackedBatch::from_documents({{1, 2, 3}, {4, 5}});
+  EXPECT_EQ(batch.document_lengths, (std::vector<int64_t>{3, 2}));
+  EXPECT_NO_THROW(batch.check());
+  auto wrong_lengths = batch;
+  wrong_lengths.document_lengths = {2, 3};  // right sum and longest, wrong order
+  EXPECT_THROW(wrong_lengths.check(), std::invalid_argument);
+  wrong_lengths.document_lengths = {5};
+  EXPECT_THROW(wrong_lengths.check(), std::invalid_argument);
   batch.max_seqlen = 2;
   EXPECT_THROW(batch.check(), std::invalid_argument);
   EXPECT_THROW(mdl::PackedBatch::from_documents({{1}, {}}), std::invalid_argument);

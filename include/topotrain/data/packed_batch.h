@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace topotrain::data {
 
@@ -18,6 +19,8 @@ struct PackedBatch {
   // Longest piece: varlen attention kernels take it as a host number, and reading it from
   // cu_seqlens on the GPU would stall the stream.
   int64_t max_seqlen = 0;
+  // Every piece's length, on the host for the same reason (attention plans its layout by them).
+  std::vector<int64_t> sequence_lengths;
 
   int64_t num_sequences() const { return sample_ids.numel(); }
 };

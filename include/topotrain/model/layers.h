@@ -49,9 +49,7 @@ TORCH_MODULE(RMSNorm);
 // What every layer of one forward shares.
 struct LayerContext {
   RotaryTables rotary;
-  torch::Tensor cu_seqlens;
-  int64_t max_seqlen = 0;
-  AttentionBackend attention = AttentionBackend::math_per_document;
+  DocumentLayout documents;
 };
 
 // GQA self-attention with per-head q_norm/k_norm before RoPE.

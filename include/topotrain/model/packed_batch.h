@@ -15,6 +15,10 @@ struct PackedBatch {
   // Longest document. Kept on the host because the varlen kernels need it as a number
   // and reading it back from a GPU tensor would stall the stream.
   int64_t max_seqlen = 0;
+  // Every document's length, also on the host for the same reason (attention lays the
+  // documents out by them). May be empty when the batch's maker did not have them: attention
+  // then takes a kernel that needs only cu_seqlens.
+  std::vector<int64_t> document_lengths;
 
   int64_t num_tokens() const { return tokens.size(0); }
   int64_t num_documents() const { return cu_seqlens.size(0) - 1; }
