@@ -8,9 +8,9 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
+#include "topotrain/core/files.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   // reference-rows.safetensors (some cases): of one length (cuDNN on the packed batch as a grid).
   bool ok = true;
   for (const std::string batch : {"reference.safetensors", "reference-rows.safetensors"}) {
-    if (batch != "reference.safetensors" && !std::filesystem::exists(dir + "/" + batch)) continue;
+    if (batch != "reference.safetensors" && !topotrain::file_exists(dir + "/" + batch)) continue;
     ok &= compare(dir, batch, device, torch::kFloat32, false, {1e-4, 1e-4});
     if (device.is_cuda()) {
       ok &= compare(dir, batch, device, torch::kBFloat16, false, {2e-2, 5e-2});

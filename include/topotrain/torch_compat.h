@@ -44,6 +44,9 @@ inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>
                                 at::full({}, static_cast<double>(step), params.front().options()));
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
                     /*amsgrad=*/false, /*maximize=*/false);
+  // The fused op writes the parameters without bumping their version counters (seen on
+  // torch 2.11); a kept compute-dtype copy (model::ComputeWeight) relies on them.
+  for (auto& p : params) p.unsafeGetTensorImpl()->bump_version();
 #else
   (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)step, (void)lr, (void)beta1, (void)beta2,
       (void)weight_decay, (void)eps;

@@ -13,13 +13,14 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  return torch::matmul(x, weight.to(x.scalar_type()).t());
+  return torch::matmul(x, compute_weight_.get({weight}, x.scalar_type()).t());
 }
 
-torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections) {
-  std::vector<torch::Tensor> weights;
-  for (const auto& p : projections) weights.push_back(p->weight.to(x.scalar_type()));
-  return torch::matmul(x, torch::cat(weights, 0).t());
+torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections,
+                               ComputeWeight& fused) {
+  std::vector<torch::Tensor> masters;
+  for (const auto& p : projections) masters.push_back(p->weight);
+  return torch::matmul(x, fused.get(masters, x.scalar_type()).t());
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -50,7 +51,7 @@ torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const Rotar
 
 AttentionImpl::KeysValues AttentionImpl::project_keys_values(const torch::Tensor& x, const RotaryTables& rotary) {
   const int64_t width = kv_heads_ * head_dim_;
-  auto kv = fused_projection(x, {k_proj, v_proj}).split_with_sizes({width, width}, 1);
+  auto kv = fused_projection(x, {k_proj, v_proj}, kv_weight_).split_with_sizes({width, width}, 1);
   return {normed_rotated(kv[0], kv_heads_, k_norm, rotary), kv[1].view({x.size(0), kv_heads_, head_dim_})};
 }
 
@@ -61,7 +62,7 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
-  auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, q_norm->weight,
+  auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}, qkv_weight_), heads_, kv_heads_, q_norm->weight,
                              k_norm->weight, q_norm->eps(), context.rotary);
   return project_output(varlen_causal_attention(heads.q, heads.k, heads.v, context.documents, scale()));
 }
@@ -73,7 +74,7 @@ DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std
 }
 
 torch::Tensor DenseMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(swiglu(fused_projection(x, {gate_proj, up_proj})));
+  return down_proj(swiglu(fused_projection(x, {gate_proj, up_proj}, gate_up_weight_)));
 }
 
 }  // namespace topotrain::model

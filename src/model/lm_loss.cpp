@@ -110,15 +110,17 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
   static tensor_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
                              const c10::optional<torch::Tensor>& targets_or_none,
                              const c10::optional<torch::Tensor>& row_weights_or_none,
-                             const c10::optional<torch::Tensor>& teacher_or_none, int64_t chunk_rows,
+                             const c10::optional<torch::Tensor>& teacher_or_none,
+                             const c10::optional<torch::Tensor>& weight_compute_or_none, int64_t chunk_rows,
                              bool want_argmax) {
     const torch::Tensor targets = targets_or_none.value_or(torch::Tensor());
     const torch::Tensor row_weights = row_weights_or_none.value_or(torch::Tensor());
     const torch::Tensor teacher_hidden = teacher_or_none.value_or(torch::Tensor());
     const bool grad_of_hidden = hidden.requires_grad(), grad_of_weight = weight.requires_grad();
-    // The weight may come in fp32 (a master weight): its compute-dtype copy is made here, out
-    // of autograd's sight, and its gradient goes back in fp32 without casts on the way.
-    const auto weight_compute = weight.to(hidden.scalar_type());
+    // The weight may come in fp32 (a master weight): its compute-dtype copy is made here (or
+    // handed in already made), out of autograd's sight, and its gradient goes back in fp32
+    // without casts on the way.
+    const auto weight_compute = weight_compute_or_none ? *weight_compute_or_none : weight.to(hidden.scalar_type());
     const bool soft = teacher_hidden.defined();
     const int64_t rows = hidden.size(0);
     auto loss = torch::zeros({}, hidden.options().dtype(torch::kFloat32));
@@ -156,7 +158,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     const auto& scale = grad_outputs[0];
     auto scaled = [&](const torch::Tensor& g) { return g.defined() ? g * scale.to(g.scalar_type()) : torch::Tensor(); };
     return {scaled(saved[0]), scaled(saved[1]), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -171,7 +173,10 @@ LinearCrossEntropy linear_cross_entropy(const torch::Tensor& hidden, const torch
   const bool shapes_ok = hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) &&
                          (soft || (targets.defined() && targets.dim() == 1 && targets.size(0) == hidden.size(0))) &&
                          (!soft || options.teacher_hidden.sizes() == hidden.sizes()) &&
-                         (!options.row_weights.defined() || options.row_weights.sizes() == torch::IntArrayRef{hidden.size(0)});
+                         (!options.row_weights.defined() || options.row_weights.sizes() == torch::IntArrayRef{hidden.size(0)}) &&
+                         (!options.weight_in_compute_dtype.defined() ||
+                          (options.weight_in_compute_dtype.sizes() == weight.sizes() &&
+                           options.weight_in_compute_dtype.scalar_type() == hidden.scalar_type()));
   if (!shapes_ok) {
     throw std::invalid_argument(cat("linear_cross_entropy: expected hidden [N, H], weight [V, H], targets [N] (or "
                                     "teacher_hidden [N, H]), row_weights [N]; got hidden ",
@@ -179,12 +184,19 @@ LinearCrossEntropy linear_cross_entropy(const torch::Tensor& hidden, const torch
                                     ", targets ", targets.defined() ? targets.sizes() : torch::IntArrayRef{},
                                     ", teacher_hidden ", soft ? options.teacher_hidden.sizes() : torch::IntArrayRef{},
                                     ", row_weights ",
-                                    options.row_weights.defined() ? options.row_weights.sizes() : torch::IntArrayRef{}));
+                                    options.row_weights.defined() ? options.row_weights.sizes() : torch::IntArrayRef{},
+                                    ", weight_in_compute_dtype ",
+                                    options.weight_in_compute_dtype.defined() ? options.weight_in_compute_dtype.sizes()
+                                                                              : torch::IntArrayRef{},
+                                    " (in hidden's dtype)"));
   }
   auto present = [](const torch::Tensor& t) { return t.defined() ? c10::optional<torch::Tensor>(t) : c10::nullopt; };
   auto out = LinearCrossEntropyFunction::apply(hidden, weight, present(soft ? torch::Tensor() : targets),
                                                present(options.row_weights),
                                                present(soft ? options.teacher_hidden.detach() : torch::Tensor()),
+                                               present(options.weight_in_compute_dtype.defined()
+                                                           ? options.weight_in_compute_dtype.detach()
+                                                           : torch::Tensor()),
                                                options.chunk_rows, options.argmax);
   return {out[0], out[1]};
 }
@@ -200,8 +212,11 @@ LmLoss lm_loss(Qwen3CausalLMImpl& model, const torch::Tensor& hidden, const Pack
   const NextTokenTargets next = next_token_targets(batch);
   LmLoss out;
   out.num_targets = next.rows.size(0);
-  out.loss_sum = linear_cross_entropy_sum(hidden.index_select(0, next.rows), model.lm_head_weight(), next.targets,
-                                          chunk_rows);
+  LinearCrossEntropyOptions options;
+  options.chunk_rows = chunk_rows;
+  options.weight_in_compute_dtype = model.lm_head_compute_values(hidden.scalar_type());
+  out.loss_sum =
+      linear_cross_entropy(hidden.index_select(0, next.rows), model.lm_head_weight(), next.targets, options).loss;
   return out;
 }
 

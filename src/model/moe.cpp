@@ -132,8 +132,8 @@ ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermedia
 
 torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend) {
   const auto dtype = x_sorted.scalar_type();
-  auto gate_up = gate_up_proj.to(dtype);
-  auto down = down_proj.to(dtype);
+  auto gate_up = gate_up_compute_.get({gate_up_proj}, dtype);
+  auto down = down_compute_.get({down_proj}, dtype);
   if (backend == ExpertBackend::grouped_mm) {
 #if TOPOTRAIN_HAS_GROUPED_MM
     // offs holds each group's end row; weights go in as [E, in, out] views of the

@@ -117,6 +117,10 @@ torch::Tensor Qwen3CausalLMImpl::lm_head_weight() {
   return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
+torch::Tensor Qwen3CausalLMImpl::lm_head_compute_values(torch::ScalarType dtype) {
+  return lm_head_compute_.values({lm_head_weight()}, dtype);
+}
+
 torch::Tensor Qwen3CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
   return torch::matmul(hidden.index_select(0, rows), lm_head_weight().to(hidden.scalar_type()).t())
       .to(torch::kFloat32);

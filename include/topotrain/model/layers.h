@@ -1,10 +1,10 @@
 // Building blocks of a Qwen3 decoder layer, parameter names as in HF transformers.
 //
 // Precision: parameters stay fp32 (the optimizer's master copy); every block computes in
-// the dtype of its input activations, casting each weight to that dtype where it is used.
-// The cast is part of the autograd graph, so gradients arrive in fp32 on the parameters
-// and no separate bf16 model copy or autocast state exists. The caller picks the compute
-// dtype once, by the dtype the embedding output is cast to (see Qwen3CausalLM).
+// the dtype of its input activations, with each weight in that dtype from a ComputeWeight
+// (cast once per change of the masters, differentiable back to them), so gradients arrive in
+// fp32 on the parameters and no autocast state exists. The caller picks the compute dtype
+// once, by the dtype the embedding output is cast to (see Qwen3CausalLM).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/attention.h"
+#include "topotrain/model/compute_weight.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
@@ -25,14 +26,18 @@ class ProjectionImpl : public torch::nn::Module {
   ProjectionImpl(int64_t in_features, int64_t out_features, double init_std);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
+
+ private:
+  ComputeWeight compute_weight_;
 };
 TORCH_MODULE(Projection);
 
-// x W^T for W the row-wise concatenation of the projections' weights (each cast to x's
-// dtype): one GEMM where there were as many as projections, and in backward one GEMM for
-// the gradient of x where autograd summed one per projection. Split the result with
-// split_with_sizes, whose backward concatenates (narrow's would zero-fill a whole copy each).
-torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections);
+// x W^T for W the row-wise concatenation of the projections' weights in x's dtype (kept in
+// `fused`, the caller's): one GEMM where there were as many as projections, and in backward
+// one GEMM for the gradient of x where autograd summed one per projection. Split the result
+// with split_with_sizes, whose backward concatenates (narrow's would zero-fill a whole copy each).
+torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections,
+                               ComputeWeight& fused);
 
 class RMSNormImpl : public torch::nn::Module {
  public:
@@ -77,6 +82,7 @@ class AttentionImpl : public torch::nn::Module {
                                const RotaryTables& rotary) const;
 
   int64_t heads_, kv_heads_, head_dim_;
+  ComputeWeight qkv_weight_, kv_weight_;
 };
 TORCH_MODULE(Attention);
 
@@ -87,6 +93,9 @@ class DenseMlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   Projection gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  ComputeWeight gate_up_weight_;
 };
 TORCH_MODULE(DenseMlp);
 

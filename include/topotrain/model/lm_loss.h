@@ -20,6 +20,10 @@ struct LinearCrossEntropyOptions {
   // No gradient flows into it.
   torch::Tensor teacher_hidden;
   bool argmax = false;  // also return the model's most likely token per row
+  // [V, H] in hidden's dtype: the weight's values, already cast (a kept copy of an fp32
+  // master, ComputeWeight::values), used instead of casting the weight on every call. No
+  // gradient flows into it; the weight's gradient still goes to `weight`.
+  torch::Tensor weight_in_compute_dtype;
 };
 
 struct LinearCrossEntropy {

@@ -54,6 +54,9 @@ class ExpertsImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend);
 
   torch::Tensor gate_up_proj, down_proj;
+
+ private:
+  ComputeWeight gate_up_compute_, down_compute_;
 };
 TORCH_MODULE(Experts);
 

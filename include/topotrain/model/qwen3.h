@@ -107,6 +107,9 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   // lm_head's parameter (the embedding when tied), fp32 master: the loss makes its own
   // compute-dtype copy and hands back an fp32 gradient.
   torch::Tensor lm_head_weight();
+  // Its values in `dtype`, kept between micro-batches while the master is unchanged
+  // (ComputeWeight::values): what the LM loss multiplies by.
+  torch::Tensor lm_head_compute_values(torch::ScalarType dtype);
 
   // Pieces of forward_backbone, public so that a caller can run layers one by one.
   LayerContext layer_context(const PackedBatch& batch) const;
@@ -120,6 +123,7 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   torch::ScalarType compute_dtype_ = torch::kFloat32;
   std::optional<AttentionBackend> forced_attention_;
   std::optional<ExpertBackend> forced_experts_;
+  ComputeWeight lm_head_compute_;
 };
 TORCH_MODULE(Qwen3CausalLM);
 

@@ -1,0 +1,81 @@
+#include "topotrain/model/compute_weight.h"
+
+namespace topotrain::model {
+namespace {
+
+// Forward hands back the cached copy; backward splits the copy's gradient by master and casts
+// each part to its master's dtype: what cat(master.to(dtype)...)'s backward does.
+class CachedCastFunction : public torch::autograd::Function<CachedCastFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& copy,
+                               torch::TensorList masters) {
+    std::vector<int64_t> rows;
+    for (const auto& m : masters) rows.push_back(m.size(0));
+    ctx->saved_data["rows"] = rows;
+    ctx->saved_data["dtype"] = masters.front().scalar_type();
+    return copy;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto rows = ctx->saved_data["rows"].toIntVector();
+    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    torch::autograd::tensor_list out{torch::Tensor()};
+    int64_t begin = 0;
+    for (int64_t n : rows) {
+      out.push_back(grads[0].narrow(0, begin, n).to(dtype));
+      begin += n;
+    }
+    return out;
+  }
+};
+
+torch::Tensor cast(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) {
+  if (masters.size() == 1) return masters.front().to(dtype);
+  std::vector<torch::Tensor> parts;
+  for (const auto& m : masters) parts.push_back(m.to(dtype));
+  return torch::cat(parts, 0);
+}
+
+}  // namespace
+
+bool ComputeWeight::current(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) const {
+  if (!copy_.defined() || dtype != dtype_ || masters.size() != masters_.size()) return false;
+  for (size_t i = 0; i < masters.size(); ++i) {
+    if (!masters[i].is_same(masters_[i]) || masters[i].data_ptr() != storages_[i] ||
+        masters[i]._version() != versions_[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+torch::Tensor ComputeWeight::get(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) {
+  if (masters.size() == 1 && masters.front().scalar_type() == dtype) return masters.front();
+  if (!torch::GradMode::is_enabled()) return cast(masters, dtype);
+  // As a TensorList, so that autograd sees the masters as inputs.
+  return CachedCastFunction::apply(values(masters, dtype), torch::TensorList(masters));
+}
+
+torch::Tensor ComputeWeight::values(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) {
+  if (masters.size() == 1 && masters.front().scalar_type() == dtype) return masters.front().detach();
+  if (!torch::GradMode::is_enabled()) return cast(masters, dtype);
+  if (!current(masters, dtype)) {
+    copy_ = torch::Tensor();  // free the stale copy before making the new one
+    {
+      torch::NoGradGuard no_grad;
+      copy_ = cast(masters, dtype);
+    }
+    dtype_ = dtype;
+    masters_ = masters;
+    storages_.clear();
+    versions_.clear();
+    for (const auto& m : masters) {
+      storages_.push_back(m.data_ptr());
+      versions_.push_back(m._version());
+    }
+  }
+  return copy_;
+}
+
+}  // namespace topotrain::model
