@@ -243,7 +243,7 @@ summary=$work/moe_bench.md
   "$python" bench/moe/summarize.py table "$results" || echo "(summary table failed)"
   echo
   echo "tok/s: global tokens per second over the measured steps (per GPU in brackets); ratio = topotrain / reference;"
-  echo "MFU with topotrain's FLOPs per token (active matmuls + attention at the mean document length) and 989 TFLOP/s;"
+  echo "MFU with topotrain's FLOPs per token (active matmuls + attention at each token's mean causal context) and 989 TFLOP/s;"
   echo "comm % = moe_train's comm_wait share of the step; scaling eff. = 2-GPU tok/s / (2 x 1-GPU tok/s), same grad_accum."
   echo "ga10: steps $((skip_ga10 + 1))..$((steps_ga10 - 1)) of $steps_ga10 measured; ga1: steps $((skip_ga1 + 1))..$((steps_ga1 - 1)) of $steps_ga1" \
        "(the reference measures through its last step)."

@@ -18,6 +18,23 @@ uint64_t stream_size(uint64_t num_samples, const SampleStream& stream) {
   return stream.index < num_samples ? (num_samples - stream.index + stream.count - 1) / stream.count : 0;
 }
 
+double mean_attention_context(const TokenDataset& dataset, uint64_t token_budget, LongSamplePolicy long_samples) {
+  const uint64_t b = std::max<uint64_t>(1, token_budget);
+  const double budget = static_cast<double>(b);
+  double squares = 0, tokens = 0;
+  for (uint64_t i = 0; i < dataset.num_samples(); ++i) {
+    const uint64_t length = dataset.sample_length(i);
+    if (length >= b && long_samples == LongSamplePolicy::truncate) {
+      squares += budget * budget, tokens += budget;
+      continue;
+    }
+    const double whole = static_cast<double>(length / b), rest = static_cast<double>(length % b);
+    squares += whole * budget * budget + rest * rest;
+    tokens += static_cast<double>(length);
+  }
+  return tokens > 0 ? squares / tokens : 0.0;
+}
+
 TokenBudgetPacker::TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset, PackerConfig config,
                                      DataPosition start)
     : dataset_(std::move(dataset)), config_(config), position_(start) {

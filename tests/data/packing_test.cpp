@@ -166,6 +166,18 @@ TEST_F(PackerTest, FirstSequencesKeepsWholePiecesAndRecounts) {
   EXPECT_EQ(first_sequences(all, 7).num_tokens, all.num_tokens);
 }
 
+// Attention's FLOPs go by sum(piece^2) / sum(piece) over the pieces the packer cuts.
+TEST(MeanAttentionContext, SumsSquaredPiecesAsThePackerCutsThem) {
+  const auto data = dataset_of({3, 5, 10}, false);
+  // split at 4: 3 | 4, 1 | 4, 4, 2
+  EXPECT_DOUBLE_EQ(mean_attention_context(*data, 4, LongSamplePolicy::split), (9.0 + 16 + 1 + 16 + 16 + 4) / 18);
+  // truncate at 4: 3 | 4 | 4
+  EXPECT_DOUBLE_EQ(mean_attention_context(*data, 4, LongSamplePolicy::truncate), (9.0 + 16 + 16) / 11);
+  // Within the budget: above the mean length (6) whenever lengths differ, equal to it when they do not.
+  EXPECT_DOUBLE_EQ(mean_attention_context(*data, 100, LongSamplePolicy::split), (9.0 + 25 + 100) / 18);
+  EXPECT_DOUBLE_EQ(mean_attention_context(*dataset_of({6, 6}, false), 100, LongSamplePolicy::split), 6.0);
+}
+
 TEST(EpochPermutation, DeterministicPermutationThatDependsOnSeedAndEpoch) {
   const auto a = epoch_permutation(7, 0, 1000, true);
   EXPECT_EQ(a, epoch_permutation(7, 0, 1000, true));

@@ -40,6 +40,12 @@ struct SampleStream {
 // Samples per epoch of `stream` over a dataset of `num_samples`.
 uint64_t stream_size(uint64_t num_samples, const SampleStream& stream);
 
+// The length L for which a token's mean causal context, L / 2, is that of this dataset cut
+// into pieces as the packer cuts it (a sample longer than token_budget: pieces of token_budget
+// and the rest, or its first token_budget tokens): sum(piece^2) / sum(piece). What attention's
+// FLOPs per token go by; the mean sample length underestimates it whenever lengths vary.
+double mean_attention_context(const TokenDataset& dataset, uint64_t token_budget, LongSamplePolicy long_samples);
+
 struct PackerConfig {
   uint64_t token_budget = 0;
   LongSamplePolicy long_samples = LongSamplePolicy::split;

@@ -45,9 +45,6 @@ class TokenDataset {
 
   uint64_t num_samples() const { return contents_.offsets.size() - 1; }
   uint64_t num_tokens() const { return contents_.tokens.size(); }
-  double mean_sample_length() const {
-    return static_cast<double>(num_tokens()) / static_cast<double>(std::max<uint64_t>(1, num_samples()));
-  }
   bool has_loss_mask() const { return !contents_.loss_mask.empty(); }
   uint64_t vocab_size() const { return contents_.vocab_size; }
   uint64_t eos_id() const { return contents_.eos_id; }

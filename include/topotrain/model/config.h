@@ -65,8 +65,9 @@ ParameterCounts count_parameters(const ModelConfig& config);
 
 // Model FLOPs of one token's forward pass (training costs 3x): 2 per active weight
 // (lm_head included, the embedding lookup not) plus the attention score and value
-// matmuls, 4 * layers * heads * head_dim * mean attended context (half the mean document
-// length under the causal mask).
+// matmuls, 4 * layers * heads * head_dim * mean attended context, taken as
+// mean_document_tokens / 2 (the causal mask). For documents of several lengths pass
+// sum(len^2) / sum(len) (data::mean_attention_context), not the mean length.
 double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
 
 // Bytes of training state that do not scale with the batch: fp32 master weights, fp32

@@ -104,8 +104,8 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   BackboneOutput forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps = {});
   // lm_head at the given rows of `hidden` only: fp32 [rows, vocab].
   torch::Tensor logits_at(const torch::Tensor& hidden, const torch::Tensor& rows);
-  // lm_head's parameter (the embedding when tied), fp32 master: the loss makes its own
-  // compute-dtype copy and hands back an fp32 gradient.
+  // lm_head's parameter (the embedding when tied), fp32 master: the loss multiplies by its
+  // kept compute-dtype values and hands back an fp32 gradient.
   torch::Tensor lm_head_weight();
   // Its values in `dtype`, kept between micro-batches while the master is unchanged
   // (ComputeWeight::values): what the LM loss multiplies by.
