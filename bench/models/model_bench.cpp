@@ -1,7 +1,9 @@
 // Forward + backward throughput of one micro-batch on one GPU, in the training setup
-// (fp32 master weights, bf16 compute, chunked LM loss, MoE aux loss).
+// (fp32 master weights, bf16 compute, chunked LM loss, MoE aux loss). No optimizer step runs,
+// so the weights' bf16 copies are made once (a trainer makes them once per step).
 //
-//   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048] [STEPS=10] [PROFILE_DIR]
+//   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]
+//   MODEL_BENCH_ATTENTION=flash|grid|math model_bench ...   (forces an attention backend)
 //
 // With PROFILE_DIR, one more step runs under torch's profiler and its summary (kernels by
 // time, GPU busy share, host calls) goes to PROFILE_DIR/profile-step1-rank0.txt.
@@ -13,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
 
 #include "topotrain/model/config.h"
@@ -41,8 +44,16 @@ int main(int argc, char** argv) {
   const int64_t tokens = argc > 2 ? std::stoll(argv[2]) : 16384;
   const std::string doc_arg = argc > 3 ? argv[3] : "2048";
   const auto dash = doc_arg.find('-');
-  const int64_t min_len = std::stoll(doc_arg.substr(0, dash));
-  const int64_t max_len = dash == std::string::npos ? min_len : std::stoll(doc_arg.substr(dash + 1));
+  int64_t min_len = 0, max_len = 0;
+  try {
+    min_len = std::stoll(doc_arg.substr(0, dash));
+    max_len = dash == std::string::npos ? min_len : std::stoll(doc_arg.substr(dash + 1));
+  } catch (const std::exception&) {  // left 0: refused below
+  }
+  if (min_len < 1 || max_len < min_len) {
+    std::fprintf(stderr, "DOC_LEN %s: give a length N >= 1 or a range MIN-MAX with 1 <= MIN <= MAX\n", doc_arg.c_str());
+    return 2;
+  }
   const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "model_bench needs a GPU\n");
@@ -57,6 +68,10 @@ int main(int argc, char** argv) {
   model->set_compute_dtype(mdl::default_compute_dtype(device));
   if (const char* forced = std::getenv("MODEL_BENCH_ATTENTION"); forced && *forced) {
     const std::string name = forced;
+    if (name != "flash" && name != "grid" && name != "math") {
+      std::fprintf(stderr, "MODEL_BENCH_ATTENTION=%s: use flash, grid or math (or leave it unset)\n", forced);
+      return 2;
+    }
     model->force_attention_backend(name == "flash"  ? mdl::AttentionBackend::flash_varlen
                                    : name == "grid" ? mdl::AttentionBackend::dense_grid
                                                     : mdl::AttentionBackend::math_per_document);
