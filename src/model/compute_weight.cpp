@@ -40,7 +40,7 @@ torch::Tensor cast(const std::vector<torch::Tensor>& masters, torch::ScalarType 
 }  // namespace
 
 bool ComputeWeight::current(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) const {
-  if (!copy_.defined() || dtype != dtype_ || masters.size() != masters_.size()) return false;
+  if (!copy_.defined() || copy_.scalar_type() != dtype || masters.size() != masters_.size()) return false;
   for (size_t i = 0; i < masters.size(); ++i) {
     if (!masters[i].is_same(masters_[i]) || masters[i].data_ptr() != storages_[i] ||
         masters[i]._version() != versions_[i]) {
@@ -66,7 +66,6 @@ torch::Tensor ComputeWeight::values(const std::vector<torch::Tensor>& masters, t
       torch::NoGradGuard no_grad;
       copy_ = cast(masters, dtype);
     }
-    dtype_ = dtype;
     masters_ = masters;
     storages_.clear();
     versions_.clear();

@@ -122,8 +122,8 @@ torch::Tensor Qwen3CausalLMImpl::lm_head_compute_values(torch::ScalarType dtype)
 }
 
 torch::Tensor Qwen3CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
-  return torch::matmul(hidden.index_select(0, rows), lm_head_weight().to(hidden.scalar_type()).t())
-      .to(torch::kFloat32);
+  const auto weight = lm_head_compute_.get({lm_head_weight()}, hidden.scalar_type());
+  return torch::matmul(hidden.index_select(0, rows), weight.t()).to(torch::kFloat32);
 }
 
 }  // namespace topotrain::model

@@ -181,10 +181,8 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, 0, 1, 1, start, device, stream);
 
   TimingLogConfig timing_config = pipeline_timing_config(settings, device);
-  const double attention_context =
-      data::mean_attention_context(*dataset, static_cast<std::uint64_t>(token_budget),
-                                   data::parse_long_sample_policy(settings.string("data.long_samples")));
-  timing_config.flops_per_token = model::forward_flops_per_token(config.target, attention_context);
+  timing_config.flops_per_token =
+      model::forward_flops_per_token(config.target, attention_context_from(settings, *dataset, token_budget));
   const std::string run_dir = run_directory(context.run);
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   PhaseTimer& timer = timings.timer();

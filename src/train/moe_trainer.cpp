@@ -114,10 +114,8 @@ void train_moe(JobContext& context) {
   reducer.zero_grad();
 
   TimingLogConfig timing_config = timing_log_config_from(settings, device);
-  const double attention_context =
-      data::mean_attention_context(*dataset, static_cast<std::uint64_t>(token_budget),
-                                   data::parse_long_sample_policy(settings.string("data.long_samples")));
-  timing_config.flops_per_token = 3.0 * model::forward_flops_per_token(model_config, attention_context);
+  timing_config.flops_per_token =
+      3.0 * model::forward_flops_per_token(model_config, attention_context_from(settings, *dataset, token_budget));
   timing_config.extra_fields = {"aux_loss"};
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   std::unique_ptr<CheckpointWriter> writer;

@@ -154,6 +154,14 @@ TrainingLength training_length(const Settings& settings, const data::TokenDatase
   return length;
 }
 
+namespace {
+
+data::LongSamplePolicy long_samples_from(const Settings& settings) {
+  return data::parse_long_sample_policy(settings.string("data.long_samples"));
+}
+
+}  // namespace
+
 std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
                                                        const Settings& settings, std::int64_t token_budget,
                                                        int rank, int world, int grad_accum,
@@ -163,7 +171,7 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
   if (grad_accum < 1) throw ConfigError(cat("train.grad_accum must be >= 1, got ", grad_accum));
   data::PackerConfig packing;
   packing.token_budget = static_cast<std::uint64_t>(token_budget);
-  packing.long_samples = data::parse_long_sample_policy(settings.string("data.long_samples"));
+  packing.long_samples = long_samples_from(settings);
   packing.pin_memory = device.is_cuda();
   packing.stream = stream;
   auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
@@ -172,6 +180,10 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
   prefetch.depth = static_cast<std::size_t>(std::max<std::int64_t>(1, settings.integer("data.prefetch")));
   prefetch.device = device;
   return std::make_unique<data::Prefetcher>([planner] { return planner->next_step(); }, prefetch);
+}
+
+double attention_context_from(const Settings& settings, const data::TokenDataset& dataset, std::int64_t token_budget) {
+  return data::mean_attention_context(dataset, static_cast<std::uint64_t>(token_budget), long_samples_from(settings));
 }
 
 model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device) {

@@ -36,7 +36,6 @@ class ComputeWeight {
   bool current(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) const;
 
   torch::Tensor copy_;  // no autograd history
-  torch::ScalarType dtype_ = torch::kFloat32;
   // The masters as of the copy, held so that a freed master's address cannot come back as a
   // "same" tensor.
   std::vector<torch::Tensor> masters_;

@@ -88,6 +88,10 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
                                                        const data::DataPosition& position,
                                                        const torch::Device& device, data::SampleStream stream = {});
 
+// data::mean_attention_context of the dataset as make_step_prefetcher's packer cuts it
+// (token_budget, data.long_samples): the context length attention's FLOPs per token go by.
+double attention_context_from(const Settings& settings, const data::TokenDataset& dataset, std::int64_t token_budget);
+
 // The model's view of a packed micro-batch, on `device`.
 model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device);
 
