@@ -4,5 +4,5 @@
 int main(int argc, char** argv) {
   using namespace topotrain;
   JobOptions options = parse_job_options(argc, argv, dflash_job());
-  return run_job(argc, argv, dflash_job(), options, train_dflash);
+  return run_job(argc, argv, dflash_job(), options, check_dflash_inputs, train_dflash);
 }

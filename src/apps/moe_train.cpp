@@ -4,5 +4,5 @@
 int main(int argc, char** argv) {
   using namespace topotrain;
   JobOptions options = parse_job_options(argc, argv, moe_job());
-  return run_job(argc, argv, moe_job(), options, train_moe);
+  return run_job(argc, argv, moe_job(), options, check_moe_inputs, train_moe);
 }

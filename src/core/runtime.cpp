@@ -45,7 +45,7 @@ Runtime::~Runtime() {
   if (owns_mpi_) MPI_Finalize();
 }
 
-void Runtime::bind(const Topology& topology) {
+void Runtime::bind(const Topology& topology, bool select_device) {
   int index = 0;
   const RoleSpec* role = topology.role_of(rank_, &index);
   if (!role) throw std::logic_error("Runtime::bind before validate_world");
@@ -57,11 +57,13 @@ void Runtime::bind(const Topology& topology) {
   MPI_Comm_rank(role_comm_, &role_rank_);
   MPI_Comm_size(role_comm_, &role_size_);
 #ifdef TOPOTRAIN_CUDA
-  if (!device_.is_cpu) {
+  if (select_device && !device_.is_cpu) {
     cudaError_t status = cudaSetDevice(device_.index);
     if (status != cudaSuccess)
       throw std::runtime_error(cat("cannot use ", device_.str(), ": ", cudaGetErrorString(status)));
   }
+#else
+  (void)select_device;  // a CPU build selects no device
 #endif
 }
 

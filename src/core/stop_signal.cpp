@@ -8,8 +8,10 @@ namespace topotrain {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_exit_code = -1;  // >= 0: exit_on_stop_signal
 
 extern "C" void on_stop_signal(int signal) {
+  if (g_exit_code >= 0) std::_Exit(g_exit_code);
   if (g_stop) std::_Exit(128 + signal);
   g_stop = 1;
   const char message[] = "topotrain: stop requested; finishing the step and checkpointing (signal again to kill)\n";
@@ -32,5 +34,6 @@ void install_stop_handlers() {
 bool stop_requested() { return g_stop != 0; }
 void request_stop() { g_stop = 1; }
 void clear_stop() { g_stop = 0; }
+void exit_on_stop_signal(int exit_code) { g_exit_code = exit_code; }
 
 }  // namespace topotrain

@@ -13,7 +13,8 @@ PackedBatch first_sequences(const PackedBatch& batch, int64_t sequences) {
   out.cu_seqlens = cu;
   out.sample_ids = batch.sample_ids.narrow(0, 0, sequences);
   out.num_tokens = tokens;
-  out.num_loss_tokens = out.loss_mask.sum().item<int64_t>();
+  const torch::Tensor firsts = out.loss_mask.index_select(0, cu.narrow(0, 0, sequences).to(torch::kInt64));
+  out.num_loss_targets = (out.loss_mask.sum() - firsts.sum()).item<int64_t>();
   out.max_seqlen = sequences > 0 ? (cu.slice(0, 1) - cu.slice(0, 0, -1)).max().item<int64_t>() : 0;
   if (!batch.sequence_lengths.empty()) {
     out.sequence_lengths.assign(batch.sequence_lengths.begin(), batch.sequence_lengths.begin() + sequences);

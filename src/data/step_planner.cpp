@@ -24,9 +24,9 @@ StepPlan StepPlanner::next_step() {
   plan.micro_batches.reserve(parallel_.grad_accum);
   for (int index = 0; index < per_step; ++index) {
     const MicroBatchLayout layout = packer_.next_layout();
-    plan.global.push_back(MicroBatchSummary{layout.num_tokens, layout.num_loss_tokens, layout.pieces.size()});
+    plan.global.push_back(MicroBatchSummary{layout.num_tokens, layout.num_loss_targets, layout.pieces.size()});
     plan.global_tokens += layout.num_tokens;
-    plan.global_loss_tokens += layout.num_loss_tokens;
+    plan.global_loss_targets += layout.num_loss_targets;
     plan.global_sequences += layout.pieces.size();
     if (index % parallel_.world_size == parallel_.rank) plan.micro_batches.push_back(packer_.materialize(layout));
   }

@@ -99,7 +99,7 @@ MicroBatchLayout TokenBudgetPacker::next_layout() {
     }
     layout.pieces.push_back(Piece{sample, begin, end});
     layout.num_tokens += end - begin;
-    layout.num_loss_tokens += dataset_->loss_tokens(sample, begin, end);
+    layout.num_loss_targets += dataset_->loss_targets(sample, begin, end);
     if (end == length || config_.long_samples == LongSamplePolicy::truncate) {
       advance_sample();
     } else {
@@ -121,7 +121,7 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
   batch.sample_ids = torch::empty({n}, i64);
   batch.sequence_lengths.reserve(static_cast<size_t>(n));
   batch.num_tokens = total;
-  batch.num_loss_tokens = static_cast<int64_t>(layout.num_loss_tokens);
+  batch.num_loss_targets = static_cast<int64_t>(layout.num_loss_targets);
 
   int64_t* tokens = batch.tokens.data_ptr<int64_t>();
   int64_t* positions = batch.positions.data_ptr<int64_t>();

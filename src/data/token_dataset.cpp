@@ -202,6 +202,12 @@ uint64_t TokenDataset::loss_tokens(uint64_t i, uint64_t begin, uint64_t end) con
   return ones;
 }
 
+uint64_t TokenDataset::loss_targets(uint64_t i, uint64_t begin, uint64_t end) const {
+  if (end <= begin) return 0;
+  const uint64_t first = contents_.loss_mask.empty() ? 1 : contents_.loss_mask[contents_.offsets[i] + begin];
+  return loss_tokens(i, begin, end) - first;
+}
+
 TokenDataset TokenDataset::from_contents(TokenDatasetContents contents, const std::string& origin) {
   validate(contents, origin);
   TokenDataset dataset;
@@ -219,23 +225,40 @@ TokenDataset TokenDataset::from_contents(TokenDatasetContents contents, const st
   return dataset;
 }
 
-TokenDataset TokenDataset::load(const std::string& path) {
+namespace {
+
+H5Handle open_dataset_file(const std::string& path) {
   h5_quiet();
   hid_t raw = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (raw < 0) {
     throw ConfigError(cat("cannot open dataset file '", path, "': missing or not an HDF5 file; ", kFormatHint));
   }
-  H5Handle file(raw, H5Fclose, path);
-  TokenDatasetContents c;
+  return H5Handle(raw, H5Fclose, path);
+}
+
+TokenDatasetHeader header_of(hid_t file, const std::string& path) {
   const int64_t vocab = read_int_attribute(file, path, "vocab_size");
   const int64_t eos = read_int_attribute(file, path, "eos_id");
   if (vocab <= 0 || eos < 0) {
     throw ConfigError(cat("'", path, "': vocab_size (", vocab, ") must be positive and eos_id (", eos,
                           ") non-negative"));
   }
-  c.vocab_size = static_cast<uint64_t>(vocab);
-  c.eos_id = static_cast<uint64_t>(eos);
-  c.tokenizer = read_string_attribute(file, path, "tokenizer");
+  return {static_cast<uint64_t>(vocab), static_cast<uint64_t>(eos), read_string_attribute(file, path, "tokenizer")};
+}
+
+}  // namespace
+
+TokenDatasetHeader TokenDataset::read_header(const std::string& path) {
+  return header_of(open_dataset_file(path), path);
+}
+
+TokenDataset TokenDataset::load(const std::string& path) {
+  H5Handle file = open_dataset_file(path);
+  TokenDatasetHeader header = header_of(file, path);
+  TokenDatasetContents c;
+  c.vocab_size = header.vocab_size;
+  c.eos_id = header.eos_id;
+  c.tokenizer = std::move(header.tokenizer);
   c.tokens = read_integer_dataset<uint32_t>(file, path, "tokens", H5T_NATIVE_UINT32, "uint32", true);
   c.offsets = read_integer_dataset<uint64_t>(file, path, "offsets", H5T_NATIVE_UINT64, "uint64", true);
   c.loss_mask = read_integer_dataset<uint8_t>(file, path, "loss_mask", H5T_NATIVE_UINT8, "uint8", false);

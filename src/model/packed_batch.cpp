@@ -32,7 +32,8 @@ PackedBatch PackedBatch::from_documents(const std::vector<std::vector<int64_t>>&
 }
 
 PackedBatch PackedBatch::to(const torch::Device& device) const {
-  return {tokens.to(device), positions.to(device), cu_seqlens.to(device), max_seqlen, document_lengths};
+  return {tokens.to(device),   positions.to(device), cu_seqlens.to(device),
+          max_seqlen,          document_lengths,     loss_mask.defined() ? loss_mask.to(device) : torch::Tensor()};
 }
 
 void PackedBatch::check() const {
@@ -44,6 +45,9 @@ void PackedBatch::check() const {
   if (!cu_seqlens.defined() || cu_seqlens.dim() != 1 || cu_seqlens.size(0) < 2 ||
       cu_seqlens.scalar_type() != torch::kInt32) {
     fail("cu_seqlens must be int32 [docs + 1] with at least one document");
+  }
+  if (loss_mask.defined() && (loss_mask.sizes() != tokens.sizes() || loss_mask.scalar_type() != torch::kUInt8)) {
+    fail("loss_mask must be uint8 with the shape of tokens");
   }
   if (!document_lengths.empty()) {
     const auto docs = static_cast<int64_t>(document_lengths.size());
@@ -75,6 +79,10 @@ NextTokenTargets next_token_targets(const PackedBatch& batch) {
   auto has_target = torch::ones({batch.num_tokens()}, opts.dtype(torch::kBool));
   auto last_of_document = batch.cu_seqlens.slice(0, 1).to(torch::kInt64) - 1;
   has_target.index_fill_(0, last_of_document, false);
+  const int64_t n = batch.num_tokens();
+  if (batch.loss_mask.defined() && n > 1) {
+    has_target.narrow(0, 0, n - 1).logical_and_(batch.loss_mask.narrow(0, 1, n - 1));
+  }
   auto rows = has_target.nonzero().squeeze(1);
   return {rows, batch.tokens.index_select(0, rows + 1)};
 }

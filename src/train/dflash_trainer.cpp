@@ -593,6 +593,10 @@ Outcome Drafting::run() {
 
 }  // namespace
 
+void check_dflash_inputs(const RunFile& run) {
+  check_run_inputs(run.settings, dflash_config_from(run.settings).target);
+}
+
 void train_dflash(JobContext& context) {
   Runtime& runtime = context.runtime;
   const Settings& settings = context.run.settings;

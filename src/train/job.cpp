@@ -42,13 +42,24 @@ void print_settings_help() {
   }
 }
 
-// Loads and validates everything that can be wrong with the input, on this rank.
-void load_and_validate(Runtime& runtime, const JobSpec& job, const JobOptions& options, RunFile& run) {
+// Loads and validates everything that can be wrong with the input, on this rank. A
+// device this node lacks is an error, except in a dry run, where it is returned as a
+// warning: that is how a cluster's topology is checked from a machine without its GPUs.
+std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOptions& options,
+                              const JobInputCheck& check_inputs, RunFile& run) {
   run = load_run(options.topology_path, options.config_paths, options.overrides);
   validate_topology(run.topology, job);
   validate_world(run.topology, runtime.world_size());
-  validate_device(run.topology, runtime.rank(), runtime.local_rank(), Runtime::gpus_present());
+  std::string device_warning;
+  try {
+    validate_device(run.topology, runtime.rank(), runtime.local_rank(), Runtime::gpus_present());
+  } catch (const ConfigError& e) {
+    if (!options.dry_run) throw;
+    device_warning = e.what();
+  }
   parse_log_level(run.settings.string("log.level"));
+  check_inputs(run);
+  return device_warning;
 }
 
 }  // namespace
@@ -79,25 +90,28 @@ JobOptions parse_job_options(int argc, char** argv, const JobSpec& job) {
   return options;
 }
 
-int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options, const JobBody& body) {
+int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options, const JobInputCheck& check_inputs,
+            const JobBody& body) {
   Runtime runtime(&argc, &argv);
   install_stop_handlers();
 
   RunFile run;
-  std::string local_error;
+  std::string local_error, local_warning;
   try {
-    load_and_validate(runtime, job, options, run);
+    local_warning = load_and_validate(runtime, job, options, check_inputs, run);
   } catch (const ConfigError& e) {
     local_error = e.what();
   }
   std::string error = runtime.first_error(local_error);
   if (!error.empty()) {
+    exit_on_stop_signal(2);
     if (runtime.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", job.name.c_str(), error.c_str());
     return 2;
   }
+  const std::string device_warning = runtime.first_error(local_warning);
 
   try {
-    runtime.bind(run.topology);
+    runtime.bind(run.topology, /*select_device=*/!options.dry_run);
     const Settings& settings = run.settings;
     log_configure(runtime.rank(), runtime.role(), parse_log_level(settings.string("log.level")),
                   settings.boolean("log.all_ranks"));
@@ -109,12 +123,20 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
       std::printf("resolved settings:\n%s", settings.to_toml().c_str());
       std::fflush(stdout);
     }
-    if (options.dry_run) return 0;
+    if (options.dry_run) {
+      if (runtime.rank() == 0 && !device_warning.empty())
+        std::fprintf(stderr, "%s: warning: %s (--dry-run goes on; a real run on this node refuses it)\n",
+                     job.name.c_str(), device_warning.c_str());
+      return 0;
+    }
     JobContext context{job, runtime, run, options};
     body(context);
   } catch (const JobExit& e) {
+    exit_on_stop_signal(e.code());  // every rank leaves with this code
     if (runtime.rank() == 0) std::fprintf(stderr, "%s: %s\n", job.name.c_str(), e.what());
     return e.code();
+  } catch (const ConfigError& e) {
+    runtime.abort(e.what(), 2);
   } catch (const std::exception& e) {
     runtime.abort(e.what());
   }

@@ -63,6 +63,8 @@ StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
 
 }  // namespace
 
+void check_moe_inputs(const RunFile& run) { check_run_inputs(run.settings, model_config_from(run.settings)); }
+
 void train_moe(JobContext& context) {
   Runtime& runtime = context.runtime;
   const Settings& settings = context.run.settings;
@@ -148,10 +150,10 @@ void train_moe(JobContext& context) {
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();
     }();
-    // The loss is a sum over the step's targets divided by their global count, so that
-    // the summed gradient equals one process's mean over the union of all micro-batches.
-    const double global_targets =
-        static_cast<double>(plan.global_tokens) - static_cast<double>(plan.global_sequences);
+    // The loss is a sum over the step's trained targets (loss mask 1) divided by their
+    // global count, so that the summed gradient equals one process's mean over the union
+    // of all micro-batches. A step without any (every token masked out) trains nothing.
+    const double global_targets = static_cast<double>(std::max<std::uint64_t>(1, plan.global_loss_targets));
     const double global_tokens = static_cast<double>(plan.global_tokens);
 
     StepAgreement mine;

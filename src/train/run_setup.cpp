@@ -104,18 +104,38 @@ comm::GradReducerConfig grad_reducer_config_from(const Settings& settings) {
   return config;
 }
 
+namespace {
+
+std::string dataset_path(const Settings& settings) {
+  return settings.has("data.path") ? settings.string("data.path") : TOPOTRAIN_DEMO_DATASET;
+}
+
+// Past the embedding table a CPU run stops in an index error and a GPU run in a
+// device-side assert, neither naming the dataset or the model.
+void check_vocabulary(const std::string& path, const data::TokenDatasetHeader& header,
+                      const model::ModelConfig& model) {
+  if (header.vocab_size <= static_cast<std::uint64_t>(model.vocab_size)) return;
+  throw ConfigError(cat("dataset '", path, "' has vocab_size ", header.vocab_size, " (tokenizer ", header.tokenizer,
+                        ") but the model (", model.source, ") embeds only vocab_size ", model.vocab_size,
+                        " ids: train a model whose vocab_size is at least ", header.vocab_size,
+                        " (model.preset or model.config) or re-tokenize the corpus with the model's tokenizer "
+                        "(topotrain-prepare)"));
+}
+
+}  // namespace
+
+void check_run_inputs(const Settings& settings, const model::ModelConfig& model) {
+  const std::string path = dataset_path(settings);
+  check_vocabulary(path, data::TokenDataset::read_header(path), model);
+  if (settings.has("model.weights") && !file_exists(settings.string("model.weights")))
+    throw ConfigError(cat("model.weights = \"", settings.string("model.weights"),
+                          "\": no such file or directory (", settings.origin("model.weights"), ")"));
+}
+
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model) {
-  const std::string path = settings.has("data.path") ? settings.string("data.path") : TOPOTRAIN_DEMO_DATASET;
+  const std::string path = dataset_path(settings);
   auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
-  // Checked here because past the embedding table a CPU run stops in an index error and a
-  // GPU run in a device-side assert, neither naming the dataset or the model.
-  if (dataset->vocab_size() > static_cast<std::uint64_t>(model.vocab_size)) {
-    throw ConfigError(cat("dataset '", path, "' has vocab_size ", dataset->vocab_size(), " (tokenizer ",
-                          dataset->tokenizer(), ") but the model (", model.source, ") embeds only vocab_size ",
-                          model.vocab_size, " ids: train a model whose vocab_size is at least ",
-                          dataset->vocab_size(), " (model.preset or model.config) or re-tokenize the corpus "
-                          "with the model's tokenizer (topotrain-prepare)"));
-  }
+  check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer()}, model);
   return dataset;
 }
 
@@ -193,6 +213,7 @@ model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::D
   out.cu_seqlens = batch.cu_seqlens.to(device, true);
   out.max_seqlen = batch.max_seqlen;
   out.document_lengths = batch.sequence_lengths;
+  out.loss_mask = batch.loss_mask.to(device, true);
   return out;
 }
 

@@ -83,10 +83,28 @@ TEST_F(PackerTest, LossMaskIsCopiedAndCounted) {
   TokenBudgetPacker packer(dataset_of({3, 5}, true), PackerConfig{8, LongSamplePolicy::split, false, false, {}},
                            DataPosition{});
   const MicroBatchLayout layout = packer.next_layout();
-  EXPECT_EQ(layout.num_loss_tokens, 1u + 2u);
+  EXPECT_EQ(layout.num_loss_targets, 1u + 2u);
   const PackedBatch b = packer.materialize(layout);
   EXPECT_EQ(vec(b.loss_mask), (I64{0, 1, 0, 0, 1, 0, 1, 0}));
-  EXPECT_EQ(b.num_loss_tokens, 3);
+  EXPECT_EQ(b.num_loss_targets, 3);
+}
+
+TEST_F(PackerTest, APieceFirstTokenIsNoLossTarget) {
+  // Sample 0 (mask 0 1 0 1 0) split at a budget of 3: [0, 3) predicts tokens 1 and 2 (mask
+  // 1, 0); [3, 5) starts on a masked-in token that nothing in it predicts, and predicts
+  // token 4 (mask 0). Two tokens have mask 1, one is a target.
+  TokenBudgetPacker packer(dataset_of({5}, true), PackerConfig{3, LongSamplePolicy::split, false, false, {}},
+                           DataPosition{});
+  const MicroBatchLayout first = packer.next_layout();
+  const MicroBatchLayout rest = packer.next_layout();
+  EXPECT_EQ(first.num_loss_targets, 1u);
+  EXPECT_EQ(rest.num_loss_targets, 0u);
+  EXPECT_EQ(vec(packer.materialize(rest).loss_mask), (I64{1, 0}));
+  // Without a mask every token but a piece's first is a target.
+  TokenBudgetPacker unmasked(dataset_of({5}, false), PackerConfig{3, LongSamplePolicy::split, false, false, {}},
+                             DataPosition{});
+  EXPECT_EQ(unmasked.next_layout().num_loss_targets, 2u);
+  EXPECT_EQ(unmasked.next_layout().num_loss_targets, 1u);
 }
 
 TEST_F(PackerTest, PositionOutsideTheDatasetIsRefused) {
@@ -158,7 +176,7 @@ TEST_F(PackerTest, FirstSequencesKeepsWholePiecesAndRecounts) {
   EXPECT_EQ(vec(two.cu_seqlens), (I64{0, 3, 8}));
   EXPECT_EQ(vec(two.sample_ids), (I64{0, 1}));
   EXPECT_EQ(two.num_tokens, 8);
-  EXPECT_EQ(two.num_loss_tokens, 1 + 2);
+  EXPECT_EQ(two.num_loss_targets, 1 + 2);
   EXPECT_EQ(two.max_seqlen, 5);
   // The lengths also travel on the host, for attention to plan by without reading the GPU.
   EXPECT_EQ(all.sequence_lengths, (I64{3, 5, 2}));

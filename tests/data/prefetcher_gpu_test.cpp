@@ -49,7 +49,6 @@ TEST(PrefetcherGpu, PinnedBatchesReachTheDeviceIntact) {
       EXPECT_TRUE(torch::equal((g.tokens * 2 + g.positions).cpu(), e.tokens * 2 + e.positions));
       EXPECT_TRUE(torch::equal(g.cu_seqlens.cpu(), e.cu_seqlens));
       EXPECT_TRUE(torch::equal(g.loss_mask.cpu(), e.loss_mask));
-      EXPECT_EQ(g.loss_mask.sum().item<int64_t>(), e.num_loss_tokens);
     }
   }
 }

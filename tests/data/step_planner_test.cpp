@@ -25,7 +25,7 @@ struct Range {
   bool operator==(const Range& o) const { return sample == o.sample && begin == o.begin && end == o.end; }
 };
 
-std::shared_ptr<const TokenDataset> mixed_dataset() {
+std::shared_ptr<const TokenDataset> mixed_dataset(bool with_mask = false) {
   std::mt19937 rng(5);
   TokenDatasetContents c;
   c.vocab_size = 50;
@@ -34,6 +34,7 @@ std::shared_ptr<const TokenDataset> mixed_dataset() {
     for (uint64_t i = 0; i < length; ++i) c.tokens.push_back(static_cast<uint32_t>(rng() % 50));
     c.offsets.push_back(c.tokens.size());
   }
+  for (size_t t = 0; with_mask && t < c.tokens.size(); ++t) c.loss_mask.push_back(rng() % 3 == 0 ? 0 : 1);
   return std::make_shared<const TokenDataset>(TokenDataset::from_contents(std::move(c), "mixed"));
 }
 
@@ -46,6 +47,17 @@ std::vector<Range> ranges_of(const PackedBatch& b) {
     out.push_back(Range{ids[i], pos[cu[i]], pos[cu[i]] + (cu[i + 1] - cu[i])});
   }
   return out;
+}
+
+// Tokens of the batch with mask 1 that some token of their piece predicts, counted from
+// the batch's own tensors.
+uint64_t masked_targets(const PackedBatch& b) {
+  const auto cu = b.cu_seqlens.accessor<int32_t, 1>();
+  const auto mask = b.loss_mask.accessor<uint8_t, 1>();
+  uint64_t n = 0;
+  for (int64_t i = 0; i < b.num_sequences(); ++i)
+    for (int32_t t = cu[i] + 1; t < cu[i + 1]; ++t) n += mask[t];
+  return n;
 }
 
 // Runs `steps` optimizer steps of W simulated ranks and returns the micro-batches' ranges
@@ -61,15 +73,20 @@ std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, co
   for (int step = 0; step < steps; ++step) {
     std::vector<StepPlan> plans;
     for (auto& rank : ranks) plans.push_back(rank.next_step());
-    uint64_t tokens = 0;
+    uint64_t tokens = 0, loss_targets = 0;
     for (const StepPlan& p : plans) {
+      EXPECT_EQ(p.global_loss_targets, plans[0].global_loss_targets);
       EXPECT_EQ(p.position_after, plans[0].position_after);
       EXPECT_EQ(p.global_tokens, plans[0].global_tokens);
       EXPECT_EQ(p.global.size(), size_t(s.world * s.accum));
       EXPECT_EQ(p.micro_batches.size(), size_t(s.accum));
-      for (const PackedBatch& b : p.micro_batches) tokens += b.num_tokens;
+      for (const PackedBatch& b : p.micro_batches) {
+        tokens += b.num_tokens;
+        loss_targets += masked_targets(b);
+      }
     }
     EXPECT_EQ(tokens, plans[0].global_tokens) << "the global count must be the sum over ranks";
+    EXPECT_EQ(loss_targets, plans[0].global_loss_targets) << "the loss's normaliser must count the ranks' targets";
     for (int g = 0; g < s.world * s.accum; ++g) {
       const PackedBatch& b = plans[g % s.world].micro_batches[g / s.world];
       EXPECT_EQ(uint64_t(b.num_tokens), plans[0].global[g].num_tokens);
@@ -125,6 +142,16 @@ TEST(StepPlanner, EverySampleOnceFor1_2_4Ranks) {
     EXPECT_EQ(seen.size(), data->num_samples());
     for (const auto& [sample, count] : seen) EXPECT_EQ(count, 1) << "sample " << sample;
     EXPECT_EQ(epoch0, expected_stream(*data, 11, data->num_samples()));
+  }
+}
+
+TEST(StepPlanner, LossTargetsOfAMaskedDatasetAreCountedGlobally) {
+  at::set_num_threads(1);
+  const auto data = mixed_dataset(true);
+  for (const Layout s : {Layout{32, 1, 1}, Layout{24, 2, 3}, Layout{16, 4, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "budget " << s.budget << " world " << s.world << " accum " << s.accum);
+    DataPosition position{7, 0, 0, 0};
+    run_steps(data, s, position, 6);
   }
 }
 

@@ -206,6 +206,42 @@ TEST_F(ModelTest, LmLossPredictsNextTokenWithinDocumentsOnly) {
   expect_close(loss.loss_sum, expected, 1e-4, "loss sum");
 }
 
+
+TEST_F(ModelTest, LmLossTrainsOnlyTargetsWithLossMaskOne) {
+  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+  const auto docs = random_documents({5, 2, 7}, 512);
+  auto batch = mdl::PackedBatch::from_documents(docs);
+  // 1 on every other token; a document's first token (mask 1 in the second document) is
+  // no target of anything.
+  batch.loss_mask = (torch::arange(batch.num_tokens()) % 2).to(torch::kUInt8);
+  batch.check();
+  const auto hidden = model->forward_backbone(batch).hidden;
+  const auto masked = mdl::lm_loss(*model, hidden, batch, /*chunk_rows=*/3);
+  const auto logits = torch::matmul(hidden, model->lm_head->weight.t());
+  torch::Tensor expected = torch::zeros({});
+  int64_t begin = 0, targets = 0;
+  for (const auto& doc : docs) {
+    for (size_t i = 0; i + 1 < doc.size(); ++i) {
+      const int64_t next = begin + static_cast<int64_t>(i) + 1;
+      if (next % 2 == 0) continue;
+      const auto row = logits[next - 1];
+      expected = expected + (row.logsumexp(0) - row[doc[i + 1]]);
+      ++targets;
+    }
+    begin += static_cast<int64_t>(doc.size());
+  }
+  EXPECT_EQ(masked.num_targets, targets);
+  // Tokens 1, 3 | none (token 5 has mask 1 but starts its document) | 9, 11, 13.
+  EXPECT_EQ(targets, 2 + 0 + 3);
+  expect_close(masked.loss_sum, expected, 1e-4, "masked loss sum");
+  batch.loss_mask = torch::Tensor();
+  EXPECT_GT((mdl::lm_loss(*model, hidden, batch).loss_sum - masked.loss_sum).abs().item<double>(), 1e-3);
+  // A batch whose every token is masked out trains nothing and still has a loss (zero).
+  batch.loss_mask = torch::zeros({batch.num_tokens()}, torch::kUInt8);
+  const auto none = mdl::lm_loss(*model, hidden, batch);
+  EXPECT_EQ(none.num_targets, 0);
+  EXPECT_EQ(none.loss_sum.item<double>(), 0.0);
+}
 // The sorted dispatch must equal the textbook definition: for every token, the weighted
 // sum of its top-k experts' SwiGLU outputs.
 TEST_F(ModelTest, SortedExpertDispatchEqualsPerTokenLoop) {

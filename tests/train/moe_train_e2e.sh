@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of moe_train on CPU ranks (tests/train/CMakeLists.txt runs each):
 #   moe_train_e2e.sh BIN_DIR dp        np 2 and 4 at grad_accum 3 = one process over the same micro-batches
+#   moe_train_e2e.sh BIN_DIR mask      the loss covers the targets of loss mask 1 only, normalised by
+#                                      their global count: np 2 and 4 = one process on masked data
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted; resumed at half the
 #                                      token_budget trains every sample piece once, none skipped
 #   moe_train_e2e.sh BIN_DIR oom       an out-of-memory on one rank stops all ranks with the resume
@@ -63,6 +65,45 @@ dp)
   grep -q "| 0 coll |" "$work/np2.log" && { echo "a step issued no collective"; exit 1; }
   "$bin/checkpoint_diff" "$(latest ref6)" "$(latest np2)" 1e-4 model/
   "$bin/checkpoint_diff" "$(latest ref12)" "$(latest np4)" 1e-4 model/
+  ;;
+mask)
+  # At lr 0 step 1's loss is the untrained model's mean over the step's targets. With the
+  # mask on the odd positions of each document, then on the even ones, the two means
+  # weighted by their target counts (counted here from the pieces trained) must add up to
+  # the mean without a mask: that holds only if each run trains exactly its half and
+  # divides by the global count of that half, over both ranks and both micro-batches.
+  demo=$bin/../data/demo.h5
+  "$bin/masked_dataset" "$demo" "$work/odd.h5" odd
+  "$bin/masked_dataset" "$demo" "$work/even.h5" even
+  step1=(--set train.lr=0 --set train.max_steps=1 --set train.grad_accum=2 --set log.samples=true)
+  train 2 unmasked "${step1[@]}"
+  train 2 odd "${step1[@]}" --set data.path="$work/odd.h5"
+  train 2 even "${step1[@]}" --set data.path="$work/even.h5"
+  python3 - "$work" <<'PY'
+import glob, re, sys
+work = sys.argv[1]
+def loss(run):
+    return float(re.search(r"step 1 \| loss ([0-9.]+)", open(f"{work}/{run}.log").read()).group(1))
+pieces = [tuple(map(int, line.split())) for path in glob.glob(f"{work}/unmasked/samples-rank-*.txt") for line in open(path)]
+# A piece [b, e) of a sample predicts its positions b+1 .. e-1.
+n_all = sum(e - b - 1 for _, b, e in pieces)
+n_odd = sum(sum(1 for t in range(b + 1, e) if t % 2) for _, b, e in pieces)
+n_even = n_all - n_odd
+whole, odd, even = loss("unmasked"), loss("odd"), loss("even")
+recombined = (odd * n_odd + even * n_even) / n_all
+print(f"{len(pieces)} pieces, {n_all} targets ({n_odd} odd): loss {whole} = ({odd} x {n_odd} + {even} x {n_even}) / {n_all} = {recombined:.5f}")
+assert abs(odd - whole) > 1e-3 and abs(even - whole) > 1e-3, "a masked run's loss equals the unmasked one"
+assert abs(recombined - whole) <= 2e-4 * whole, "the masked losses do not add up to the unmasked one"
+PY
+  # Data parallelism on masked data: 4 micro-batches per step, however they are dealt.
+  dp=(--set data.path="$work/odd.h5" --set train.max_steps=3)
+  train 1 odd1 "${dp[@]}" --set train.grad_accum=4
+  train 2 odd2 "${dp[@]}" --set train.grad_accum=2
+  train 4 odd4 "${dp[@]}" --set train.grad_accum=1
+  same_losses odd1 odd2
+  same_losses odd1 odd4
+  "$bin/checkpoint_diff" "$(latest odd1)" "$(latest odd2)" 1e-4 model/
+  "$bin/checkpoint_diff" "$(latest odd1)" "$(latest odd4)" 1e-4 model/
   ;;
 resume)
   common=(--set train.grad_accum=2 --set checkpoint.every_steps=3 --set log.samples=true)

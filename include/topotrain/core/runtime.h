@@ -30,8 +30,9 @@ class Runtime {
   MPI_Comm world() const { return MPI_COMM_WORLD; }
 
   // Collective over the world: takes this rank's role and device from the validated
-  // topology, selects the CUDA device, and splits one communicator per role.
-  void bind(const Topology& topology);
+  // topology, selects the CUDA device (unless select_device is false: a dry run, which
+  // uses no device), and splits one communicator per role.
+  void bind(const Topology& topology, bool select_device = true);
   const std::string& role() const { return role_; }
   int role_rank() const { return role_rank_; }
   int role_size() const { return role_size_; }

@@ -1,7 +1,8 @@
 // SIGUSR1, SIGINT and SIGTERM as a request for an orderly stop. The handler only sets a
 // flag; the trainer polls it at step boundaries and agrees on it across ranks (moe_train
 // folds it into its per-step agreement all-reduce; Runtime::agree_stop is the stand-alone
-// form) so that every rank stops after the same step, checkpoints, and exits 0. A second signal while the stop is pending ends the process at once.
+// form) so that every rank stops after the same step, checkpoints, and exits 0. A second signal
+// while the stop is pending ends the process at once.
 //
 // Under Open MPI's mpirun, SIGUSR1 is the one to use (`kill -USR1 <mpirun pid>`): mpirun
 // forwards it to every rank. A Ctrl-C or SIGTERM to mpirun itself makes mpirun kill the
@@ -15,5 +16,9 @@ void install_stop_handlers();
 bool stop_requested();
 void request_stop();  // what the handler does; also for tests
 void clear_stop();
+// From now on a stop signal ends the process at once, silently, with `exit_code`: for a
+// rank that is leaving anyway (a configuration error), which mpirun signals as soon as
+// the first rank has exited; the orderly-stop message would be untrue there.
+void exit_on_stop_signal(int exit_code);
 
 }  // namespace topotrain

@@ -15,7 +15,9 @@ struct PackedBatch {
   torch::Tensor loss_mask;   // uint8 [T], all ones when the dataset has no loss mask
   torch::Tensor sample_ids;  // int64 [n], dataset index of each packed piece
   int64_t num_tokens = 0;       // T
-  int64_t num_loss_tokens = 0;  // loss_mask.sum()
+  // Tokens with loss mask 1 that are not their piece's first token: the next-token
+  // targets the LM loss trains on.
+  int64_t num_loss_targets = 0;
   // Longest piece: varlen attention kernels take it as a host number, and reading it from
   // cu_seqlens on the GPU would stall the stream.
   int64_t max_seqlen = 0;
@@ -26,7 +28,7 @@ struct PackedBatch {
 };
 
 // The batch's first `sequences` pieces (all of it when it has no more): views of its
-// tensors, wherever they live; the counts are recomputed (which reads the device once).
+// tensors, wherever they live; the counts are recomputed (which reads the device).
 PackedBatch first_sequences(const PackedBatch& batch, int64_t sequences);
 
 }  // namespace topotrain::data

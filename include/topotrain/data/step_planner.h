@@ -25,15 +25,18 @@ struct DataParallelConfig {
 
 struct MicroBatchSummary {
   uint64_t num_tokens = 0;
-  uint64_t num_loss_tokens = 0;
+  uint64_t num_loss_targets = 0;
   uint64_t num_sequences = 0;
 };
 
 struct StepPlan {
   std::vector<PackedBatch> micro_batches;  // this rank's A micro-batches, in accumulation order
   std::vector<MicroBatchSummary> global;   // all W*A micro-batches of the step, index k*W + r
-  uint64_t global_tokens = 0;              // sums over `global`: what trainers normalise the loss by
-  uint64_t global_loss_tokens = 0;
+  // Sums over `global`. The LM loss of a step is its sum over the trained next-token
+  // targets divided by global_loss_targets, so that W ranks x A micro-batches train what
+  // one process would on their union.
+  uint64_t global_tokens = 0;
+  uint64_t global_loss_targets = 0;
   uint64_t global_sequences = 0;
   DataPosition position_before;
   DataPosition position_after;  // store this in a checkpoint taken after the step

@@ -66,7 +66,7 @@ struct Piece {
 struct MicroBatchLayout {
   std::vector<Piece> pieces;
   uint64_t num_tokens = 0;
-  uint64_t num_loss_tokens = 0;
+  uint64_t num_loss_targets = 0;  // TokenDataset::loss_targets summed over the pieces
 };
 
 class TokenBudgetPacker {

@@ -35,8 +35,18 @@ struct SampleView {
   uint64_t length;
 };
 
+// What a dataset file says of itself in its root attributes.
+struct TokenDatasetHeader {
+  uint64_t vocab_size = 0;
+  uint64_t eos_id = 0;
+  std::string tokenizer;
+};
+
 class TokenDataset {
  public:
+  // The root attributes only, without reading the tokens: what a run checks against its
+  // model before any rank loads the data. ConfigError as load's.
+  static TokenDatasetHeader read_header(const std::string& path);
   // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
   // (with the offending index) and how to fix it.
   static TokenDataset load(const std::string& path);
@@ -58,6 +68,10 @@ class TokenDataset {
   // Tokens with loss mask 1 in [begin, end) of sample i: O(1) for a whole sample, so that
   // laying out another rank's micro-batches does not read their masks.
   uint64_t loss_tokens(uint64_t i, uint64_t begin, uint64_t end) const;
+  // Next-token targets the loss trains on in the piece [begin, end) of sample i: tokens
+  // with loss mask 1 after the piece's first one (which nothing in the piece predicts).
+  // O(1) for a whole sample, like loss_tokens.
+  uint64_t loss_targets(uint64_t i, uint64_t begin, uint64_t end) const;
   const TokenDatasetContents& contents() const { return contents_; }
 
  private:

@@ -19,6 +19,9 @@ struct PackedBatch {
   // documents out by them). May be empty when the batch's maker did not have them: attention
   // then takes a kernel that needs only cu_seqlens.
   std::vector<int64_t> document_lengths;
+  // uint8 [T]: 1 where a token is trained on as a next-token target (chat data: the
+  // assistant's tokens). Undefined: every target is.
+  torch::Tensor loss_mask;
 
   int64_t num_tokens() const { return tokens.size(0); }
   int64_t num_documents() const { return cu_seqlens.size(0) - 1; }
@@ -31,8 +34,8 @@ struct PackedBatch {
   void check() const;
 };
 
-// Rows of a packed batch that have a next-token target (every token but the last of its
-// document) and those targets.
+// Rows of a packed batch that have a next-token target the loss trains on (every token
+// but the last of its document, whose next token has loss mask 1) and those targets.
 struct NextTokenTargets {
   torch::Tensor rows;     // int64 [N]
   torch::Tensor targets;  // int64 [N]

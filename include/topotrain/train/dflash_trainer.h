@@ -32,6 +32,9 @@
 
 namespace topotrain {
 
+// The drafter's and the target's configurations and the dataset's header against the
+// target (JobInputCheck).
+void check_dflash_inputs(const RunFile& run);
 void train_dflash(JobContext& context);
 
 }  // namespace topotrain

@@ -2,11 +2,15 @@
 // loading and validating the run file on all ranks, binding ranks to roles and devices,
 // --dry-run, and the failure path.
 //
-// Failure contract: bad input (ConfigError before the job starts) is detected by every
-// rank; rank 0 prints the first rank's message once and all ranks exit 2 together. Any
-// exception once the job body runs is printed by the rank that hit it as
-// "[rank N role] message" and takes every rank down (MPI_Abort), so no rank is left
-// waiting in a collective.
+// Failure contract: bad input (ConfigError before the job starts: the run file, the
+// settings, the job's own input checks) is detected by every rank, also in --dry-run;
+// rank 0 prints the first rank's message once and all ranks exit 2 together, quietly.
+// Any exception once the job body runs is printed by the rank that hit it as
+// "[rank N role] message" and takes every rank down (MPI_Abort; exit 2 for a
+// ConfigError, 1 otherwise), so no rank is left waiting in a collective.
+//
+// --dry-run of a topology whose GPUs this node lacks (a login node, a laptop) prints the
+// map and the settings with a warning and exits 0; a real run refuses it.
 #pragma once
 
 #include <functional>
@@ -34,12 +38,17 @@ struct JobContext {
 };
 
 using JobBody = std::function<void(JobContext&)>;
+// Checks of the run's inputs that need no device and no collective, made on every rank
+// before the body starts: the model's configuration, the dataset's header against it.
+// Throws ConfigError.
+using JobInputCheck = std::function<void(const RunFile&)>;
 
 // Parses the shared command line; prints help or errors (on the first rank only) and
 // exits for --help, --help-settings and bad arguments.
 JobOptions parse_job_options(int argc, char** argv, const JobSpec& job);
 
 // Runs `body` on every rank; returns the process exit code.
-int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options, const JobBody& body);
+int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options, const JobInputCheck& check_inputs,
+            const JobBody& body);
 
 }  // namespace topotrain

@@ -13,6 +13,8 @@
 
 namespace topotrain {
 
+// The model's configuration and the dataset's header against it (JobInputCheck).
+void check_moe_inputs(const RunFile& run);
 void train_moe(JobContext& context);
 
 }  // namespace topotrain

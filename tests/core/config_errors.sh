@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Configuration errors end a job before it starts, in --dry-run as in a real run: exit 2,
+# the message printed once (by rank 0), and nothing that says otherwise (no orderly-stop
+# message from the ranks mpirun signals, no MPI_Abort). A GPU topology's --dry-run on a
+# node without GPUs prints the map with a warning and exits 0 (tests/core/CMakeLists.txt).
+#   config_errors.sh BIN_DIR [gpu-topology]
+set -uo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpirun=(timeout --kill-after=5 60 mpirun --oversubscribe --allow-run-as-root --bind-to none)
+failures=0
+
+run() {  # run NAME ARGS...: output in $work/NAME.log, exit code in $code
+  local name=$1
+  shift
+  "${mpirun[@]}" "$@" >"$work/$name.log" 2>&1
+  code=$?
+}
+
+fail() {
+  echo "FAIL $1: $2"
+  sed 's/^/    /' "$work/$1.log"
+  failures=$((failures + 1))
+}
+
+expect_config_error() {  # expect_config_error NAME REGEX ARGS...
+  local name=$1 regex=$2
+  shift 2
+  run "$name" "$@"
+  if [[ $code -ne 2 ]]; then fail "$name" "exit $code, expected 2"; return; fi
+  local n
+  n=$(grep -Ec -- "$regex" "$work/$name.log")
+  if [[ $n -ne 1 ]]; then fail "$name" "the message /$regex/ appears $n times, expected once"; return; fi
+  if grep -Eq "stop requested|MPI_Abort|MPI_ABORT" "$work/$name.log"; then fail "$name" "misleading output"; return; fi
+  echo "ok   $name: $(grep -E -- "$regex" "$work/$name.log" | head -1 | cut -c1-150)"
+}
+
+moe=("$bin/moe_train" topology/cpu4.toml)
+dflash=("$bin/dflash_train" topology/cpu-2t2d.toml)
+small_vocab=tests/train/small-vocab-config.json
+
+if [[ ${2:-} == gpu-topology ]]; then
+  run gpu_dry_run -np 4 "$bin/moe_train" topology/pcie4x4.toml --dry-run
+  if [[ $code -ne 0 ]]; then fail gpu_dry_run "exit $code, expected 0"
+  elif ! grep -Pq '^3\ttrainer\tcuda:3\t' "$work/gpu_dry_run.log"; then fail gpu_dry_run "no full rank map"
+  elif ! grep -q "^\[model\]" "$work/gpu_dry_run.log"; then fail gpu_dry_run "no resolved settings"
+  elif [[ $(grep -c "warning: .*is placed on cuda:0.*a real run on this node refuses it" "$work/gpu_dry_run.log") -ne 1 ]]; then
+    fail gpu_dry_run "no single warning that this node lacks the GPUs"
+  else echo "ok   gpu_dry_run: map, settings and one warning"; fi
+  expect_config_error gpu_real_run "rank 0 \(trainer\) is placed on cuda:0" -np 4 "$bin/moe_train" topology/pcie4x4.toml
+  exit $((failures > 0))
+fi
+
+for mode in dry real; do
+  extra=()
+  [[ $mode == dry ]] && extra=(--dry-run)
+  expect_config_error "${mode}_preset" "unknown model preset 'tiny-mo'" -np 4 "${moe[@]}" --set model.preset=tiny-mo "${extra[@]}"
+  expect_config_error "${mode}_vocab" "dataset '.*demo.h5' has vocab_size 259 .* embeds only vocab_size 200" \
+    -np 4 "${moe[@]}" --set model.config=$small_vocab --set checkpoint.dir="$work" "${extra[@]}"
+  expect_config_error "${mode}_weights" "model.weights = \"$work/nothing\": no such file" \
+    -np 4 "${moe[@]}" --set model.weights="$work/nothing" --set checkpoint.dir="$work" "${extra[@]}"
+done
+expect_config_error dry_token_budget "train.token_budget" -np 4 "${moe[@]}" --set train.token_budget=-5 --dry-run
+expect_config_error dry_lr "train.lr" -np 4 "${moe[@]}" --set train.lr=-1e-4 --dry-run
+expect_config_error dry_warmup "train.warmup" -np 4 "${moe[@]}" --set train.warmup=1.5 --dry-run
+expect_config_error dry_dflash_taps "model.taps = \"1,x\"" -np 4 "${dflash[@]}" --set model.taps=1,x --dry-run
+expect_config_error dry_dflash_vocab "has vocab_size 259 .* embeds only vocab_size 200" \
+  -np 4 "${dflash[@]}" --set model.config=$small_vocab --dry-run
+exit $((failures > 0))
