@@ -1,5 +1,6 @@
 #include "topotrain/core/settings.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -76,6 +77,30 @@ SettingValue parse_as(const SettingSpec& spec, std::string text, const std::stri
   return fail();
 }
 
+// A range's end as a reader writes it: whole numbers without exponent ("2147483647").
+std::string bound(double v) {
+  if (std::floor(v) == v && std::fabs(v) < 1e15) return std::to_string(static_cast<std::int64_t>(v));
+  return cat(v);
+}
+
+std::string trimmed(const std::string& text) {
+  const char* space = " \t";
+  const auto first = text.find_first_not_of(space);
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(space) - first + 1);
+}
+
+std::string out_of_range_message(const SettingSpec& spec, const SettingValue& value, const std::string& origin) {
+  const std::string accepts = spec.range.describe(spec.type);
+  std::string fix;
+  if (!spec.range.choices.empty())
+    fix = cat("use one of ", accepts, did_you_mean(std::get<std::string>(value), spec.range.choices));
+  else
+    fix = cat("set ", spec.key, " to a value ", accepts.front() == '[' || accepts.front() == '(' ? "in " : "", accepts);
+  return cat(origin, ": ", spec.key, " = ", render(value), " is outside what it accepts (", accepts, "; ", spec.help,
+             "): ", fix);
+}
+
 bool has_type(const SettingValue& value, SettingType type) {
   switch (type) {
     case SettingType::boolean: return std::holds_alternative<bool>(value);
@@ -98,6 +123,32 @@ const char* to_string(SettingType type) {
   return "?";
 }
 
+bool SettingRange::admits(const SettingValue& value) const {
+  if (std::holds_alternative<std::string>(value))
+    return choices.empty() || std::find(choices.begin(), choices.end(), std::get<std::string>(value)) != choices.end();
+  double v = 0;
+  if (std::holds_alternative<std::int64_t>(value)) v = static_cast<double>(std::get<std::int64_t>(value));
+  else if (std::holds_alternative<double>(value)) v = std::get<double>(value);
+  else return true;
+  if (!std::isfinite(v)) return false;
+  return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
+}
+
+std::string SettingRange::describe(SettingType type) const {
+  if (type == SettingType::boolean) return "true | false";
+  if (type == SettingType::string) {
+    std::string list;
+    for (const auto& choice : choices) list += (list.empty() ? "" : " | ") + choice;
+    return list.empty() ? "any" : list;
+  }
+  const bool has_min = std::isfinite(min), has_max = std::isfinite(max);
+  if (has_min && has_max)
+    return cat(min_open ? '(' : '[', bound(min), ", ", bound(max), max_open ? ')' : ']');
+  if (has_min) return cat(min_open ? "> " : ">= ", bound(min));
+  if (has_max) return cat(max_open ? "< " : "<= ", bound(max));
+  return type == SettingType::real ? "finite" : "any";
+}
+
 const SettingSpec* find_setting(const std::string& key) {
   for (const auto& spec : setting_specs())
     if (spec.key == key) return &spec;
@@ -116,17 +167,18 @@ void Settings::set(const std::string& key, const SettingValue& value, const std:
     v = static_cast<double>(std::get<std::int64_t>(v));
   if (!has_type(v, spec->type))
     throw ConfigError(cat(origin, ": setting '", key, "' takes ", to_string(spec->type), ", got ", render(value)));
+  if (!spec->range.admits(v)) throw ConfigError(out_of_range_message(*spec, v, origin));
   entries_[key] = Entry{v, origin};
 }
 
 void Settings::set_from_assignment(const std::string& assignment) {
   auto eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0)
+  std::string key = trimmed(assignment.substr(0, eq));
+  if (eq == std::string::npos || key.empty())
     throw ConfigError(cat("--set ", assignment, ": expected key=value, e.g. --set train.token_budget=32768"));
-  std::string key = assignment.substr(0, eq);
   const SettingSpec* spec = find_setting(key);
   if (!spec) throw ConfigError(unknown_key_message(key, "--set"));
-  set(key, parse_as(*spec, assignment.substr(eq + 1), "--set"), "--set");
+  set(key, parse_as(*spec, trimmed(assignment.substr(eq + 1)), "--set"), "--set");
 }
 
 const Settings::Entry& Settings::entry(const std::string& key, SettingType type) const {

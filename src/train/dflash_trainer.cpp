@@ -380,7 +380,7 @@ void Drafting::log_progress(double lr, double grad_norm) {
     if (length_.max_steps > 0)
       left = static_cast<double>(length_.max_steps - state_.step) * window_seconds_ / static_cast<double>(window_steps_);
     else
-      left = static_cast<double>(length_.schedule_tokens - state_.tokens) / std::max(rate, 1e-9);
+      left = static_cast<double>(length_.planned_tokens - state_.tokens) / std::max(rate, 1e-9);
     const std::string eta = left > 0 ? " | ETA " + format_duration(left) : "";
     const double peak = peak_flops(device_);
     const std::string mfu =
@@ -406,8 +406,7 @@ Outcome Drafting::run() {
   reducer.zero_grad();
   SampleLog sample_log(settings_, run_dir_, me);  // what this drafter trained on
   StepProfile profile(settings_, run_dir_, me, device_);
-  LrSchedule schedule{settings_.real("train.lr"), settings_.real("train.min_lr_ratio"), settings_.real("train.warmup"),
-                      length_.schedule_tokens};  // as moe_train: max_steps only stops early
+  const LrSchedule schedule = lr_schedule_from(settings_, length_);
   const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
   const std::int64_t log_every = std::max<std::int64_t>(1, settings_.integer("log.every"));
   const std::int64_t checkpoint_every = settings_.integer("checkpoint.every_steps");
@@ -525,7 +524,7 @@ Outcome Drafting::run() {
       break;
     }
 
-    lr = schedule.at(state_.tokens);
+    lr = schedule.at(length_.schedule_position(state_));
     {
       auto t = timer.scope(Phase::optimizer);
       // The summed gradient of every drafter's loss sum over the weight of all their

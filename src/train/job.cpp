@@ -2,14 +2,15 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
-#include "topotrain/core/settings.h"
+#include "topotrain/core/settings_reference.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/train/build_info.h"
 #include "topotrain/train/job_exit.h"
 
 namespace topotrain {
@@ -21,25 +22,6 @@ bool first_rank_by_environment() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
   return true;
-}
-
-void print_settings_help() {
-  std::printf("Run settings (TOML tables in the topology file or --config FILE; --set key=value wins):\n\n");
-  for (const auto& spec : setting_specs()) {
-    std::string def = "unset";
-    if (std::holds_alternative<bool>(spec.default_value)) def = std::get<bool>(spec.default_value) ? "true" : "false";
-    if (std::holds_alternative<std::int64_t>(spec.default_value))
-      def = std::to_string(std::get<std::int64_t>(spec.default_value));
-    if (std::holds_alternative<double>(spec.default_value)) def = cat(std::get<double>(spec.default_value));
-    if (std::holds_alternative<std::string>(spec.default_value))
-      def = "\"" + std::get<std::string>(spec.default_value) + "\"";
-    std::printf("  %-24s %-8s %-14s %s\n", spec.key.c_str(),
-                spec.type == SettingType::boolean   ? "bool"
-                : spec.type == SettingType::integer ? "int"
-                : spec.type == SettingType::real    ? "real"
-                                                    : "string",
-                def.c_str(), spec.help.c_str());
-  }
 }
 
 // Loads and validates everything that can be wrong with the input, on this rank. A
@@ -64,30 +46,50 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
 
 }  // namespace
 
-JobOptions parse_job_options(int argc, char** argv, const JobSpec& job) {
-  JobOptions options;
+CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& job) {
+  CommandLine line;
+  JobOptions& options = line.options;
   CLI::App app{job.name + ": topotrain job launched by mpirun, one rank per GPU", job.name};
-  bool help_settings = false;
+  bool help_settings = false, version = false;
   app.add_option("topology", options.topology_path, "topology file (TOML), e.g. topology/cpu4.toml");
-  app.add_option("--config", options.config_paths, "extra settings file (TOML tables only); repeatable");
-  app.add_option("--set", options.overrides, "override a setting: --set train.token_budget=32768; repeatable");
+  // One value per occurrence: a repeatable option would otherwise swallow the topology
+  // file that follows it (`--set k=v topology.toml`).
+  app.add_option("--config", options.config_paths, "extra settings file (TOML tables only); repeatable")
+      ->allow_extra_args(false);
+  app.add_option("--set", options.overrides, "override a setting: --set train.token_budget=32768; repeatable")
+      ->allow_extra_args(false);
   app.add_flag("--dry-run", options.dry_run, "print the rank -> role -> device -> host map and exit");
   app.add_option("--resume", options.resume, "resume: 'auto' (latest checkpoint, or fresh) or a checkpoint file");
-  app.add_flag("--help-settings", help_settings, "list every run setting with its type and default");
+  app.add_flag("--help-settings", help_settings, "list every run setting with its type, default and accepted values");
+  app.add_flag("--version", version, "print topotrain's version and the LibTorch, CUDA and NCCL it was built with");
+  std::ostringstream out, err;
   try {
     app.parse(argc, argv);
-    if (!help_settings && options.topology_path.empty())
+    if (!help_settings && !version && options.topology_path.empty())
       throw CLI::RequiredError("topology (e.g. topology/cpu4.toml)");
   } catch (const CLI::ParseError& e) {
-    if (!first_rank_by_environment()) std::exit(e.get_exit_code() == 0 ? 0 : 2);
-    int code = app.exit(e);
-    std::exit(code == 0 ? 0 : 2);
+    line.exit_code = app.exit(e, out, err) == 0 ? 0 : 2;
   }
-  if (help_settings) {
-    if (first_rank_by_environment()) print_settings_help();
-    std::exit(0);
+  if (!line.exit_code && version) {
+    out << build_info();
+    line.exit_code = 0;
+  } else if (!line.exit_code && help_settings) {
+    out << settings_reference_text();
+    line.exit_code = 0;
   }
-  return options;
+  line.output = out.str();
+  line.error = err.str();
+  return line;
+}
+
+JobOptions parse_job_options(int argc, char** argv, const JobSpec& job) {
+  CommandLine line = read_command_line(argc, argv, job);
+  if (!line.exit_code) return line.options;
+  if (first_rank_by_environment()) {
+    std::fputs(line.output.c_str(), stdout);
+    std::fputs(line.error.c_str(), stderr);
+  }
+  std::exit(*line.exit_code);
 }
 
 int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options, const JobInputCheck& check_inputs,

@@ -94,8 +94,7 @@ void train_moe(JobContext& context) {
   auto dataset = load_dataset(settings, model_config);
   const TrainingLength length = training_length(settings, *dataset);
   AdamW optimizer(parameters, adamw_config_from(settings));
-  LrSchedule schedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
-                      length.schedule_tokens};
+  const LrSchedule schedule = lr_schedule_from(settings, length);
 
   // ---- resume
   const std::string run_dir = run_directory(context.run);
@@ -224,7 +223,7 @@ void train_moe(JobContext& context) {
     }
 
     double grad_norm = 0;
-    const double lr = schedule.at(state.tokens);
+    const double lr = schedule.at(length.schedule_position(state));
     {
       auto t = timer.scope(Phase::optimizer);
       grad_norm = clip_gradients(parameters, clip);

@@ -1,7 +1,5 @@
 #include "topotrain/train/run_setup.h"
 
-#include <algorithm>
-
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/model/hf_checkpoint.h"
@@ -43,8 +41,13 @@ TimingLogConfig timing_log_config_from(const Settings& settings, const torch::De
 }
 
 model::ModelConfig model_config_from(const Settings& settings) {
-  if (settings.has("model.config")) return model::ModelConfig::from_json_file(settings.string("model.config"));
-  return model::ModelConfig::preset(settings.string("model.preset"));
+  model::ModelConfig config = settings.has("model.config")
+                                  ? model::ModelConfig::from_json_file(settings.string("model.config"))
+                                  : model::ModelConfig::preset(settings.string("model.preset"));
+  // As HF: a config.json's initializer_range is the model's, unless the run sets its own.
+  if (!settings.has("model.config") || settings.origin("model.init_std") != "default")
+    config.initializer_range = settings.real("model.init_std");
+  return config;
 }
 
 namespace {
@@ -156,22 +159,42 @@ bool TrainingLength::done(const TrainingState& state) const {
   return static_cast<std::int64_t>(state.data.epoch) >= epochs;
 }
 
+std::int64_t TrainingLength::schedule_position(const TrainingState& state) const {
+  return clock == ScheduleClock::steps ? state.step : state.tokens;
+}
+
 std::string TrainingLength::describe() const {
   std::string what = stop_tokens > 0 ? cat(stop_tokens, " tokens") : cat(epochs, " epoch(s)");
   if (max_steps > 0) what += cat(" or ", max_steps, " steps, whichever comes first");
-  return what;
+  return what + cat("; LR schedule over ", schedule_length, clock == ScheduleClock::steps ? " steps" : " tokens");
 }
 
-TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset) {
+TrainingLength training_length(const Settings& settings, std::int64_t dataset_tokens) {
   TrainingLength length;
   length.max_steps = settings.integer("train.max_steps");
   length.stop_tokens = settings.integer("train.max_tokens");
   length.epochs = settings.integer("train.epochs");
-  if (length.stop_tokens < 0 || length.max_steps < 0 || length.epochs < 1)
-    throw ConfigError("train.max_tokens and train.max_steps must be >= 0 and train.epochs >= 1");
-  length.schedule_tokens =
-      length.stop_tokens > 0 ? length.stop_tokens : length.epochs * static_cast<std::int64_t>(dataset.num_tokens());
+  length.planned_tokens = length.stop_tokens > 0 ? length.stop_tokens : length.epochs * dataset_tokens;
+  if (settings.string("train.schedule") == "steps") {
+    if (length.max_steps == 0)
+      throw ConfigError(cat("train.schedule = \"steps\" (", settings.origin("train.schedule"),
+                            ") needs the schedule's length: set train.max_steps > 0, or use train.schedule = "
+                            "\"tokens\""));
+    length.clock = ScheduleClock::steps;
+    length.schedule_length = length.max_steps;
+  } else {
+    length.schedule_length = length.planned_tokens;
+  }
   return length;
+}
+
+TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset) {
+  return training_length(settings, static_cast<std::int64_t>(dataset.num_tokens()));
+}
+
+LrSchedule lr_schedule_from(const Settings& settings, const TrainingLength& length) {
+  return LrSchedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
+                    length.schedule_length};
 }
 
 namespace {
@@ -187,8 +210,6 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
                                                        int rank, int world, int grad_accum,
                                                        const data::DataPosition& position,
                                                        const torch::Device& device, data::SampleStream stream) {
-  if (token_budget < 1) throw ConfigError(cat("train.token_budget must be >= 1, got ", token_budget));
-  if (grad_accum < 1) throw ConfigError(cat("train.grad_accum must be >= 1, got ", grad_accum));
   data::PackerConfig packing;
   packing.token_budget = static_cast<std::uint64_t>(token_budget);
   packing.long_samples = long_samples_from(settings);
@@ -197,7 +218,7 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
   auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
                                                      data::DataParallelConfig{world, rank, grad_accum}, position);
   data::PrefetchConfig prefetch;
-  prefetch.depth = static_cast<std::size_t>(std::max<std::int64_t>(1, settings.integer("data.prefetch")));
+  prefetch.depth = static_cast<std::size_t>(settings.integer("data.prefetch"));
   prefetch.device = device;
   return std::make_unique<data::Prefetcher>([planner] { return planner->next_step(); }, prefetch);
 }

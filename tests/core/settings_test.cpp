@@ -1,8 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/run_file.h"
@@ -133,9 +133,75 @@ TEST(Settings, ResolvedTextRoundTrips) {
   }
 }
 
-TEST(Settings, ReadmeDocumentsEveryKey) {
-  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/README.md");
-  std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  for (const auto& spec : setting_specs())
-    EXPECT_NE(readme.find("| " + spec.key + " |"), std::string::npos) << spec.key << " is missing from README.md";
+TEST(Settings, SetTrimsSpacesAroundKeyAndValue) {
+  Settings s;
+  s.set_from_assignment("train.lr = 7e-4");
+  s.set_from_assignment("  model.dtype =  \"bf16\" ");
+  s.set_from_assignment("train.grad_accum=\t4");
+  EXPECT_DOUBLE_EQ(s.real("train.lr"), 7e-4);
+  EXPECT_EQ(s.string("model.dtype"), "bf16");
+  EXPECT_EQ(s.integer("train.grad_accum"), 4);
+  EXPECT_NE(error_of([&] { s.set_from_assignment(" = 4"); }).find("expected key=value"), std::string::npos);
+}
+
+// Values outside a key's range are refused where they are set, naming the origin, the
+// value, what the key accepts and the fix, instead of failing late in the run.
+TEST(Settings, ValuesOutsideTheRangeNameOriginValueAndRange) {
+  Settings s;
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=-5"); })
+                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647];"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr=-1e-4"); })
+                .find("set train.lr to a value >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nwarmup = 1.5\n", "run.toml", s); })
+                .find("run.toml:2:10: train.warmup = 1.5 is outside what it accepts ([0, 1];"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nwarmup = 1.5\n", "run.toml", s); })
+                .find("set train.warmup to a value in [0, 1]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.beta2=1"); }).find("[0, 1)"), std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.eps=0"); }).find("> 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("checkpoint.every_steps=-2"); }).find(">= -1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("model.block_size=1"); }).find("[2, "), std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=3e9"); }).find("[1, 2147483647]"),
+            std::string::npos);
+  // TOML writes non-finite reals; no setting takes one.
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nclip = inf\n", "run.toml", s); })
+                .find("train.clip = inf is outside"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nlr = nan\n", "run.toml", s); }).find("train.lr = nan"),
+            std::string::npos);
+  // Strings with fixed choices list them, with the nearest one.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("model.dtype=bf61"); })
+                .find("model.dtype = \"bf61\" is outside what it accepts (auto | bf16 | fp32;"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("model.dtype=bf61"); })
+                .find("use one of auto | bf16 | fp32 (did you mean 'bf16'?)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { merge_settings("[train]\nschedule = \"step\"\n", "run.toml", s); })
+                .find("run.toml:2:12: train.schedule = \"step\""),
+            std::string::npos);
+  // The ends of the ranges themselves are accepted, and a refused value changes nothing.
+  s.set_from_assignment("train.warmup=0");
+  s.set_from_assignment("train.warmup=1");
+  s.set_from_assignment("train.beta1=0");
+  s.set_from_assignment("checkpoint.every_steps=-1");
+  s.set_from_assignment("model.mask_token_id=-1");
+  s.set_from_assignment("train.max_steps=0");
+  EXPECT_DOUBLE_EQ(s.real("train.lr"), 3e-4);
+  EXPECT_EQ(s.integer("train.token_budget"), 2048);
+}
+
+TEST(Settings, EveryDefaultLiesInItsRangeAndEveryNumberHasOne) {
+  for (const auto& spec : setting_specs()) {
+    if (!std::holds_alternative<std::monostate>(spec.default_value)) {
+      EXPECT_TRUE(spec.range.admits(spec.default_value)) << spec.key;
+    }
+    if (spec.type == SettingType::integer || spec.type == SettingType::real) {
+      EXPECT_TRUE(std::isfinite(spec.range.min) || std::isfinite(spec.range.max))
+          << spec.key << " accepts any number: give it a range";
+    }
+  }
 }

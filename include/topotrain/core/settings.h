@@ -1,13 +1,15 @@
 // Run settings: the [model] [data] [train] [checkpoint] [log] tables of a run file,
 // then `--config FILE` files, then `--set key=value` overrides, later ones winning.
 //
-// Every key is declared once in the schema (settings_schema.cpp) with its type, default
-// and a line of help; a key outside the schema is an error that suggests the nearest
-// known key, and a value of the wrong type is an error naming the key and the type.
+// Every key is declared once in the schema (settings_schema.cpp) with its type, default,
+// the values it accepts and a line of help; a key outside the schema is an error that
+// suggests the nearest known key, and a value of the wrong type or outside the key's range
+// is an error naming the key, where the value came from, the value and what is accepted.
 // Components never read Settings themselves: train/ maps settings onto each component's
 // own small config struct.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -22,10 +24,25 @@ using SettingValue = std::variant<std::monostate, bool, std::int64_t, double, st
 enum class SettingType { boolean, integer, real, string };
 const char* to_string(SettingType type);
 
+// The values a setting accepts beyond its type: numbers within [min, max] (an end may be
+// open, and reals must be finite), strings among `choices` when there are any.
+struct SettingRange {
+  double min = -HUGE_VAL;
+  bool min_open = false;
+  double max = HUGE_VAL;
+  bool max_open = false;
+  std::vector<std::string> choices;
+
+  bool admits(const SettingValue& value) const;
+  // "[0, 1]", ">= 1", "> 0", "auto | bf16 | fp32"; "any" when nothing is excluded.
+  std::string describe(SettingType type) const;
+};
+
 struct SettingSpec {
   std::string key;  // "train.token_budget"
   SettingType type;
   SettingValue default_value;
+  SettingRange range;
   std::string help;
 };
 
@@ -37,11 +54,12 @@ class Settings {
  public:
   Settings();  // every key at its default
 
-  // Sets a key, checking that it exists and that the value has its type (an integer is
-  // accepted for a real). `origin` says where the value came from, for messages and the
+  // Sets a key, checking that it exists, that the value has its type (an integer is
+  // accepted for a real) and that it lies in the key's range. `origin` says where the value came from, for messages and the
   // resolved print-out: "topology/cpu4.toml", "--set".
   void set(const std::string& key, const SettingValue& value, const std::string& origin);
-  // "key=value" from the command line; the value is parsed as the key's type.
+  // "key=value" from the command line (spaces around key and value are ignored); the
+  // value is parsed as the key's type.
   void set_from_assignment(const std::string& assignment);
 
   bool has(const std::string& key) const;

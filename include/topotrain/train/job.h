@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,8 +44,18 @@ using JobBody = std::function<void(JobContext&)>;
 // Throws ConfigError.
 using JobInputCheck = std::function<void(const RunFile&)>;
 
-// Parses the shared command line; prints help or errors (on the first rank only) and
-// exits for --help, --help-settings and bad arguments.
+// What the shared command line asks for: run with `options`, or print `output` (to
+// stdout) and `error` (to stderr) and exit with `exit_code`: 0 for --help, --version and
+// --help-settings, 2 for bad arguments. Options may come before or after the topology
+// file; --set and --config take one value each and repeat.
+struct CommandLine {
+  JobOptions options;
+  std::optional<int> exit_code;
+  std::string output, error;
+};
+CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& job);
+
+// read_command_line, then for an exit: print (on the first rank only) and exit.
 JobOptions parse_job_options(int argc, char** argv, const JobSpec& job);
 
 // Runs `body` on every rank; returns the process exit code.

@@ -1,7 +1,10 @@
-// Learning rate as a function of tokens consumed, not steps: a linear warmup over the
-// first `warmup` fraction of the schedule, then a cosine decay to `min_ratio` of the peak.
-// Measuring in tokens keeps the schedule unchanged when a resumed run changes
-// token_budget, grad_accum or the number of ranks (and so the tokens per step).
+// Learning rate as a function of the schedule's position on its clock: a linear warmup
+// over the first `warmup` fraction of `length`, then a cosine decay to `min_ratio` of the
+// peak at `length`, held there after. The clock is tokens consumed by default
+// (train.schedule = "tokens"), which keeps the schedule unchanged when a resumed run
+// changes token_budget, grad_accum or the number of ranks (and so the tokens per step),
+// or optimizer steps (train.schedule = "steps"); TrainingLength::schedule_position reads
+// the clock off a TrainingState.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +14,10 @@ namespace topotrain {
 struct LrSchedule {
   double peak = 3e-4;
   double min_ratio = 0.1;
-  double warmup = 0.04;       // fraction of total_tokens
-  std::int64_t total_tokens = 0;
+  double warmup = 0.04;     // fraction of length
+  std::int64_t length = 0;  // in the clock's unit; 0: constant peak
 
-  double at(std::int64_t tokens) const;
+  double at(std::int64_t position) const;
 };
 
 }  // namespace topotrain

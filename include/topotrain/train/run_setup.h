@@ -20,6 +20,7 @@
 #include "topotrain/model/qwen3.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/lr_schedule.h"
 
 namespace topotrain {
 
@@ -34,7 +35,9 @@ torch::Device torch_device(const Device& device);
 // Dense bf16 peak FLOP/s of one device when known (H100/H200: 989 TFLOP/s), else 0.
 double peak_flops(const torch::Device& device);
 
-// model.config (an HF config.json) when set, else the model.preset shape.
+// model.config (an HF config.json) when set, else the model.preset shape; the random
+// initialisation's std (initializer_range) is model.init_std, unless model.config gives
+// one and model.init_std was left at its default.
 model::ModelConfig model_config_from(const Settings& settings);
 // model.weights, when set: an HF safetensors checkpoint (directory, file or index), a
 // topotrain checkpoint file (step-*.h5, e.g. a moe_train run of the same shape) or a run
@@ -65,7 +68,7 @@ std::string run_directory(const RunFile& run);
 // Where a training run stands; stored in every checkpoint.
 struct TrainingState {
   std::int64_t step = 0;
-  std::int64_t tokens = 0;  // global tokens trained so far (the LR schedule's clock)
+  std::int64_t tokens = 0;  // global tokens trained so far (the LR schedule's default clock)
   data::DataPosition data;
   // Pipelines (dflash_train): where each target's own sample stream stands, counting only
   // batches a drafter has trained on. Empty for moe_train.
@@ -73,16 +76,26 @@ struct TrainingState {
 };
 TrainingState initial_state(const Settings& settings);
 
-// When to stop, and the LR schedule's length in tokens.
+// When to stop, and the LR schedule's clock and length (train.schedule).
+enum class ScheduleClock { tokens, steps };
 struct TrainingLength {
-  std::int64_t max_steps = 0;       // 0: no limit
-  std::int64_t stop_tokens = 0;     // 0: no limit (train.max_tokens)
-  std::int64_t epochs = 1;          // used when stop_tokens is 0
-  std::int64_t schedule_tokens = 0; // max_tokens, or epochs x dataset tokens
+  std::int64_t max_steps = 0;        // 0: no limit
+  std::int64_t stop_tokens = 0;      // 0: no limit (train.max_tokens)
+  std::int64_t epochs = 1;           // used when stop_tokens is 0
+  std::int64_t planned_tokens = 0;   // max_tokens, or epochs x dataset tokens
+  ScheduleClock clock = ScheduleClock::tokens;
+  std::int64_t schedule_length = 0;  // planned_tokens (tokens) or max_steps (steps)
   bool done(const TrainingState& state) const;
+  // Where the LR schedule stands: the global tokens trained or the optimizer steps taken.
+  std::int64_t schedule_position(const TrainingState& state) const;
+  // "2 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps"
   std::string describe() const;
 };
+// Throws ConfigError for train.schedule = "steps" without train.max_steps.
+TrainingLength training_length(const Settings& settings, std::int64_t dataset_tokens);
 TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset);
+// train.lr, train.min_lr_ratio and train.warmup over the length's schedule.
+LrSchedule lr_schedule_from(const Settings& settings, const TrainingLength& length);
 
 // The step prefetcher of one data-parallel rank, starting at `position`, over the
 // whole sample stream or one of several independent streams (`stream`).

@@ -1,0 +1,116 @@
+// Settings mapped onto components (run_setup.h): the random initialisation's std and the
+// LR schedule's clock and length.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
+#include "topotrain/train/run_setup.h"
+
+using namespace topotrain;
+
+namespace {
+
+// The std of the token embedding of a freshly initialised model.
+double embedding_std(const model::ModelConfig& config) {
+  torch::manual_seed(7);
+  model::Qwen3CausalLM net(config);
+  for (const auto& item : net->named_parameters())
+    if (item.key() == "model.embed_tokens.weight") return item.value().std().item<double>();
+  ADD_FAILURE() << "no model.embed_tokens.weight";
+  return 0;
+}
+
+std::string write_config_json(const std::string& dir, double initializer_range) {
+  const std::string path = join_path(dir, "config.json");
+  std::ofstream out(path);
+  out << R"({"model_type": "qwen3", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,)"
+      << R"( "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,)"
+      << R"( "tie_word_embeddings": true, "initializer_range": )" << initializer_range << "}";
+  return path;
+}
+
+}  // namespace
+
+// 512 x 64 embedding values: the sample std is within a percent or two of the true one.
+TEST(ModelConfigFrom, InitStdSetsTheRandomInitialisation) {
+  for (double init_std : {0.02, 0.2}) {
+    Settings settings;
+    settings.set_from_assignment(cat("model.init_std=", init_std));
+    const model::ModelConfig config = model_config_from(settings);
+    EXPECT_DOUBLE_EQ(config.initializer_range, init_std);
+    EXPECT_NEAR(embedding_std(config), init_std, 0.1 * init_std);
+  }
+}
+
+TEST(ModelConfigFrom, ConfigJsonInitializerRangeWinsUnlessInitStdIsSet) {
+  const std::string dir = make_temp_directory("run_setup_test");
+  Settings settings;
+  settings.set_from_assignment("model.config=" + write_config_json(dir, 0.1));
+  const model::ModelConfig from_file = model_config_from(settings);
+  EXPECT_DOUBLE_EQ(from_file.initializer_range, 0.1);
+  EXPECT_NEAR(embedding_std(from_file), 0.1, 0.01);
+  settings.set_from_assignment("model.init_std=0.3");
+  EXPECT_DOUBLE_EQ(model_config_from(settings).initializer_range, 0.3);
+  // Set to the default's value, it still is set: the run asked for it.
+  settings.set_from_assignment("model.init_std=0.02");
+  EXPECT_DOUBLE_EQ(model_config_from(settings).initializer_range, 0.02);
+  remove_tree(dir);
+}
+
+TEST(TrainingLength, TokenScheduleRunsOverMaxTokensOrTheEpochs) {
+  Settings settings;
+  settings.set_from_assignment("train.epochs=3");
+  settings.set_from_assignment("train.max_steps=10");
+  TrainingLength length = training_length(settings, 1000);
+  EXPECT_EQ(length.clock, ScheduleClock::tokens);
+  EXPECT_EQ(length.schedule_length, 3000);  // max_steps only stops early
+  EXPECT_EQ(length.describe(), "3 epoch(s) or 10 steps, whichever comes first; LR schedule over 3000 tokens");
+  settings.set_from_assignment("train.max_tokens=500");
+  length = training_length(settings, 1000);
+  EXPECT_EQ(length.schedule_length, 500);
+  TrainingState state;
+  state.step = 4;
+  state.tokens = 123;
+  EXPECT_EQ(length.schedule_position(state), 123);
+}
+
+TEST(TrainingLength, StepScheduleEndsAtTheFloorAtMaxSteps) {
+  Settings settings;
+  settings.set_from_assignment("train.schedule=steps");
+  settings.set_from_assignment("train.max_steps=10");
+  settings.set_from_assignment("train.lr=1e-3");
+  settings.set_from_assignment("train.min_lr_ratio=0.1");
+  settings.set_from_assignment("train.warmup=0.2");
+  const TrainingLength length = training_length(settings, 1000000);
+  EXPECT_EQ(length.clock, ScheduleClock::steps);
+  EXPECT_EQ(length.schedule_length, 10);
+  EXPECT_EQ(length.describe(), "1 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps");
+  const LrSchedule schedule = lr_schedule_from(settings, length);
+  TrainingState state;
+  state.tokens = 2048;  // tokens do not move a step schedule
+  auto lr_at_step = [&](std::int64_t step) {
+    state.step = step;
+    return schedule.at(length.schedule_position(state));
+  };
+  EXPECT_NEAR(lr_at_step(2), 1e-3, 1e-15);   // warmup ends at 0.2 x 10 steps: the peak
+  EXPECT_NEAR(lr_at_step(6), 0.55e-3, 1e-15);  // halfway through the cosine
+  EXPECT_NEAR(lr_at_step(10), 1e-4, 1e-15);  // the floor at max_steps
+  EXPECT_LT(lr_at_step(9), lr_at_step(8));
+}
+
+TEST(TrainingLength, StepScheduleNeedsMaxSteps) {
+  Settings settings;
+  settings.set_from_assignment("train.schedule=steps");
+  try {
+    training_length(settings, 1000);
+    FAIL() << "a step schedule without max_steps was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.schedule = \"steps\" (--set) needs the schedule's length: set "
+                                         "train.max_steps > 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
