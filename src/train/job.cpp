@@ -39,7 +39,6 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
     if (!options.dry_run) throw;
     device_warning = e.what();
   }
-  parse_log_level(run.settings.string("log.level"));
   check_inputs(run);
   return device_warning;
 }
