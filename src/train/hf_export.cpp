@@ -89,7 +89,7 @@ std::string describe(const HfExportResult& result) {
   std::uint64_t total = 0;
   char line[64];
   for (const auto& [path, bytes] : result.files) {
-    std::snprintf(line, sizeof(line), "%10.3f GiB  ", static_cast<double>(bytes) / kGiB);
+    std::snprintf(line, sizeof(line), "%12.1f MiB  ", static_cast<double>(bytes) / (1024.0 * 1024.0));
     text += cat("  ", line, path, "\n");
     total += bytes;
   }

@@ -59,6 +59,7 @@ model::ModelConfig model_config_from(const Settings& settings) {
                      "' (set model.preset or model.config to the model it holds)"));
       }
     } catch (const ConfigError&) {
+      // reported by load_model_weights, collectively (see above)
     }
   }
   return model::ModelConfig::preset(settings.string("model.preset"));
