@@ -15,6 +15,11 @@ with aux = transformers' load_balancing_loss_func over the router logits of all
 documents (concatenated per layer, as one packed batch would give them).
 
     python3 bench/models/hf_parity.py OUT_DIR
+
+With --export NAME=MODEL_DIR (repeatable) it builds no models: it loads each directory
+that topotrain-export wrote with AutoModelForCausalLM.from_pretrained in fp32 and writes
+OUT/NAME/reference.safetensors for it, for `hf_parity OUT/NAME --weights CHECKPOINT`
+(bench/models/export_check.sh).
 """
 import argparse
 import json
@@ -23,7 +28,7 @@ import os
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 COMMON = dict(vocab_size=1024, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
@@ -142,11 +147,36 @@ def write_reference(model, cfg, is_moe, name, lengths, path):
           f"ce_sum {ce_sum.item():.6f}, aux {aux.item():.6f} -> {path}")
 
 
+def load_export(name, model_dir, out_dir, seed):
+    """The reference for a model topotrain exported, as transformers loads it."""
+    torch.manual_seed(seed)
+    kwargs = dict(attn_implementation="eager")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, **kwargs)
+    except TypeError:  # transformers before 4.56 names it torch_dtype
+        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, **kwargs)
+    model = model.float().eval()
+    cfg = model.config
+    print(f"{name}: {type(model).__name__} from {model_dir} (transformers {transformers.__version__})")
+    os.makedirs(os.path.join(out_dir, name), exist_ok=True)
+    write_reference(model, cfg, cfg.model_type == "qwen3_moe", name, DOC_LENGTHS,
+                    os.path.join(out_dir, name, "reference.safetensors"))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--export", action="append", default=[], metavar="NAME=MODEL_DIR",
+                        help="a topotrain-export directory to write a reference for (no models are built)")
     args = parser.parse_args()
+    if args.export:
+        for item in args.export:
+            name, sep, model_dir = item.partition("=")
+            if not sep or not name or not model_dir:
+                parser.error(f"--export {item}: expected NAME=MODEL_DIR")
+            load_export(name, model_dir, args.out_dir, args.seed)
+        return
     for name in CASES:
         build_case(name, args.out_dir, args.seed)
 

@@ -156,7 +156,9 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
   return from_json_text(text.str(), path);
 }
 
-std::string ModelConfig::to_json_text() const {
+std::string ModelConfig::to_json_text(const std::string& dtype) const {
+  // rope_theta appears twice: transformers 5 reads rope_parameters, earlier releases (and
+  // the legacy path of 5) the top-level key; dtype likewise under its name of each era.
   json doc = {
       {"model_type", is_moe() ? "qwen3_moe" : "qwen3"},
       {"architectures", {is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
@@ -168,6 +170,7 @@ std::string ModelConfig::to_json_text() const {
       {"num_key_value_heads", num_key_value_heads},
       {"head_dim", head_dim},
       {"rope_theta", rope_theta},
+      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", rope_theta}}},
       {"rms_norm_eps", rms_norm_eps},
       {"tie_word_embeddings", tie_word_embeddings},
       {"max_position_embeddings", max_position_embeddings},
@@ -175,7 +178,8 @@ std::string ModelConfig::to_json_text() const {
       {"hidden_act", "silu"},
       {"attention_bias", false},
       {"use_sliding_window", false},
-      {"torch_dtype", "float32"},
+      {"dtype", dtype},
+      {"torch_dtype", dtype},
   };
   if (is_moe()) {
     doc["num_experts"] = num_experts;
@@ -189,11 +193,13 @@ std::string ModelConfig::to_json_text() const {
   return doc.dump(2);
 }
 
-void ModelConfig::write_json_file(const std::string& path) const {
+void ModelConfig::write_json_file(const std::string& path, const std::string& dtype) const {
   std::ofstream out(path);
-  out << to_json_text() << "\n";
+  out << to_json_text(dtype) << "\n";
   if (!out) throw std::runtime_error(cat("cannot write model config '", path, "'"));
 }
+
+bool ModelConfig::same_model(const ModelConfig& other) const { return to_json_text() == other.to_json_text(); }
 
 std::vector<std::string> ModelConfig::preset_names() {
   return {"moe-500m", "qwen3-0.6b", "qwen3-8b", "tiny-dense", "tiny-moe"};

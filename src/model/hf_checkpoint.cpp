@@ -79,14 +79,19 @@ void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
   }
 }
 
-void save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory, torch::ScalarType dtype,
-                        int64_t max_shard_bytes) {
+std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+                                            torch::ScalarType dtype, int64_t max_shard_bytes) {
+  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {
+    throw std::invalid_argument(cat("save_hf_checkpoint: dtype ", dtype, " is neither float32 nor bfloat16"));
+  }
   NamedTensors tensors;
   for (const auto& [name, view] : hf_tensor_views(model)) {
     tensors.emplace_back(name, view.detach().to(torch::kCPU, dtype).contiguous());
   }
-  write_safetensors_checkpoint(directory, tensors, max_shard_bytes);
-  model.config().write_json_file(join_path(directory, "config.json"));
+  std::vector<std::string> written = write_safetensors_checkpoint(directory, tensors, max_shard_bytes);
+  written.push_back(join_path(directory, "config.json"));
+  model.config().write_json_file(written.back(), dtype == torch::kFloat32 ? "float32" : "bfloat16");
+  return written;
 }
 
 }  // namespace topotrain::model

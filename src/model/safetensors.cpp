@@ -234,7 +234,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   if (!out) throw std::runtime_error(cat("could not write safetensors file '", path, "'"));
 }
 
-void write_safetensors_checkpoint(const std::string& directory, const NamedTensors& tensors, int64_t max_shard_bytes) {
+std::vector<std::string> write_safetensors_checkpoint(const std::string& directory, const NamedTensors& tensors,
+                                                      int64_t max_shard_bytes) {
   make_directories(directory);
   std::vector<NamedTensors> shards(1);
   int64_t shard_bytes = 0, total_bytes = 0;
@@ -248,21 +249,26 @@ void write_safetensors_checkpoint(const std::string& directory, const NamedTenso
     shard_bytes += bytes;
     total_bytes += bytes;
   }
+  std::vector<std::string> written;
   if (shards.size() == 1) {
-    write_safetensors(join_path(directory, "model.safetensors"), tensors, {{"format", "pt"}});
-    return;
+    written.push_back(join_path(directory, "model.safetensors"));
+    write_safetensors(written.back(), tensors, {{"format", "pt"}});
+    return written;
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    write_safetensors(join_path(directory, name), shards[i], {{"format", "pt"}});
+    written.push_back(join_path(directory, name));
+    write_safetensors(written.back(), shards[i], {{"format", "pt"}});
     for (const auto& named : shards[i]) weight_map[named.first] = name;
   }
   const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-  std::ofstream out(join_path(directory, kIndexName));
+  written.push_back(join_path(directory, kIndexName));
+  std::ofstream out(written.back());
   out << index.dump(2) << "\n";
-  if (!out) throw std::runtime_error(cat("could not write ", directory, "/", kIndexName));
+  if (!out) throw std::runtime_error(cat("could not write ", written.back()));
+  return written;
 }
 
 }  // namespace topotrain::model

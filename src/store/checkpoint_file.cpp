@@ -1,6 +1,7 @@
 #include "topotrain/store/checkpoint_file.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "topotrain/core/error.h"
@@ -184,6 +185,11 @@ void write_checkpoint_file(const std::string& path, const CheckpointState& state
   }
   write_text(file, "settings", state.settings_toml);
   write_text(file, "topology", state.topology_text);
+  if (!state.model_config_json.empty()) {
+    write_text(file, "model_config", state.model_config_json);
+    H5Handle config(H5Dopen2(file, "model_config", H5P_DEFAULT), H5Dclose, "cannot open model_config");
+    write_attribute(config, "source", state.model_config_source);
+  }
   // Invariant: `complete` is written after everything else and flushed, so a file that
   // carries it holds every tensor in full.
   h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + path);
@@ -204,7 +210,10 @@ bool checkpoint_file_complete(const std::string& path) {
   }
 }
 
-CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations) {
+namespace {
+
+// The tensors read: those under *tensor_prefix, none when it is empty.
+CheckpointState read_state(const std::string& path, const std::optional<std::string>& tensor_prefix) {
   auto lock = h5_serialize();
   H5Handle file = open_checkpoint(path);
   CheckpointState state;
@@ -219,7 +228,10 @@ CheckpointState read_checkpoint_file(const std::string& path, const CheckpointEx
                             " is incomplete (its writer stopped before the end); delete it to resume from an older one"));
     state.step = read_int_attribute(file, "step");
     state.model_identity = read_string_attribute(file, "model_identity");
-    for (const std::string& name : tensor_names(file)) state.tensors[name] = read_tensor(file, name);
+    if (tensor_prefix) {
+      for (const std::string& name : tensor_names(file))
+        if (name.compare(0, tensor_prefix->size(), *tensor_prefix) == 0) state.tensors[name] = read_tensor(file, name);
+    }
     H5Handle ints = open_group(file, "meta/int64");
     for (const std::string& key : attribute_names(ints)) state.ints[key] = read_int_attribute(ints, key);
     H5Handle reals = open_group(file, "meta/float64");
@@ -228,13 +240,28 @@ CheckpointState read_checkpoint_file(const std::string& path, const CheckpointEx
     for (const std::string& key : child_names(texts)) state.texts[key] = read_text(texts, key);
     state.settings_toml = read_text(file, "settings");
     state.topology_text = read_text(file, "topology");
+    if (link_exists(file, "model_config")) {
+      state.model_config_json = read_text(file, "model_config");
+      H5Handle config(H5Dopen2(file, "model_config", H5P_DEFAULT), H5Dclose, "cannot open model_config");
+      state.model_config_source = read_string_attribute(config, "source");
+    }
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& e) {
     throw ConfigError(cat("checkpoint ", path, " is corrupt: ", e.what(), "; delete it to resume from an older one"));
   }
+  return state;
+}
+
+}  // namespace
+
+CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations,
+                                     const std::string& tensor_prefix) {
+  CheckpointState state = read_state(path, tensor_prefix);
   check_expectations(path, state, expectations);
   return state;
 }
+
+CheckpointState read_checkpoint_header(const std::string& path) { return read_state(path, std::nullopt); }
 
 }  // namespace topotrain

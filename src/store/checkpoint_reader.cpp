@@ -7,6 +7,7 @@
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
+#include "topotrain/store/timings_file.h"
 
 namespace topotrain {
 
@@ -46,8 +47,23 @@ std::optional<std::string> CheckpointReader::resolve_resume(const std::string& r
   return resume;
 }
 
-CheckpointState CheckpointReader::load(const std::string& path, const CheckpointExpectations& expectations) {
-  return read_checkpoint_file(path, expectations);
+std::optional<std::string> CheckpointReader::checkpoint_at(const std::string& path) {
+  if (is_regular_file(path) && file_extension(path) == ".h5") return path;
+  const bool run_dir = is_directory(path) && (file_exists(join_path(path, "latest")) || !checkpoint_files(path).empty() ||
+                                              file_exists(join_path(path, kTimingsFileName)));
+  if (!run_dir) return std::nullopt;
+  auto latest = find_latest(path);
+  if (!latest)
+    throw ConfigError(cat("run directory ", path, " holds no complete checkpoint (step-*.h5); was the run stopped "
+                          "before its first checkpoint, or run with checkpoint.every_steps = -1?"));
+  return latest;
 }
+
+CheckpointState CheckpointReader::load(const std::string& path, const CheckpointExpectations& expectations,
+                                       const std::string& tensor_prefix) {
+  return read_checkpoint_file(path, expectations, tensor_prefix);
+}
+
+CheckpointState CheckpointReader::load_header(const std::string& path) { return read_checkpoint_header(path); }
 
 }  // namespace topotrain

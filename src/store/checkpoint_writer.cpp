@@ -38,6 +38,8 @@ std::unique_ptr<Snapshot> take_snapshot(const CheckpointState& source) {
   state.settings_toml = source.settings_toml;
   state.topology_text = source.topology_text;
   state.model_identity = source.model_identity;
+  state.model_config_json = source.model_config_json;
+  state.model_config_source = source.model_config_source;
 #ifdef TOPOTRAIN_CUDA
   std::vector<c10::DeviceIndex> devices;
 #endif

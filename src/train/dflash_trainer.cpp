@@ -42,7 +42,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kModelName = "dflash-drafter";
+constexpr const char* kModelName = kDFlashDrafterModel;
 constexpr int kStartPositionTag = 7301;  // drafter -> target, once, on MPI_COMM_WORLD
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }

@@ -133,7 +133,7 @@ void train_moe(JobContext& context) {
 
   auto save_checkpoint = [&]() {
     auto t = timer.scope(Phase::checkpoint);
-    if (writer) writer->save(snapshot(context.run, model_config.source, parameters, optimizer, state));
+    if (writer) writer->save(snapshot(context.run, model_config, parameters, optimizer, state));
   };
 
   log_info(cat("training ", length.describe(), " with ", world, " ranks x ", grad_accum, " micro-batches of ",

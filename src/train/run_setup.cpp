@@ -1,11 +1,16 @@
 #include "topotrain/train/run_setup.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/log.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/training_checkpoint.h"
 
 #ifndef TOPOTRAIN_DEMO_DATASET
 #error "CMake defines TOPOTRAIN_DEMO_DATASET: the demo corpus built with topotrain"
@@ -40,7 +45,34 @@ TimingLogConfig timing_log_config_from(const Settings& settings, const torch::De
   return config;
 }
 
+namespace {
+
+// A topotrain checkpoint in model.weights gives the shape unless model.preset was set
+// (load_model_weights then refuses a checkpoint of another model, naming both). A
+// checkpoint that cannot be read gives nothing here: load_model_weights reads it again and
+// reports that on every rank at once, which an exception here could not.
+std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
+  if (!settings.has("model.weights") || settings.origin("model.preset") != "default") return std::nullopt;
+  const std::string& weights = settings.string("model.weights");
+  try {
+    if (auto checkpoint = CheckpointReader::checkpoint_at(weights)) {
+      if (auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint))) return stored;
+      log_info(cat("model.weights = \"", weights, "\": ", *checkpoint, " stores no model config (written by an "
+                   "older topotrain); building model.preset '", settings.string("model.preset"),
+                   "' (set model.preset or model.config to the model it holds)"));
+    }
+  } catch (const ConfigError&) {
+    // reported by load_model_weights, collectively (see above)
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 model::ModelConfig model_config_from(const Settings& settings) {
+  if (!settings.has("model.config")) {
+    if (auto stored = config_of_weights(settings)) return *stored;  // trained weights: their own init is moot
+  }
   model::ModelConfig config = settings.has("model.config")
                                   ? model::ModelConfig::from_json_file(settings.string("model.config"))
                                   : model::ModelConfig::preset(settings.string("model.preset"));
@@ -53,25 +85,17 @@ model::ModelConfig model_config_from(const Settings& settings) {
 namespace {
 
 void load_weights_file(model::Qwen3CausalLMImpl& model, const std::string& path) {
-  std::string checkpoint;
-  if (is_regular_file(path) && path.size() > 3 && path.compare(path.size() - 3, 3, ".h5") == 0) {
-    checkpoint = path;
-  } else if (is_directory(path) && file_exists(join_path(path, "latest"))) {
-    auto latest = CheckpointReader::find_latest(path);
-    if (!latest) throw ConfigError(cat("model.weights = \"", path, "\": the run directory holds no complete checkpoint"));
-    checkpoint = *latest;
-  }
-  if (checkpoint.empty()) {
+  const auto checkpoint = CheckpointReader::checkpoint_at(path);
+  if (!checkpoint) {
     model::load_hf_checkpoint(model, path);
     return;
   }
-  std::map<std::string, torch::Tensor> wanted;
-  for (const auto& [name, p] : named_parameters_of(model)) wanted["model/" + name] = p;
-  CheckpointExpectations expectations;
-  expectations.expect_like(wanted);
-  const CheckpointState state = CheckpointReader::load(checkpoint, expectations);
-  torch::NoGradGuard no_grad;
-  for (auto& [name, p] : wanted) p.copy_(state.tensors.at(name));
+  const auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint));
+  if (stored && !stored->same_model(model.config()))
+    throw ConfigError(cat("checkpoint ", *checkpoint, " holds a model trained as ", stored->source,
+                          ", but this run builds ", model.config().source, ": leave model.preset and model.config "
+                          "unset to build the checkpoint's model, or set them to the model it holds"));
+  load_model_tensors(*checkpoint, named_parameters_of(model));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "topotrain/core/error.h"
+#include "topotrain/store/checkpoint_reader.h"
 
 namespace topotrain {
 namespace {
@@ -40,6 +41,30 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
   checkpoint.settings_toml = run.settings.to_toml();
   checkpoint.topology_text = run.topology_text;
   return checkpoint;
+}
+
+CheckpointState snapshot(const RunFile& run, const model::ModelConfig& model, const NamedParameters& parameters,
+                         const AdamW& optimizer, const TrainingState& state) {
+  CheckpointState checkpoint = snapshot(run, model.source, parameters, optimizer, state);
+  checkpoint.model_config_json = model.to_json_text();
+  checkpoint.model_config_source = model.source;
+  return checkpoint;
+}
+
+std::optional<model::ModelConfig> stored_model_config(const std::string& path, const CheckpointState& header) {
+  if (header.model_config_json.empty()) return std::nullopt;
+  model::ModelConfig config = model::ModelConfig::from_json_text(header.model_config_json, cat(path, ": model_config"));
+  config.source = header.model_config_source;
+  return config;
+}
+
+void load_model_tensors(const std::string& path, const NamedParameters& parameters) {
+  const std::map<std::string, at::Tensor> wanted = model_tensors(parameters);
+  CheckpointExpectations expectations;
+  expectations.expect_like(wanted);
+  const CheckpointState checkpoint = CheckpointReader::load(path, expectations, "model/");
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : parameters) p.copy_(checkpoint.tensors.at("model/" + name));
 }
 
 CheckpointExpectations expectations_for(const std::string& model_name, const NamedParameters& parameters,

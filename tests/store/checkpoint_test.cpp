@@ -53,6 +53,8 @@ CheckpointState sample_state(std::int64_t step) {
   state.settings_toml = "[train]\ntoken_budget = 32768\n";
   state.topology_text = "[topology]\nname = \"1t1d\"\n";
   state.model_identity = model_identity("tiny", state.tensors);
+  state.model_config_json = "{\n  \"model_type\": \"qwen3\"\n}";
+  state.model_config_source = "model preset 'tiny'";
   return state;
 }
 
@@ -75,6 +77,8 @@ void expect_same_state(const CheckpointState& a, const CheckpointState& b) {
   EXPECT_EQ(a.settings_toml, b.settings_toml);
   EXPECT_EQ(a.topology_text, b.topology_text);
   EXPECT_EQ(a.model_identity, b.model_identity);
+  EXPECT_EQ(a.model_config_json, b.model_config_json);
+  EXPECT_EQ(a.model_config_source, b.model_config_source);
 }
 
 std::string error_of(const std::function<void()>& action) {
@@ -102,6 +106,55 @@ TEST_F(CheckpointTest, RoundTripIsBitExact) {
   expect.model_identity = state.model_identity;
   expect.expect_like(state.tensors);
   expect_same_state(state, CheckpointReader::load(*latest, expect));
+}
+
+TEST_F(CheckpointTest, HeaderAndPrefixReadsLeaveTheOtherTensorsOut) {
+  const CheckpointState state = sample_state(7);
+  make_directories(dir());
+  const std::string path = join_path(dir(), "step-00000007.h5");
+  write_checkpoint_file(path, state);
+  const CheckpointState header = CheckpointReader::load_header(path);
+  EXPECT_TRUE(header.tensors.empty());
+  EXPECT_EQ(header.step, 7);
+  EXPECT_EQ(header.model_identity, state.model_identity);
+  EXPECT_EQ(header.model_config_json, state.model_config_json);
+  EXPECT_EQ(header.model_config_source, state.model_config_source);
+  EXPECT_EQ(header.settings_toml, state.settings_toml);
+  const CheckpointState weights = CheckpointReader::load(path, {}, "model/");
+  std::vector<std::string> names;
+  for (const auto& entry : weights.tensors) names.push_back(entry.first);
+  EXPECT_EQ(names, (std::vector<std::string>{"model/embed_tokens.weight", "model/empty",
+                                             "model/layers.0.mlp.gate_proj.weight"}));
+  expect_bit_equal(weights.tensors.at("model/embed_tokens.weight"), state.tensors.at("model/embed_tokens.weight"),
+                   "model/embed_tokens.weight");
+}
+
+TEST_F(CheckpointTest, ModelConfigIsOptional) {
+  // A drafter's checkpoint, and every one written before checkpoints stored a config.
+  CheckpointState state = sample_state(8);
+  state.model_config_json.clear();
+  state.model_config_source.clear();
+  make_directories(dir());
+  const std::string path = join_path(dir(), "step-00000008.h5");
+  write_checkpoint_file(path, state);
+  expect_same_state(state, CheckpointReader::load(path, {}));
+}
+
+TEST_F(CheckpointTest, CheckpointAtResolvesFilesAndRunDirectories) {
+  EXPECT_FALSE(CheckpointReader::checkpoint_at(dir()));  // missing
+  make_directories(dir());
+  EXPECT_FALSE(CheckpointReader::checkpoint_at(dir()));  // empty: not a run directory
+  std::ofstream(join_path(dir(), "timings.h5")) << "x";
+  EXPECT_NE(error_of([&] { CheckpointReader::checkpoint_at(dir()); }).find("holds no complete checkpoint"),
+            std::string::npos);
+  {
+    CheckpointWriter writer(dir(), 3);
+    writer.save(sample_state(3));
+    writer.save(sample_state(5));
+    writer.wait();
+  }
+  EXPECT_EQ(CheckpointReader::checkpoint_at(dir()), join_path(dir(), "step-00000005.h5"));
+  EXPECT_EQ(CheckpointReader::checkpoint_at(join_path(dir(), "step-00000003.h5")), join_path(dir(), "step-00000003.h5"));
 }
 
 TEST_F(CheckpointTest, SaveSnapshotsTensorsBeforeReturning) {

@@ -48,8 +48,14 @@ struct ModelConfig {
   // biases, rope scaling, sliding windows, activations other than silu) are refused.
   static ModelConfig from_json_file(const std::string& path);
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
-  std::string to_json_text() const;  // an HF-loadable config.json
-  void write_json_file(const std::string& path) const;
+  // An HF-loadable config.json (Qwen3ForCausalLM or Qwen3MoeForCausalLM) for weights stored
+  // in `dtype`, named as HF names it ("float32", "bfloat16"). from_json_text reads it back
+  // to an equal config (all but `source`).
+  std::string to_json_text(const std::string& dtype = "float32") const;
+  void write_json_file(const std::string& path, const std::string& dtype = "float32") const;
+
+  // Every field but `source` equal: the same weights compute the same function.
+  bool same_model(const ModelConfig& other) const;
 
   // moe-500m, qwen3-0.6b, qwen3-8b, tiny-dense, tiny-moe.
   static ModelConfig preset(const std::string& name);

@@ -28,7 +28,9 @@ void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path);
 
 // Writes config.json and the weights in `dtype` (kFloat32 or kBFloat16) to `directory`,
 // sharded above max_shard_bytes, in the layout load_hf_checkpoint and transformers read.
-void save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
-                        torch::ScalarType dtype = torch::kFloat32, int64_t max_shard_bytes = int64_t{5} << 30);
+// Returns the paths written, config.json last.
+std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+                                            torch::ScalarType dtype = torch::kFloat32,
+                                            int64_t max_shard_bytes = int64_t{5} << 30);
 
 }  // namespace topotrain::model

@@ -61,7 +61,9 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Writes `directory`/model.safetensors, or, when the tensors exceed max_shard_bytes,
-// model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json.
-void write_safetensors_checkpoint(const std::string& directory, const NamedTensors& tensors, int64_t max_shard_bytes);
+// model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json (HF's layout:
+// an index only for shards). Returns the paths written.
+std::vector<std::string> write_safetensors_checkpoint(const std::string& directory, const NamedTensors& tensors,
+                                                      int64_t max_shard_bytes);
 
 }  // namespace topotrain::model

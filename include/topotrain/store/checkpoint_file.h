@@ -8,6 +8,8 @@
 //   /meta/float64         one float64 attribute per CheckpointState::reals entry
 //   /meta/text/<key>      one string dataset per CheckpointState::texts entry
 //   /settings, /topology  the resolved settings TOML and the topology text
+//   /model_config         the model's HF config.json text, attribute source; optional (absent
+//                         for a model that is not Qwen3 and in files written before it existed)
 //
 // bfloat16 and float16 are HDF5 floating-point types with their exact bit layout, so
 // h5dump shows their values; tensors are read back with the file's own type, bit-exact.
@@ -25,8 +27,13 @@ void write_checkpoint_file(const std::string& path, const CheckpointState& state
 
 // Reads and validates a checkpoint; throws ConfigError naming the file and what is
 // wrong: truncated or corrupt, incomplete, another model, a missing tensor, a shape or
-// dtype mismatch.
-CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations);
+// dtype mismatch. Only tensors whose names start with `tensor_prefix` are read ("model/":
+// the weights without the optimizer state).
+CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations,
+                                     const std::string& tensor_prefix = "");
+
+// Everything but the tensors (step, identity, settings, model config): cheap for any size.
+CheckpointState read_checkpoint_header(const std::string& path);
 
 // True when `path` opens as HDF5 and carries the completion marker.
 bool checkpoint_file_complete(const std::string& path);

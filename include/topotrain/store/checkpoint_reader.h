@@ -19,8 +19,18 @@ class CheckpointReader {
   // log line saying so) or a checkpoint file, which must exist (ConfigError otherwise).
   static std::optional<std::string> resolve_resume(const std::string& run_dir, const std::string& resume);
 
-  // Loads and validates; ConfigError names the file and what is wrong.
-  static CheckpointState load(const std::string& path, const CheckpointExpectations& expectations);
+  // The checkpoint a path names where a model's weights are asked for (model.weights,
+  // topotrain-export): a *.h5 file as is, or a run directory (one holding `latest`,
+  // step-*.h5 files or timings.h5) by find_latest, ConfigError when it holds no complete
+  // checkpoint. nullopt when `path` is neither (an HF safetensors directory, say).
+  static std::optional<std::string> checkpoint_at(const std::string& path);
+
+  // Loads and validates; ConfigError names the file and what is wrong. Only the tensors
+  // whose names start with `tensor_prefix` are read ("model/": without the optimizer state).
+  static CheckpointState load(const std::string& path, const CheckpointExpectations& expectations,
+                              const std::string& tensor_prefix = "");
+  // Everything but the tensors: step, model identity, settings, model config.
+  static CheckpointState load_header(const std::string& path);
 
   // Complete step-*.h5 files of run_dir, lowest step first.
   static std::vector<std::string> list(const std::string& run_dir);

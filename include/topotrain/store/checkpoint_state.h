@@ -22,6 +22,12 @@ struct CheckpointState {
   std::string settings_toml;   // the resolved run settings
   std::string topology_text;   // the topology file as run
   std::string model_identity;  // model_identity(): resuming another model is refused
+  // The model's HF config.json text and where it came from ("model preset 'tiny-moe'", a
+  // config.json path), so that the weights can be used without naming the model again.
+  // Empty for models that are not Qwen3 (the DFlash drafter) and in checkpoints written
+  // before topotrain stored them.
+  std::string model_config_json;
+  std::string model_config_source;
 };
 
 // "<preset>/<hash of every tensor's name, shape and dtype>": two models with the same

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# End-to-end checks of topotrain-export and of model.weights naming a run directory, on one
+# CPU rank (tests/train/CMakeLists.txt runs each):
+#   topotrain_export_e2e.sh BIN_DIR run      a 2-step tiny-moe moe_train run exported (fp32 in
+#                                            shards, and bf16) loads back into moe_train
+#                                            (model.weights = the export) equal / within bf16
+#                                            rounding; bad input exits 2 with a message
+#   topotrain_export_e2e.sh BIN_DIR weights  model.weights = a tiny-dense run directory with
+#                                            model.preset left at tiny-moe builds tiny-dense and
+#                                            loads its weights; a preset set to another model is
+#                                            refused, naming both, with exit 2 on every rank
+# A run that loads weights trains one step at lr 0, so its checkpoint holds them unchanged.
+set -euo pipefail
+bin=$1 scenario=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+printf '[topology]\nname = "one"\ninterconnect = "cpu"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = "cpu"\n' \
+  > "$work/one.toml"
+
+train() {  # train RUN_NAME [args...]: moe_train on one rank, output in $work/RUN_NAME.log
+  local run=$1
+  shift
+  timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$work/one.toml" --set train.token_budget=256 \
+    --set checkpoint.dir="$work" --set checkpoint.run="$run" "$@" >"$work/$run.log" 2>&1
+}
+
+load_step() {  # load_step RUN_NAME [args...]: one step at lr 0 from model.weights
+  local run=$1
+  shift
+  train "$run" --set train.lr=0 --set train.max_steps=1 "$@" || { cat "$work/$run.log"; exit 1; }
+}
+
+export_fails() {  # export_fails PATTERN ARGS...: topotrain-export exits 2 with a message matching PATTERN
+  local pattern=$1 status=0
+  shift
+  "$bin/topotrain-export" "$@" >"$work/export.log" 2>&1 || status=$?
+  [[ $status == 2 ]] && grep -q "^topotrain-export: error: .*$pattern" "$work/export.log" ||
+    { echo "topotrain-export $* exited $status, expected 2 and '$pattern':"; cat "$work/export.log"; exit 1; }
+}
+
+case $scenario in
+run)
+  train moe --set model.preset=tiny-moe --set train.max_steps=2 || { cat "$work/moe.log"; exit 1; }
+  "$bin/topotrain-export" "$work/moe" "$work/hf32" --dtype fp32 --max-shard-gb 0.0001 > "$work/export32.log"
+  grep -q "^exported $work/moe/step-00000002.h5 (step 2, model preset 'tiny-moe', Qwen3MoeForCausalLM) as fp32" \
+    "$work/export32.log" && grep -Eq "^[0-9]+ files, [0-9.]+ GiB in [0-9.]+ s$" "$work/export32.log" &&
+    grep -q "model.safetensors.index.json" "$work/export32.log" || { cat "$work/export32.log"; exit 1; }
+  "$bin/topotrain-export" "$work/moe/step-00000002.h5" "$work/hf16" > "$work/export16.log"
+  grep -q ") as bf16:" "$work/export16.log" || { cat "$work/export16.log"; exit 1; }
+  load_step back32 --set model.weights="$work/hf32" --set model.config="$work/hf32/config.json"
+  "$bin/checkpoint_diff" "$work/moe/step-00000002.h5" "$work/back32/step-00000001.h5" 0 model/
+  load_step back16 --set model.weights="$work/hf16" --set model.config="$work/hf16/config.json"
+  # Weights of tiny-moe after two steps are below 2 in magnitude: bf16 rounds them by < 2^-8 * 2.
+  "$bin/checkpoint_diff" "$work/moe/step-00000002.h5" "$work/back16/step-00000001.h5" 0.008 model/
+  if "$bin/checkpoint_diff" "$work/moe/step-00000002.h5" "$work/back16/step-00000001.h5" 0 model/ >/dev/null 2>&1; then
+    echo "the bf16 export equals the fp32 weights: it was not rounded"; exit 1
+  fi
+
+  export_fails "$work/missing does not exist" "$work/missing" "$work/out"
+  export_fails "is not empty" "$work/moe" "$work/hf32"
+  "$bin/topotrain-export" "$work/moe" "$work/hf32" --force > /dev/null
+  mkdir "$work/not-a-run"
+  export_fails "neither a topotrain checkpoint" "$work/not-a-run" "$work/out"
+  status=0
+  "$bin/topotrain-export" "$work/moe" "$work/out" --dtype fp16 >"$work/export.log" 2>&1 || status=$?
+  [[ $status == 2 ]] || { echo "--dtype fp16 exited $status, expected 2"; cat "$work/export.log"; exit 1; }
+  ;;
+weights)
+  train dense --set model.preset=tiny-dense --set train.max_steps=2 || { cat "$work/dense.log"; exit 1; }
+  load_step from-run --set model.weights="$work/dense"
+  grep -q "model preset 'tiny-dense': Qwen3 dense" "$work/from-run.log" || { cat "$work/from-run.log"; exit 1; }
+  "$bin/checkpoint_diff" "$work/dense/step-00000002.h5" "$work/from-run/step-00000001.h5" 0 model/
+  if train wrong --set model.preset=tiny-moe --set model.weights="$work/dense"; then
+    echo "a tiny-dense checkpoint was loaded into tiny-moe"; exit 1
+  fi
+  grep -q "^moe_train: model.weights: checkpoint .*step-00000002.h5 holds a model trained as model preset 'tiny-dense', but this run builds model preset 'tiny-moe'" \
+    "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
+  grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
+  ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+echo "PASS $scenario"
