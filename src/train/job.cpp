@@ -11,6 +11,7 @@
 #include "topotrain/core/settings.h"
 #include "topotrain/core/stop_signal.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/run_setup.h"
 
 namespace topotrain {
 namespace {
@@ -110,6 +111,7 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
       std::fflush(stdout);
     }
     if (options.dry_run) return 0;
+    if (runtime.rank() == 0) log_run_to_file(run);
     JobContext context{job, runtime, run, options};
     body(context);
   } catch (const JobExit& e) {
