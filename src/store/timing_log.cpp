@@ -113,7 +113,7 @@ struct TimingLog::File {
     write_attribute(spans_set, "phases", phases);
     nvml = std::make_unique<H5Table>(file, "nvml", nvml_fields(), 1024);
     h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + live);
-    publish(true);
+    copy_to_published();  // an empty log, at once; not counted: the first gather's copy follows
   }
 
   // The final state: the live file closed and renamed to timings.h5.
@@ -145,11 +145,15 @@ struct TimingLog::File {
     if (!now && copy_seconds >= 0 &&
         std::chrono::duration<double>(started - last_copy).count() * kPublishShare < copy_seconds)
       return;
+    copy_to_published();
+    last_copy = PhaseTimer::Clock::now();
+    copy_seconds = std::chrono::duration<double>(last_copy - started).count();
+  }
+
+  void copy_to_published() {
     const std::string temporary = published + ".tmp";
     copy_bytes(live, temporary);
     rename_file(temporary, published);
-    last_copy = PhaseTimer::Clock::now();
-    copy_seconds = std::chrono::duration<double>(last_copy - started).count();
   }
 };
 

@@ -41,7 +41,9 @@ std::string ProgressMeter::line() {
   const double rate = seconds > 0 ? static_cast<double>(window_tokens_) / seconds : 0.0;
   const double steps = static_cast<double>(std::max<std::int64_t>(window_steps_, 1));
   char buffer[256];
-  auto add = [&](std::string& out, int n) { out.append(buffer, static_cast<std::size_t>(std::max(n, 0))); };
+  auto add = [&](std::string& out, int n) {
+    out.append(buffer, std::min(static_cast<std::size_t>(std::max(n, 0)), sizeof buffer - 1));
+  };
   std::string out;
   add(out, std::snprintf(buffer, sizeof buffer, "step %lld | loss %.4f", static_cast<long long>(last_.step),
                          window_weight_ > 0 ? window_loss_ / window_weight_ : 0.0));

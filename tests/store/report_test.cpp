@@ -72,7 +72,7 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
       if (rank == 2) values["queue_wait"] = 0.003;
       else values["data_wait"] = 0.003;
       for (const auto& field : fields)
-        rows.push_back(values.count(field) ? values[field] : field == "tokens" ? 0 : StepMetrics::kUnset);
+        rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
     }
   }
   steps.append(rows);
