@@ -28,7 +28,7 @@ echo "## pipeline: mpirun -np 8 dflash_train $topology --set train.max_steps=${S
 timeout "${RUN_TIMEOUT_S:-900}" "${mpirun[@]}" -np 8 "$bin/dflash_train" "$topology" "${common[@]}" \
   --set checkpoint.run=pipeline --set train.max_steps="${STEPS:-40}" --set checkpoint.every_steps=-1 \
   > "$out/pipeline.log" 2>&1 || { tail -20 "$out/pipeline.log"; exit 1; }
-grep -E "^\[rank [0-9]+ (target|drafter)\] (step|target stream|drafter done)" "$out/pipeline.log" | tee -a "$out/summary.txt"
+grep -E "\[rank [0-9]+ (target|drafter)\] (step|target stream|drafter done)" "$out/pipeline.log" | tee -a "$out/summary.txt"
 "$bin/topotrain-report" "$work/pipeline" --skip 3 | tee "$out/pipeline.report.txt" | grep -E "^role|^bottleneck" |
   tee -a "$out/summary.txt"
 

@@ -38,7 +38,7 @@ run() {  # run NAME NP TOPOLOGY [moe_train args...]: progress lines and the repo
     --set checkpoint.dir="$work" --set checkpoint.run="$name" --set log.every=1 "$@" >> "$out/$name.log" 2>&1 ||
     { tail -20 "$out/$name.log"; return 1; }
   "$bin/topotrain-report" "$work/$name" --skip 2 > "$out/$name.report.txt" || true
-  grep -E "^\[rank 0 trainer\] step" "$out/$name.log" | tail -1 | tee -a "$out/summary.txt"
+  grep -E "\[rank 0 trainer\] step" "$out/$name.log" | tail -1 | tee -a "$out/summary.txt"
   grep -E "^bottleneck" "$out/$name.report.txt" | tee -a "$out/summary.txt" || true
 }
 

@@ -37,7 +37,7 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
   for profile in "$work/$name"/profile-*.txt; do
     [[ -f $profile ]] && cp "$profile" "$results/dflash-$name-$(basename "$profile")"
   done
-  grep -E "^\[rank [0-9]+ (target|drafter)\] (step |target stream|drafter done|drafter:)" "$results/dflash-$name.log"
+  grep -E "\[rank [0-9]+ (target|drafter)\] (step |target stream|drafter done|drafter:)" "$results/dflash-$name.log"
   "$bin/topotrain-report" "$work/$name" --skip 3 | tee "$results/dflash-$name-report.txt"
 }
 

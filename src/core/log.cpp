@@ -1,7 +1,9 @@
 #include "topotrain/core/log.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 
 #include "topotrain/core/error.h"
 
@@ -13,6 +15,7 @@ struct LogState {
   std::string role;
   LogLevel level = LogLevel::info;
   bool all_ranks = false;
+  std::FILE* file = nullptr;  // log_to_file's; lives until the process ends
   std::mutex mutex;  // background threads (prefetch, checkpoint writer) log too
 };
 
@@ -27,9 +30,14 @@ void emit(LogLevel level, const std::string& message, bool any_rank = false) {
   if (level <= LogLevel::info && s.rank != 0 && !s.all_ranks && !any_rank) return;
   static const char* const kTags[] = {"debug: ", "", "warning: ", "error: "};
   std::lock_guard<std::mutex> lock(s.mutex);
+  const std::string line = cat(log_timestamp(std::time(nullptr)), ' ', log_prefix(), ' ',
+                               kTags[static_cast<int>(level)], message, '\n');
   FILE* stream = level >= LogLevel::warn ? stderr : stdout;
-  std::fprintf(stream, "%s %s%s\n", log_prefix().c_str(), kTags[static_cast<int>(level)], message.c_str());
-  std::fflush(stream);
+  for (FILE* out : {stream, s.file}) {
+    if (!out) continue;
+    std::fputs(line.c_str(), out);
+    std::fflush(out);
+  }
 }
 
 }  // namespace
@@ -54,6 +62,29 @@ void log_configure(int rank, const std::string& role, LogLevel level, bool all_r
 std::string log_prefix() {
   const LogState& s = state();
   return s.role.empty() ? cat("[rank ", s.rank, "]") : cat("[rank ", s.rank, ' ', s.role, "]");
+}
+
+std::string log_timestamp(std::time_t when) {
+  std::tm local{};
+  localtime_r(&when, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
+std::string fixed_point(double value, int decimals) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", decimals, value);
+  return text;
+}
+
+void log_to_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (!file) throw std::system_error(errno, std::generic_category(), "cannot open the log file " + path);
+  LogState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.file) std::fclose(s.file);
+  s.file = file;
 }
 
 void log_debug(const std::string& message) { emit(LogLevel::debug, message); }

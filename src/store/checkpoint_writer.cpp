@@ -1,6 +1,7 @@
 #include "topotrain/store/checkpoint_writer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <system_error>
@@ -98,6 +99,7 @@ void write_snapshot(const std::string& run_dir, int keep, Snapshot& snapshot) {
 #ifdef TOPOTRAIN_CUDA
   for (auto& event : snapshot.copies_done) event->synchronize();
 #endif
+  const auto started = std::chrono::steady_clock::now();
   const std::string name = CheckpointWriter::file_name(snapshot.state.step);
   const std::string final_path = join_path(run_dir, name);
   const std::string temporary = final_path + ".tmp";
@@ -106,6 +108,11 @@ void write_snapshot(const std::string& run_dir, int keep, Snapshot& snapshot) {
   rename_file(temporary, final_path);
   fsync_path(run_dir);
   write_file_atomically(join_path(run_dir, "latest"), name + "\n");
+  // From the one rank that writes the run's checkpoints, whatever its rank number.
+  log_info_here(cat("checkpoint ", final_path, " written: ",
+                    fixed_point(static_cast<double>(file_size(final_path)) / (1 << 30), 2), " GiB in ",
+                    fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 1),
+                    " s"));
   prune(run_dir, keep, final_path);
 }
 

@@ -94,6 +94,25 @@ void PhaseTimer::end_step(StepMetrics metrics) {
   finished_.push_back(std::move(current_));
 }
 
+void PhaseTimer::discard_step() {
+  if (!in_step_) throw std::logic_error("PhaseTimer::discard_step without begin_step");
+  if (!open_.empty())
+    throw std::logic_error(std::string("PhaseTimer::discard_step: phase ") + phase_name(open_.back().phase) +
+                           " is still open");
+  in_step_ = false;
+  current_ = StepRecord{};
+#ifdef TOPOTRAIN_CUDA
+  // Its GPU scopes were recorded on their streams; the events are reused once those are done.
+  for (const StreamAnchor& anchor : anchors_) free_events_.push_back(anchor.event);
+  for (const GpuScope& scope : gpu_scopes_) {
+    free_events_.push_back(scope.begin);
+    free_events_.push_back(scope.end);
+  }
+  anchors_.clear();
+  gpu_scopes_.clear();
+#endif
+}
+
 std::vector<StepRecord> PhaseTimer::take_finished() {
   std::vector<StepRecord> out;
   out.swap(finished_);

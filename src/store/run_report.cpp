@@ -101,12 +101,22 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
   std::vector<int> c_phase;
   for (const char* name : phase_names()) c_phase.push_back(steps.column(name));  // -1: an older log
 
+  // A row without tokens and without compute is an iteration that trained nothing (logs
+  // of older builds end each dflash rank with one), not a step.
+  auto computed_nothing = [&](std::size_t row) {
+    if (steps.at(row, c_tokens) != 0) return false;
+    for (Phase phase : {Phase::forward, Phase::backward, Phase::optimizer}) {
+      const int column = c_phase[static_cast<std::size_t>(phase)];
+      if (column >= 0 && steps.at(row, column) > 0) return false;
+    }
+    return true;
+  };
   // Rows per rank, in step order, without each rank's first skip_steps steps.
   std::vector<std::vector<std::size_t>> rows_of_rank(static_cast<std::size_t>(data.world_size));
   for (std::size_t row = 0; row < steps.rows; ++row) {
     const int rank = static_cast<int>(steps.at(row, c_rank));
     if (rank < 0 || rank >= data.world_size) throw std::runtime_error(cat(data.path, ": a step row has rank ", rank));
-    rows_of_rank[static_cast<std::size_t>(rank)].push_back(row);
+    if (!computed_nothing(row)) rows_of_rank[static_cast<std::size_t>(rank)].push_back(row);
   }
   for (auto& rows : rows_of_rank) {
     std::sort(rows.begin(), rows.end(),

@@ -1,5 +1,8 @@
 #include "topotrain/store/timing_log.h"
 
+#include <chrono>
+#include <fstream>
+
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
@@ -63,18 +66,39 @@ std::string gather_roles(MPI_Comm world, int rank, int world_size, const std::st
   return joined;
 }
 
+// The live file, <run_dir>/timings.h5.live, is written in place and flushed after every
+// gather, so it is whole up to the last gather even if the job is killed; readers never
+// open it. What they open, timings.h5, is a copy of it taken right after a flush and put in
+// place by rename: a reader sees a complete file at any moment, and a writer that holds the
+// live file open (and locked) stands in no reader's way. Copies are spaced so that copying
+// costs at most kPublishShare of the run's time; the last one is the live file itself,
+// renamed when the log closes.
+constexpr double kPublishShare = 0.01;
+
+void copy_bytes(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  if (!in || !out.flush()) throw std::runtime_error("timing log: cannot copy " + from + " to " + to);
+}
+
 }  // namespace
 
 struct TimingLog::File {
+  std::string published;  // timings.h5
+  std::string live;       // timings.h5.live
   H5Handle file;
   std::unique_ptr<H5Table> steps, spans, nvml;
+  PhaseTimer::Clock::time_point last_copy;
+  double copy_seconds = -1;  // of the last copy; -1: none yet
 
   File(const std::string& path, int world_size, const std::string& roles, int gather_every,
-       const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows) {
+       const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows)
+      : published(path), live(path + kTimingsLiveSuffix) {
     auto lock = h5_serialize();
     h5_quiet();
-    file = H5Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-                    "cannot create timing log " + path);
+    file = H5Handle(H5Fcreate(live.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+                    "cannot create timing log " + live);
     write_attribute(file, "format", std::string("topotrain-timings"));
     write_attribute(file, "world_size", std::int64_t{world_size});
     write_attribute(file, "roles", roles);
@@ -88,11 +112,23 @@ struct TimingLog::File {
     H5Handle spans_set(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans");
     write_attribute(spans_set, "phases", phases);
     nvml = std::make_unique<H5Table>(file, "nvml", nvml_fields(), 1024);
-    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + path);
+    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + live);
+    copy_to_published();  // an empty log, at once; not counted: the first gather's copy follows
   }
 
-  // Each gather is flushed, so the file on disk is whole up to the last gather even if
-  // the job is then killed.
+  // The final state: the live file closed and renamed to timings.h5.
+  ~File() {
+    steps.reset();
+    spans.reset();
+    nvml.reset();
+    file.reset();
+    try {
+      rename_file(live, published);
+    } catch (const std::exception& e) {
+      log_error(cat("timing log: ", e.what(), "; the whole log is ", live));
+    }
+  }
+
   void append(const std::vector<double>& step_rows, const std::vector<double>& span_rows,
               const std::vector<double>& nvml_rows) {
     auto lock = h5_serialize();
@@ -100,6 +136,24 @@ struct TimingLog::File {
     spans->append(span_rows);
     nvml->append(nvml_rows);
     h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush the timing log");
+  }
+
+  // Copies the live file (flushed by every append) to timings.h5; unless `now`, only when
+  // the last copy is long enough ago to keep copying within kPublishShare.
+  void publish(bool now) {
+    const auto started = PhaseTimer::Clock::now();
+    if (!now && copy_seconds >= 0 &&
+        std::chrono::duration<double>(started - last_copy).count() * kPublishShare < copy_seconds)
+      return;
+    copy_to_published();
+    last_copy = PhaseTimer::Clock::now();
+    copy_seconds = std::chrono::duration<double>(last_copy - started).count();
+  }
+
+  void copy_to_published() {
+    const std::string temporary = published + ".tmp";
+    copy_bytes(live, temporary);
+    rename_file(temporary, published);
   }
 };
 
@@ -118,6 +172,8 @@ TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::stri
   if (rank_ == 0) {
     try {
       make_directories(run_dir);
+      // A killed run's live file holds more rows than the copy it last published.
+      if (file_exists(path_ + kTimingsLiveSuffix)) rename_file(path_ + kTimingsLiveSuffix, path_);
       if (file_exists(path_)) {
         // A resumed run starts a new log; the previous one is kept beside it.
         std::string kept;
@@ -186,6 +242,7 @@ void TimingLog::ship(bool last) {
     if (file_) file_->append(step_rows_, span_rows_, nvml_rows_);
     while (receive_shipment(false)) {
     }
+    if (file_) file_->publish(false);
   } else {
     std::vector<double> buffer{double(step_rows_.size()), double(span_rows_.size()), double(nvml_rows_.size()),
                                last ? 1.0 : 0.0};
@@ -254,6 +311,7 @@ void TimingLog::flush() {
   if (rank_ == 0) {
     while (finished_ranks_ < world_size_ - 1) receive_shipment(true);
     finished_ranks_ = 0;
+    if (file_) file_->publish(true);
   } else {
     complete_sends(true);
   }
@@ -264,6 +322,7 @@ void TimingLog::flush_local() {
   timer_.finish();
   collect_finished();
   file_->append(step_rows_, span_rows_, nvml_rows_);
+  file_->publish(true);
   step_rows_.clear();
   span_rows_.clear();
   nvml_rows_.clear();

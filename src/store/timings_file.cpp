@@ -39,7 +39,11 @@ std::vector<std::string> rank_fields() { return {"rank", "flops_per_token", "pea
 TimingsData read_timings(const std::string& path) {
   auto lock = h5_serialize();
   h5_quiet();
-  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate(file access)");
+#if (H5_VERS_MAJOR == 1 && H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7) || H5_VERSION_GE(1, 12, 1)
+  h5_check(H5Pset_file_locking(access, false, true), "H5Pset_file_locking");
+#endif
+  hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access);
   if (id < 0) throw std::runtime_error(path + " cannot be opened as HDF5 (missing, truncated or not a timings file)");
   H5Handle file(id, H5Fclose, path);
   TimingsData data;

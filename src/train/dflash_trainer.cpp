@@ -141,8 +141,8 @@ data::DataPosition receive_start_position(int drafter) {
   return {f[0], f[1], f[2], f[3]};
 }
 
-// Both roles write the same columns: the drafter's acceptance length as an extra field,
-// unset on target rows.
+// Both roles write the same columns: the drafter's acceptance length of each step as an
+// extra field, unset on target rows.
 TimingLogConfig pipeline_timing_config(const Settings& settings, const torch::Device& device) {
   TimingLogConfig config = timing_log_config_from(settings, device);
   config.extra_fields = {"tau"};
@@ -202,7 +202,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
       return prefetcher->next();
     }();
     if (ends_with_data && static_cast<std::int64_t>(plan.position_before.epoch) >= length.epochs) {
-      timings.end_step(row_of(0));
+      timer.discard_step();  // the data had ended: nothing sent, not a step
       break;
     }
     data::PackedBatch batch = plan.micro_batches.front();
@@ -270,8 +270,6 @@ class Drafting {
   // Collective over the drafters: every stream's position from the drafter that feeds on it.
   TrainingState gathered_state() const;
   void save_checkpoint();
-  // Prints the progress line (drafter role rank 0) and starts a new window.
-  void log_progress(double lr, double grad_norm);
 
   JobContext& context_;
   Runtime& runtime_;
@@ -289,12 +287,6 @@ class Drafting {
   std::vector<std::uint64_t> my_streams_;
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t last_checkpoint_step_ = 0;
-
-  // The progress window (since the last line).
-  std::vector<std::int64_t> correct_, valid_;
-  double window_loss_ = 0, window_weight_ = 0, window_wait_ = 0, window_seconds_ = 0, window_tokens_ = 0,
-         window_flops_ = 0;
-  std::int64_t window_steps_ = 0;
 };
 
 Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
@@ -308,6 +300,8 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
       run_dir_(run_directory(context.run)),
       length_(training_length(context.run.settings, *load_dataset(context.run.settings, config.target))),
       drafter_(config) {
+  // The first drafter prints the drafters' news (progress, checkpoints): the run's log too.
+  if (runtime_.role_rank() == 0 && runtime_.rank() != 0) log_run_to_file(context_.run);
   drafter_->load_target_tensors(*target);
   drafter_->to(device_);
   drafter_->set_compute_dtype(compute_dtype_from(settings_, device_));
@@ -341,8 +335,6 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                       topology_.links.fan_in == FanIn::round_robin ? "round-robin" : "as they arrive", ", attention ",
                       model::to_string(drafter_->attention_options().backend), "; training ", length_.describe()));
   }
-  correct_.assign(static_cast<std::size_t>(config_.block_size), 0);
-  valid_.assign(static_cast<std::size_t>(config_.block_size), 0);
 }
 
 bool Drafting::reached_limit() const {
@@ -372,30 +364,6 @@ void Drafting::save_checkpoint() {
   last_checkpoint_step_ = state_.step;
 }
 
-void Drafting::log_progress(double lr, double grad_norm) {
-  if (runtime_.role_rank() == 0) {
-    const std::vector<double> accuracy = model::slot_accuracy(correct_, valid_);
-    const double rate = window_tokens_ / std::max(window_seconds_, 1e-9);  // all drafters' tokens
-    double left = 0;
-    if (length_.max_steps > 0)
-      left = static_cast<double>(length_.max_steps - state_.step) * window_seconds_ / static_cast<double>(window_steps_);
-    else
-      left = static_cast<double>(length_.planned_tokens - state_.tokens) / std::max(rate, 1e-9);
-    const std::string eta = left > 0 ? " | ETA " + format_duration(left) : "";
-    const double peak = peak_flops(device_);
-    const std::string mfu =
-        peak > 0 ? cat(" | MFU ", static_cast<int>(100 * window_flops_ / window_seconds_ / peak), "%") : "";
-    log_info_here(cat("step ", state_.step, " | loss ", window_loss_ / std::max(window_weight_, 1e-12), " | tau ",
-                      model::acceptance_length(accuracy), " | acc@1 ", accuracy.empty() ? 0.0 : accuracy[0],
-                      " | lr ", lr, " | gnorm ", grad_norm, " | ", rate / 1e3, " Ktok/s", mfu, " | starved ",
-                      static_cast<int>(100 * window_wait_ / std::max(window_seconds_, 1e-9)), "%", eta));
-  }
-  std::fill(correct_.begin(), correct_.end(), 0);
-  std::fill(valid_.begin(), valid_.end(), 0);
-  window_loss_ = window_weight_ = window_wait_ = window_seconds_ = window_tokens_ = window_flops_ = 0;
-  window_steps_ = 0;
-}
-
 Outcome Drafting::run() {
   TimingLog timings(run_dir_, runtime_.world(), runtime_.role(), pipeline_timing_config(settings_, device_));
   PhaseTimer& timer = timings.timer();
@@ -418,6 +386,13 @@ Outcome Drafting::run() {
   const auto grad_accum = static_cast<std::size_t>(std::max<std::int64_t>(1, settings_.integer("train.grad_accum")));
   const std::vector<int> targets = topology_.targets_of(me);
   const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
+  ProgressConfig progress_config;  // the drafters' line, printed by the first of them
+  MPI_Comm_size(runtime_.role_comm(), &progress_config.ranks);
+  progress_config.cpu = runtime_.device().is_cpu;
+  progress_config.peak_flops = peak_flops(device_);
+  progress_config.planned_tokens = length_.planned_tokens;
+  progress_config.max_steps = length_.max_steps;
+  ProgressMeter progress(progress_config);
 
   Outcome outcome;
   while (true) {
@@ -446,15 +421,16 @@ Outcome Drafting::run() {
                  stop_requested() ? 0 : 1};
     MPI_Allreduce(MPI_IN_PLACE, go, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
     if (!go[0] || !go[1]) {
-      timings.end_step(row_of(0));  // waited, trained nothing: the time still shows
+      timer.discard_step();  // trained nothing: not a step
       if (!go[1] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
       break;
     }
 
     // Each micro-batch's loss sum goes backward as it is; the sums of the weights, tokens
     // and losses are reduced once, after the last micro-batch.
-    double sums[4] = {0, 0, 0, 0};  // valid-slot weight, tokens, loss sum, out-of-memory ranks
-    double flops = 0;
+    double sums[5] = {0, 0, 0, 0, 0};  // valid-slot weight, tokens, loss sum, out-of-memory ranks, FLOPs
+    double flops = 0;  // this drafter's
+    std::vector<std::int64_t> slot_correct(slots, 0), slot_valid(slots, 0);
     std::vector<StreamCursor> cursors;
     bool out_of_memory = false;
     for (std::size_t m = 0; m < grad_accum; ++m) {
@@ -497,10 +473,10 @@ Outcome Drafting::run() {
         sums[0] += out.weight_sum;
         sums[2] += out.loss_sum.item<double>();
         flops += model::dflash_step_flops(config_, blocks, in.tokens());
-        const auto slot_correct = out.slot_correct.cpu();
+        const auto correct = out.slot_correct.cpu();
         for (std::size_t k = 0; k < slots; ++k) {
-          correct_[k] += slot_correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
-          valid_[k] += out.slot_valid[k];
+          slot_correct[k] += correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
+          slot_valid[k] += out.slot_valid[k];
         }
       } catch (const std::exception& e) {
         if (!is_out_of_memory(e)) throw;
@@ -509,10 +485,11 @@ Outcome Drafting::run() {
       }
     }
     sums[3] = out_of_memory ? 1.0 : 0.0;
+    sums[4] = flops;
     {
       auto t = timer.scope(Phase::comm_wait);
       reducer.finish();
-      MPI_Allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+      MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
     }
     if (sums[3] > 0) {
       int first = out_of_memory ? me : INT_MAX;
@@ -520,7 +497,7 @@ Outcome Drafting::run() {
       reducer.zero_grad();
       outcome = {3, out_of_memory_message(context_, first, state_.step + 1, settings_.integer("train.token_budget"),
                                           compat::peak_allocated_bytes(device_), run_dir_)};
-      timings.end_step(row_of(0));  // waited, trained nothing: the time still shows
+      timings.end_step(row_of(0));  // the failed step: its time still shows
       break;
     }
 
@@ -542,14 +519,21 @@ Outcome Drafting::run() {
       state_.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
       sample_log.record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
     }
-    const double step_seconds = seconds_since(started);
-    window_loss_ += sums[2];
-    window_weight_ += sums[0];
-    window_wait_ += waited;
-    window_seconds_ += step_seconds;
-    window_tokens_ += sums[1];
-    window_flops_ += flops;
-    ++window_steps_;
+    StepReport report;
+    report.step = state_.step;
+    report.tokens = static_cast<std::int64_t>(sums[1]);
+    report.loss = sums[2] / std::max(sums[0], 1e-12);
+    report.loss_weight = sums[0];
+    report.lr = lr;
+    report.grad_norm = grad_norm;
+    report.seconds = seconds_since(started);
+    report.comm_seconds = timer.step_seconds(Phase::comm_wait);
+    report.flops = sums[4];
+    report.peak_memory = compat::peak_allocated_bytes(device_);
+    report.collectives = reducer.collectives();
+    report.starved_seconds = waited;
+    report.slot_correct = slot_correct;
+    report.slot_valid = slot_valid;
 
     if (checkpoint_every > 0 && state_.step % checkpoint_every == 0) {
       auto t = timer.scope(Phase::checkpoint);
@@ -558,20 +542,23 @@ Outcome Drafting::run() {
     double my_tokens = 0;
     for (const auto& in : inputs) my_tokens += static_cast<double>(in.tokens());
     StepMetrics metrics = row_of(my_tokens);
-    metrics.loss = sums[2] / std::max(sums[0], 1e-12);
+    metrics.loss = report.loss;
     metrics.lr = lr;
     metrics.grad_norm = grad_norm;
-    metrics.peak_memory_bytes = static_cast<double>(compat::peak_allocated_bytes(device_));
+    metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
     metrics.queue_depth = static_cast<double>(receiver.queue_size());
-    metrics.collectives = static_cast<double>(reducer.collectives());
+    metrics.collectives = static_cast<double>(report.collectives);
     metrics.flops = flops;  // the drafter's FLOPs per token vary with the anchors drawn
-    if (state_.step % log_every == 0) {
-      const std::vector<double> accuracy = model::slot_accuracy(correct_, valid_);
-      metrics.extra[0] = model::acceptance_length(accuracy);
-      log_progress(lr, grad_norm);
-    }
+    metrics.extra[0] = model::acceptance_length(model::slot_accuracy(slot_correct, slot_valid));
     timings.end_step(metrics);
+    if (runtime_.role_rank() == 0) {
+      progress.record(report, state_.tokens);
+      if (state_.step % log_every == 0) log_info_here(progress.line());
+    }
   }
+  // The last step's line, unless it was just printed (a run ends when the next step finds
+  // no batches, so the loop cannot know its last step in advance).
+  if (progress.pending()) log_info_here(progress.line());
 
   // Whatever is still in flight was never trained on: ask the targets to end their
   // streams and discard it (the checkpoint's positions make a resume recompute it).

@@ -12,6 +12,7 @@
 #include "topotrain/core/stop_signal.h"
 #include "topotrain/train/build_info.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/run_setup.h"
 
 namespace topotrain {
 namespace {
@@ -130,6 +131,7 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
                      job.name.c_str(), device_warning.c_str());
       return 0;
     }
+    if (runtime.rank() == 0) log_run_to_file(run);
     JobContext context{job, runtime, run, options};
     body(context);
   } catch (const JobExit& e) {

@@ -121,7 +121,14 @@ void train_moe(JobContext& context) {
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   std::unique_ptr<CheckpointWriter> writer;
   if (runtime.rank() == 0) writer = std::make_unique<CheckpointWriter>(run_dir, settings.integer("checkpoint.keep"));
-  ProgressMeter progress(world, timing_config.flops_per_token, timing_config.peak_flops, length.stop_tokens);
+  ProgressConfig progress_config;
+  progress_config.ranks = world;
+  progress_config.cpu = runtime.device().is_cpu;
+  progress_config.flops_per_token = timing_config.flops_per_token;
+  progress_config.peak_flops = timing_config.peak_flops;
+  progress_config.planned_tokens = length.planned_tokens;
+  progress_config.max_steps = length.max_steps;
+  ProgressMeter progress(progress_config);
   const std::int64_t log_every = std::max<std::int64_t>(1, settings.integer("log.every"));
   const std::int64_t checkpoint_every = settings.integer("checkpoint.every_steps");
   const double aux_coef = model_config.router_aux_loss_coef;
@@ -238,11 +245,13 @@ void train_moe(JobContext& context) {
     report.step = state.step;
     report.tokens = static_cast<std::int64_t>(plan.global_tokens);
     report.loss = all.loss_sum / global_targets;
+    report.loss_weight = global_targets;
     report.aux_loss = all.aux_sum;
     report.lr = lr;
     report.grad_norm = grad_norm;
     report.peak_memory = compat::peak_allocated_bytes(device);
     report.collectives = reducer.collectives();
+    report.comm_seconds = timer.step_seconds(Phase::comm_wait);
     report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started).count();
     progress.record(report, state.tokens);
 
@@ -257,7 +266,7 @@ void train_moe(JobContext& context) {
     metrics.grad_norm = grad_norm;
     metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
     metrics.collectives = static_cast<double>(report.collectives);
-    metrics.extra = {report.aux_loss};
+    metrics.extra = {all.aux_sum};
     const bool stopping = all.stop || length.done(state);
     if (checkpoint_every >= 0 && (stopping || (checkpoint_every > 0 && state.step % checkpoint_every == 0)))
       save_checkpoint();

@@ -1,42 +1,85 @@
 #include "topotrain/train/progress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-namespace topotrain {
+#include "topotrain/core/process_memory.h"
+#include "topotrain/model/dflash_metrics.h"
 
-ProgressMeter::ProgressMeter(int devices, double flops_per_token, double peak_flops, std::int64_t target_tokens)
-    : devices_(devices), flops_per_token_(flops_per_token), peak_flops_(peak_flops), target_tokens_(target_tokens) {}
+namespace topotrain {
+namespace {
+
+// Adds `counts` into `sums` element-wise, growing `sums` to fit.
+void accumulate(std::vector<std::int64_t>& sums, const std::vector<std::int64_t>& counts) {
+  if (sums.size() < counts.size()) sums.resize(counts.size(), 0);
+  for (std::size_t i = 0; i < counts.size(); ++i) sums[i] += counts[i];
+}
+
+}  // namespace
+
+ProgressMeter::ProgressMeter(ProgressConfig config) : config_(config) {}
 
 void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
   last_ = report;
   tokens_done_ = tokens_done;
+  ++window_steps_;
   window_tokens_ += report.tokens;
   window_seconds_ += report.seconds;
   window_comm_ += report.comm_seconds;
+  window_flops_ += report.flops > 0 ? report.flops : static_cast<double>(report.tokens) * config_.flops_per_token;
+  window_starved_ += report.starved_seconds.value_or(0);
+  window_loss_ += report.loss * report.loss_weight;
+  window_weight_ += report.loss_weight;
+  window_aux_ += report.aux_loss.value_or(0);
+  accumulate(window_correct_, report.slot_correct);
+  accumulate(window_valid_, report.slot_valid);
 }
 
 std::string ProgressMeter::line() {
-  const double rate = window_seconds_ > 0 ? static_cast<double>(window_tokens_) / window_seconds_ : 0.0;
-  char buffer[512];
-  int n = std::snprintf(buffer, sizeof buffer,
-                        "step %lld | loss %.4f aux %.4f | lr %.2e | gnorm %.3g | %.1f Ktok/s (%.1f per GPU)",
-                        static_cast<long long>(last_.step), last_.loss, last_.aux_loss, last_.lr, last_.grad_norm,
-                        rate / 1e3, rate / 1e3 / devices_);
-  std::string out(buffer, n);
-  if (peak_flops_ > 0 && flops_per_token_ > 0) {
-    std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%", 100.0 * rate * flops_per_token_ / (peak_flops_ * devices_));
-    out += buffer;
+  const double seconds = window_seconds_;
+  const double rate = seconds > 0 ? static_cast<double>(window_tokens_) / seconds : 0.0;
+  const double steps = static_cast<double>(std::max<std::int64_t>(window_steps_, 1));
+  char buffer[256];
+  auto add = [&](std::string& out, int n) {
+    out.append(buffer, std::min(static_cast<std::size_t>(std::max(n, 0)), sizeof buffer - 1));
+  };
+  std::string out;
+  add(out, std::snprintf(buffer, sizeof buffer, "step %lld | loss %.4f", static_cast<long long>(last_.step),
+                         window_weight_ > 0 ? window_loss_ / window_weight_ : 0.0));
+  if (last_.aux_loss) add(out, std::snprintf(buffer, sizeof buffer, " aux %.4f", window_aux_ / steps));
+  if (!window_valid_.empty()) {
+    const std::vector<double> accuracy = model::slot_accuracy(window_correct_, window_valid_);
+    add(out, std::snprintf(buffer, sizeof buffer, " | tau %.2f | acc@1 %.3f", model::acceptance_length(accuracy),
+                           accuracy.empty() ? 0.0 : accuracy[0]));
   }
-  std::snprintf(buffer, sizeof buffer, " | comm %.0f%% | %lld coll | mem %.2f GiB",
-                window_seconds_ > 0 ? 100.0 * window_comm_ / window_seconds_ : 0.0,
-                static_cast<long long>(last_.collectives), static_cast<double>(last_.peak_memory) / (1 << 30));
-  out += buffer;
-  if (target_tokens_ > 0 && rate > 0)
-    out += " | ETA " + format_duration(static_cast<double>(target_tokens_ - tokens_done_) / rate);
+  add(out, std::snprintf(buffer, sizeof buffer, " | lr %.2e | gnorm %.3g | %.1f Ktok/s (%.1f per %s)", last_.lr,
+                         last_.grad_norm, rate / 1e3, rate / 1e3 / config_.ranks, config_.cpu ? "rank" : "GPU"));
+  if (config_.peak_flops > 0 && window_flops_ > 0 && seconds > 0)
+    add(out, std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%",
+                           100.0 * window_flops_ / seconds / (config_.peak_flops * config_.ranks)));
+  add(out, std::snprintf(buffer, sizeof buffer, " | comm %.0f%%", seconds > 0 ? 100.0 * window_comm_ / seconds : 0.0));
+  if (last_.starved_seconds)
+    add(out, std::snprintf(buffer, sizeof buffer, " | starved %.0f%%",
+                           seconds > 0 ? 100.0 * window_starved_ / seconds : 0.0));
+  const double memory = static_cast<double>(config_.cpu ? resident_set_bytes() : last_.peak_memory);
+  add(out, std::snprintf(buffer, sizeof buffer, " | %lld coll | %s %.2f GiB", static_cast<long long>(last_.collectives),
+                         config_.cpu ? "rss" : "mem", memory / (1 << 30)));
+  // Whichever limit the run reaches first, at the window's pace.
+  double left = -1;
+  if (config_.planned_tokens > 0 && rate > 0)
+    left = static_cast<double>(config_.planned_tokens - tokens_done_) / rate;
+  if (config_.max_steps > 0 && seconds > 0) {
+    const double by_steps = static_cast<double>(config_.max_steps - last_.step) * seconds / steps;
+    left = left < 0 ? by_steps : std::min(left, by_steps);
+  }
+  if (left > 0) out += " | ETA " + format_duration(left);
+  window_steps_ = 0;
   window_tokens_ = 0;
-  window_seconds_ = 0;
-  window_comm_ = 0;
+  window_seconds_ = window_comm_ = window_flops_ = window_starved_ = 0;
+  window_loss_ = window_weight_ = window_aux_ = 0;
+  window_correct_.clear();
+  window_valid_.clear();
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "topotrain/train/run_setup.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 
 #include "topotrain/core/error.h"
@@ -17,6 +18,14 @@
 #endif
 
 namespace topotrain {
+namespace {
+
+// "1.2 s" from `start` to now, for the log lines of slow setup steps.
+std::string seconds_since(std::chrono::steady_clock::time_point start) {
+  return fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1) + " s";
+}
+
+}  // namespace
 
 NamedParameters named_parameters_of(const torch::nn::Module& module) {
   NamedParameters parameters;
@@ -102,6 +111,7 @@ void load_weights_file(model::Qwen3CausalLMImpl& model, const std::string& path)
 
 void load_model_weights(const Runtime& runtime, const Settings& settings, model::Qwen3CausalLMImpl& model) {
   if (!settings.has("model.weights")) return;
+  const auto started = std::chrono::steady_clock::now();
   std::string error;
   try {
     load_weights_file(model, settings.string("model.weights"));
@@ -110,6 +120,7 @@ void load_model_weights(const Runtime& runtime, const Settings& settings, model:
   }
   error = runtime.first_error(error);
   if (!error.empty()) throw JobExit(2, cat("model.weights: ", error));
+  log_info(cat("weights loaded from ", settings.string("model.weights"), " in ", seconds_since(started)));
 }
 
 torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device) {
@@ -161,14 +172,23 @@ void check_run_inputs(const Settings& settings, const model::ModelConfig& model)
 
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model) {
   const std::string path = dataset_path(settings);
+  const auto started = std::chrono::steady_clock::now();
   auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
   check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer()}, model);
+  log_info(cat("dataset ", path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(),
+               " tokens, loaded in ", seconds_since(started)));
   return dataset;
 }
 
 std::string run_directory(const RunFile& run) {
   const Settings& s = run.settings;
   return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
+}
+
+void log_run_to_file(const RunFile& run) {
+  const std::string run_dir = run_directory(run);
+  make_directories(run_dir);
+  log_to_file(join_path(run_dir, "log.txt"));
 }
 
 TrainingState initial_state(const Settings& settings) {

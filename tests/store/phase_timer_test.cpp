@@ -56,6 +56,45 @@ TEST(PhaseTimer, MisuseIsRejected) {
   EXPECT_NO_THROW(timer.end_step({}));
 }
 
+TEST(PhaseTimer, StepSecondsOfTheOpenStep) {
+  PhaseTimer timer;
+  timer.begin_step(1);
+  {
+    auto t = timer.scope(Phase::comm_wait);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  }
+  const double comm = timer.step_seconds(Phase::comm_wait);
+  EXPECT_GE(comm, 0.003);
+  EXPECT_EQ(timer.step_seconds(Phase::forward), 0.0);
+  timer.end_step({});
+  const auto records = timer.take_finished();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].phase_seconds[static_cast<int>(Phase::comm_wait)], comm);  // what end_step records
+}
+
+TEST(PhaseTimer, ADiscardedStepLeavesNoRecord) {
+  PhaseTimer timer;
+  timer.begin_step(1);
+  timer.end_step({});
+  timer.begin_step(2);
+  { auto t = timer.scope(Phase::queue_wait); }
+  timer.discard_step();
+  EXPECT_FALSE(timer.in_step());
+  timer.finish();
+  const auto records = timer.take_finished();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].step, 1);
+  // A step with an open scope cannot be dropped, nor one never begun.
+  timer.begin_step(3);
+  auto open = timer.scope(Phase::forward);
+  EXPECT_THROW(timer.discard_step(), std::logic_error);
+}
+
+TEST(PhaseTimer, DiscardWithoutAStepIsRejected) {
+  PhaseTimer timer;
+  EXPECT_THROW(timer.discard_step(), std::logic_error);
+}
+
 TEST(NvmlSampler, WithoutTheLibraryIsInactive) {
   NvmlSampler sampler(0, 100, std::chrono::steady_clock::now(), "libnvidia-ml-absent.so.1");
   EXPECT_FALSE(sampler.active());

@@ -30,7 +30,9 @@ std::map<std::string, double> synthetic_row(int rank, int step) {
 }
 
 // Written with the layout of timings_file.h directly, independent of TimingLog.
-std::string write_synthetic(const std::string& dir) {
+// `phantom_rows`: each rank also ends with a row that trained nothing (no tokens, no
+// compute; the drafter waited on its queue), as older dflash builds wrote.
+std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
   const std::string path = join_path(dir, kTimingsFileName);
   H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
   write_attribute(file, "format", std::string("topotrain-timings"));
@@ -61,6 +63,16 @@ std::string write_synthetic(const std::string& dir) {
       for (const auto& field : fields)
         rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
       span_rows.insert(span_rows.end(), {double(rank), double(step), double(int(Phase::forward)), step * 0.2, 0.02, 0});
+    }
+  }
+  if (phantom_rows) {
+    for (int rank = 0; rank < 3; ++rank) {
+      std::map<std::string, double> values = {{"step", kSteps}, {"rank", double(rank)}, {"start", kSteps * 0.2},
+                                              {"wall", 0.004}, {"other", 0.001}};
+      if (rank == 2) values["queue_wait"] = 0.003;
+      else values["data_wait"] = 0.003;
+      for (const auto& field : fields)
+        rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
     }
   }
   steps.append(rows);
@@ -141,6 +153,22 @@ TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {
   EXPECT_EQ(drafter.rows, 7u);
   EXPECT_EQ(drafter.first_step, 3);
   EXPECT_NEAR(drafter.phase("h2d").mean, 0.007, 1e-12);  // 4..10 ms
+}
+
+TEST_F(ReportTest, RowsThatTrainedNothingAreNotSteps) {
+  const std::string dir = make_temp_directory("topotrain-report-phantom-");
+  const RunReport with = analyse_timings(read_timings(write_synthetic(dir, true)), 0);
+  const RunReport without = analyse_timings(data_, 0);
+  remove_tree(dir);
+  ASSERT_EQ(with.roles.size(), 2u);
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(with.roles[r].first_step, 0);
+    EXPECT_EQ(with.roles[r].last_step, kSteps - 1) << with.roles[r].role;
+    EXPECT_EQ(with.roles[r].rows, without.roles[r].rows);
+    EXPECT_NEAR(with.roles[r].wall.mean, without.roles[r].wall.mean, 1e-12);
+    EXPECT_NEAR(with.roles[r].wait_share, without.roles[r].wait_share, 1e-12);
+  }
+  EXPECT_NE(format_report(with).find("role drafter (rank 2): steps 0..9, 10 rank-steps"), std::string::npos);
 }
 
 TEST_F(ReportTest, TraceHasALanePerRankAndEverySpan) {

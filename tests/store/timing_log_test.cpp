@@ -2,6 +2,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "topotrain/core/files.h"
@@ -115,6 +116,83 @@ TEST(TimingLog, FlushLocalNeedsNoOtherRank) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) remove_tree(dir);
+}
+
+// A user watches a long run: while the log is open (and written to), another process reads
+// the rows flushed so far, and so does this one.
+TEST(TimingLog, ARunningLogIsReadableByAnotherProcess) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const std::string dir = shared_dir("running");
+  {
+    TimingLogConfig config;
+    config.gather_every = 2;
+    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+    for (int step = 1; step <= 2; ++step) {
+      log.timer().begin_step(step);
+      { auto t = log.timer().scope(Phase::forward); }
+      StepMetrics metrics;
+      metrics.tokens = 10;
+      log.end_step(metrics);  // the second ships: rank 0 writes its own rows at once
+    }
+    if (rank == 0) {
+      std::FILE* report = popen((std::string(TOPOTRAIN_REPORT_BINARY) + " " + dir + " 2>&1").c_str(), "r");
+      ASSERT_NE(report, nullptr);
+      std::string text;
+      char buffer[4096];
+      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, report)) > 0;) text.append(buffer, n);
+      EXPECT_EQ(pclose(report), 0) << text;
+      EXPECT_NE(text.find("role target (rank"), std::string::npos) << text;
+      EXPECT_NE(text.find("steps 1..2"), std::string::npos) << text;
+      EXPECT_GE(read_timings(log.path()).steps.rows, 2u);
+    }
+    log.flush();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(read_timings(join_path(dir, kTimingsFileName)).steps.rows, static_cast<std::size_t>(2 * world));
+    EXPECT_FALSE(file_exists(join_path(dir, std::string(kTimingsFileName) + kTimingsLiveSuffix)));
+    remove_tree(dir);
+  }
+}
+
+// A killed run leaves its live file, which holds more rows than the copy it published: the
+// next run keeps that one as the previous log.
+TEST(TimingLog, AKilledRunsLiveFileIsKept) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const std::string dir = shared_dir("killed");
+  const std::string published = join_path(dir, kTimingsFileName);
+  for (int run = 0; run < 2; ++run) {
+    TimingLogConfig config;
+    config.gather_every = 100;
+    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+    for (int step = 1; step <= run + 1; ++step) {
+      log.timer().begin_step(step);
+      log.end_step({});
+    }
+    log.flush();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    // What a kill leaves: the live file (run 1's 2 steps) beside an older published copy.
+    rename_file(published, published + kTimingsLiveSuffix);
+    rename_file(join_path(dir, "timings.1.h5"), published);
+  }
+  {
+    TimingLogConfig config;
+    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+    log.flush();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_EQ(read_timings(join_path(dir, "timings.1.h5")).steps.rows, static_cast<std::size_t>(2 * world));
+    EXPECT_EQ(read_timings(published).steps.rows, 0u);
+    EXPECT_FALSE(file_exists(published + kTimingsLiveSuffix));
+    remove_tree(dir);
+  }
 }
 
 // Pipeline stages run at their own pace: ranks that record different numbers of steps

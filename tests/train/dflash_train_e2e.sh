@@ -4,6 +4,8 @@
 #   dflash_train_e2e.sh BIN_DIR fanin    7 targets -> 1 drafter: the drafter trains every batch the
 #                                        targets sent exactly once, and together they cover every
 #                                        token of the epoch exactly once; the report names a stage
+#                                        and counts the steps each role ran, and the progress line
+#                                        of the last step is printed
 #   dflash_train_e2e.sh BIN_DIR resume   stopped after 5 steps and resumed at half the token_budget:
 #                                        every token of the epoch trained exactly once
 #   dflash_train_e2e.sh BIN_DIR oom      an out-of-memory on a target, then on the drafter: every rank
@@ -11,7 +13,8 @@
 #                                        the epoch with every token trained exactly once
 #   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
 #                                        checkpoint of its last step
-#   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state
+#   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state;
+#                                        a 6-step run reports drafter steps 1..6
 #   dflash_train_e2e.sh BIN_DIR union    2 targets -> 2 data-parallel drafters equal 2 targets -> 1
 #                                        drafter taking one batch of each per step (grad_accum 2,
 #                                        fan_in round_robin): same weights after 6 steps; and that
@@ -77,6 +80,18 @@ fanin)
   grep -q "role target (ranks 0,1,2,3,4,5,6)" "$work/report.txt"
   grep -q "role drafter (rank 7)" "$work/report.txt"
   grep -q "^bottleneck: " "$work/report.txt" || { cat "$work/report.txt"; exit 1; }
+  # Steps reported = steps run: the drafter's trained steps, the targets' batches sent.
+  steps=$(grep -Eo 'drafter done: [0-9]+ steps' "$work/fanin.log" | awk '{print $3}')
+  batches=$(grep -Eo 'target stream [0-9]+ done: [0-9]+ batches' "$work/fanin.log" | awk '{n += $5} END {print n}')
+  grep -q "role drafter (rank 7): steps 1..$steps, $steps rank-steps" "$work/report.txt" || { cat "$work/report.txt"; exit 1; }
+  grep -Eq "role target \(ranks 0,1,2,3,4,5,6\): steps 1\.\.[0-9]+, $batches rank-steps" "$work/report.txt" ||
+    { echo "the targets sent $batches batches"; cat "$work/report.txt"; exit 1; }
+  # log.every = 5 and an epoch's steps are not known ahead: the last step still prints its line.
+  grep -Eq "\[rank 7 drafter\] step $steps \| loss [0-9.]+ \| tau [0-9.]+ \| acc@1 [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| starved [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB" \
+    "$work/fanin.log" || { grep "drafter\] step" "$work/fanin.log"; echo "no line of the last step, $steps"; exit 1; }
+  # The drafter's news is in the run's log too, beside rank 0's.
+  grep -q "\[rank 7 drafter\] step $steps |" "$work/fanin/log.txt"
+  grep -q "\[rank 0 target\] dataset $work/small.h5: [0-9]* documents, $dataset_tokens tokens, loaded in" "$work/fanin/log.txt"
   ;;
 resume)
   train 3 straight || { cat "$work/straight.log"; exit 1; }
@@ -114,6 +129,8 @@ kl)
   train 2 kl --set train.loss=kl --set train.max_steps=6 || { cat "$work/kl.log"; exit 1; }
   grep -q "loss kl" "$work/kl.log"
   grep -q "drafter done: 6 steps" "$work/kl.log"
+  "$bin/topotrain-report" "$work/kl" > "$work/report.txt"
+  grep -q "role drafter (rank 2): steps 1..6, 6 rank-steps" "$work/report.txt" || { cat "$work/report.txt"; exit 1; }
   ;;
 union)
   steps=(--set train.max_steps=6 --set checkpoint.every_steps=3)
@@ -141,6 +158,7 @@ weights)
   done
   train 2 weights --set train.max_steps=4 --set model.weights="$work/tiny-dense" || { cat "$work/weights.log"; exit 1; }
   grep -q "drafter done: 4 steps" "$work/weights.log"
+  grep -q "\[rank 0 target\] weights loaded from $work/tiny-dense in [0-9.]* s" "$work/weights.log"
   if train 2 wrong --set train.max_steps=4 --set model.weights="$work/tiny-moe"; then
     echo "a tiny-moe checkpoint was accepted as a tiny-dense target"; exit 1
   fi

@@ -9,6 +9,10 @@
 #                                      command, which then works; train.oom = "shrink" carries on
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
 #                                      checkpoint of that step, and exit 0
+#   moe_train_e2e.sh BIN_DIR epoch     trained by epochs: the progress line has an ETA and the last
+#                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
+#                                      lines with the dataset and every checkpoint written; the report
+#                                      counts the steps trained
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -165,6 +169,26 @@ stop)
   step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/stop.log" | awk '{print $NF}')
   [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
   echo "stopped after step $step with its checkpoint"
+  ;;
+epoch)
+  "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
+  train 2 epoch --set data.path="$work/small.h5" --set train.max_steps=0 --set train.token_budget=1024 \
+    --set log.every=2 --set checkpoint.every_steps=2
+  steps=$(grep -Eo 'done: [0-9]+ steps' "$work/epoch.log" | awk '{print $2}')
+  (( steps >= 4 )) || { cat "$work/epoch.log"; echo "expected at least 4 steps in the epoch"; exit 1; }
+  line='\[rank 0 trainer\] step 2 \| loss [0-9.]+ aux [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB \| ETA [0-9]'
+  grep -Eq "$line" "$work/epoch.log" || { cat "$work/epoch.log"; echo "no progress line with an ETA at step 2"; exit 1; }
+  grep -q "\] step $steps | loss" "$work/epoch.log"
+  log=$work/epoch/log.txt
+  stamp='[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[rank 0 trainer\]'
+  grep -Eq "^$stamp dataset $work/small.h5: [0-9]+ documents, 11325 tokens, loaded in [0-9.]+ s$" "$log" ||
+    { cat "$log"; exit 1; }
+  for step in $(seq 2 2 "$steps") "$steps"; do
+    grep -Eq "^$stamp checkpoint $work/epoch/step-$(printf '%08d' "$step").h5 written: [0-9.]+ GiB in [0-9.]+ s$" "$log" ||
+      { cat "$log"; echo "no line for the checkpoint of step $step"; exit 1; }
+  done
+  grep -Eq "^$stamp done: $steps steps" "$log"
+  "$bin/topotrain-report" "$work/epoch" | grep -q "role trainer (ranks 0,1): steps 1..$steps, $((2 * steps)) rank-steps"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

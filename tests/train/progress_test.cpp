@@ -1,31 +1,137 @@
 #include <gtest/gtest.h>
 
+#include <regex>
+
+#include "topotrain/core/process_memory.h"
 #include "topotrain/train/progress.h"
 
 using namespace topotrain;
 
+namespace {
+
+bool has(const std::string& line, const std::string& part) { return line.find(part) != std::string::npos; }
+
+StepReport step_of(std::int64_t step, std::int64_t tokens, double seconds) {
+  StepReport report;
+  report.step = step;
+  report.tokens = tokens;
+  report.seconds = seconds;
+  return report;
+}
+
+}  // namespace
+
 TEST(Progress, RatesMfuAndEtaOverTheWindow) {
   // 4 devices, 1e9 FLOP per token, 1e15 FLOP/s peak each; 1M tokens to go at the end.
-  ProgressMeter meter(4, 1e9, 1e15, 3'000'000);
-  StepReport report;
-  report.step = 1;
-  report.tokens = 1'000'000;
-  report.seconds = 1.0;
+  ProgressConfig config;
+  config.ranks = 4;
+  config.flops_per_token = 1e9;
+  config.peak_flops = 1e15;
+  config.planned_tokens = 3'000'000;
+  ProgressMeter meter(config);
+  StepReport report = step_of(1, 1'000'000, 1.0);
   report.comm_seconds = 0.25;
+  report.aux_loss = 0.5;
   meter.record(report, 1'000'000);
   report.step = 2;
+  report.aux_loss = 0.25;
   meter.record(report, 2'000'000);
+  EXPECT_TRUE(meter.pending());
   std::string line = meter.line();
-  EXPECT_NE(line.find("step 2 |"), std::string::npos) << line;
-  EXPECT_NE(line.find("1000.0 Ktok/s (250.0 per GPU)"), std::string::npos) << line;
-  EXPECT_NE(line.find("MFU 25.0%"), std::string::npos) << line;  // 1e6 tok/s * 1e9 FLOP / 4e15 FLOP/s
-  EXPECT_NE(line.find("comm 25%"), std::string::npos) << line;
-  EXPECT_NE(line.find("ETA 1s"), std::string::npos) << line;
+  EXPECT_FALSE(meter.pending());
+  EXPECT_TRUE(has(line, "step 2 | loss 0.0000 aux 0.3750 | lr ")) << line;  // aux: the window's mean
+  EXPECT_TRUE(has(line, "1000.0 Ktok/s (250.0 per GPU)")) << line;
+  EXPECT_TRUE(has(line, "MFU 25.0%")) << line;  // 1e6 tok/s * 1e9 FLOP / 4e15 FLOP/s
+  EXPECT_TRUE(has(line, "comm 25%")) << line;
+  EXPECT_TRUE(has(line, "ETA 1s")) << line;
+  EXPECT_FALSE(has(line, "tau")) << line;
+  EXPECT_FALSE(has(line, "starved")) << line;
   // The window resets: a slow step afterwards is judged alone.
-  report.step = 3;
-  report.seconds = 4.0;
-  meter.record(report, 2'500'000);
-  EXPECT_NE(meter.line().find("250.0 Ktok/s"), std::string::npos);
+  meter.record(step_of(3, 1'000'000, 4.0), 2'500'000);
+  EXPECT_TRUE(has(meter.line(), "250.0 Ktok/s"));
+}
+
+TEST(Progress, NumberFormatsAndTheLossWindowMean) {
+  ProgressMeter meter(ProgressConfig{});
+  StepReport report = step_of(7, 1000, 1.0);
+  report.loss = 3.0;
+  report.loss_weight = 100;  // targets
+  report.lr = 0.000737249;
+  report.grad_norm = 0.812345;
+  report.peak_memory = std::int64_t{3} << 29;  // 1.5 GiB
+  report.collectives = 2;
+  meter.record(report, 1000);
+  report.step = 8;
+  report.loss = 1.0;
+  report.loss_weight = 300;
+  report.grad_norm = 1.5;
+  meter.record(report, 2000);
+  const std::string line = meter.line();
+  // (3 * 100 + 1 * 300) / 400 = 1.5; lr, gnorm, coll and memory are the last step's.
+  EXPECT_TRUE(has(line, "step 8 | loss 1.5000 | lr 7.37e-04 | gnorm 1.5 | 1.0 Ktok/s (1.0 per GPU)")) << line;
+  EXPECT_TRUE(has(line, " | 2 coll | mem 1.50 GiB")) << line;
+  EXPECT_FALSE(has(line, "MFU")) << line;  // no peak FLOP/s known
+  EXPECT_FALSE(has(line, "ETA")) << line;  // no limit known
+}
+
+TEST(Progress, EtaFromEpochTokensOrStepsWhicheverEndsFirst) {
+  // Epoch mode: no max_steps, the schedule's tokens (epochs x dataset tokens) decide.
+  ProgressConfig config;
+  config.planned_tokens = 10'000;
+  ProgressMeter by_tokens(config);
+  by_tokens.record(step_of(1, 1000, 2.0), 1000);  // 500 tok/s, 9000 to go: 18 s
+  EXPECT_TRUE(has(by_tokens.line(), "| ETA 18s")) << "epoch mode";
+  // A step limit that ends sooner: 3 steps left at 2 s each.
+  config.max_steps = 4;
+  ProgressMeter by_steps(config);
+  by_steps.record(step_of(1, 1000, 2.0), 1000);
+  EXPECT_TRUE(has(by_steps.line(), "| ETA 6s"));
+  // The last step's line has nothing left to estimate.
+  by_steps.record(step_of(4, 1000, 2.0), 4000);
+  EXPECT_FALSE(has(by_steps.line(), "ETA"));
+}
+
+TEST(Progress, DrafterFieldsFromTheWindowsCounts) {
+  ProgressConfig config;
+  config.ranks = 2;
+  config.peak_flops = 1e12;
+  ProgressMeter meter(config);
+  StepReport report = step_of(5, 2000, 1.0);
+  report.flops = 1e12;  // over both drafters: MFU 1e12 / (2 x 1e12)
+  report.starved_seconds = 0.25;
+  report.comm_seconds = 0.125;
+  // Slot 0 is the anchor; slots 1 and 2: 3 of 4 and 1 of 4 right over the two steps.
+  report.slot_correct = {9, 2, 1};
+  report.slot_valid = {9, 2, 2};
+  meter.record(report, 2000);
+  report.step = 6;
+  report.starved_seconds = 0.75;
+  report.slot_correct = {9, 1, 0};
+  meter.record(report, 4000);
+  const std::string line = meter.line();
+  // acc@1 = 0.75, acc@2 = 0.25: tau = 1 + 0.75 + 0.75 x 0.25 = 1.9375.
+  EXPECT_TRUE(has(line, "step 6 | loss 0.0000 | tau 1.94 | acc@1 0.750 | lr ")) << line;
+  EXPECT_TRUE(has(line, " | MFU 50.0% | comm 12% | starved 50% | ")) << line;
+}
+
+TEST(Progress, CpuRanksSayPerRankAndShowTheResidentSet) {
+  ProgressConfig config;
+  config.ranks = 2;
+  config.cpu = true;
+  ProgressMeter meter(config);
+  StepReport report = step_of(1, 1000, 1.0);
+  report.peak_memory = 0;  // what a CPU device reports
+  meter.record(report, 1000);
+  const std::string line = meter.line();
+  EXPECT_TRUE(has(line, "(0.5 per rank)")) << line;
+  EXPECT_FALSE(has(line, "per GPU")) << line;
+  std::smatch rss;
+  ASSERT_TRUE(std::regex_search(line, rss, std::regex(R"(\| rss ([0-9.]+) GiB)"))) << line;
+  // This test process is resident: more than a MiB, within 10% of a fresh reading.
+  const double shown = std::stod(rss[1]) * (1 << 30);
+  EXPECT_GT(shown, 1 << 20);
+  EXPECT_NEAR(shown, static_cast<double>(resident_set_bytes()), 0.1 * static_cast<double>(resident_set_bytes()) + 1e7);
+  EXPECT_FALSE(has(line, "mem ")) << line;
 }
 
 TEST(Progress, DurationFormat) {

@@ -1,8 +1,11 @@
-// Rank-prefixed logging: "[rank 3 drafter] message". By default only rank 0 prints info
-// and debug lines (log.all_ranks = true lets every rank print); warnings and errors print
-// from every rank, because the rank that sees a problem is the one that knows about it.
+// Rank-prefixed, timestamped logging: "2026-12-01 10:41:07 [rank 3 drafter] message" (local
+// time). By default only rank 0 prints info and debug lines (log.all_ranks = true lets every
+// rank print); warnings and errors print from every rank, because the rank that sees a
+// problem is the one that knows about it. A process that called log_to_file also appends
+// every line it prints to that file, so a run's log outlives the terminal.
 #pragma once
 
+#include <ctime>
 #include <string>
 
 namespace topotrain {
@@ -14,6 +17,16 @@ LogLevel parse_log_level(const std::string& text);  // throws ConfigError naming
 // Set once per process after the rank's role is known; before that the prefix is "[rank N]".
 void log_configure(int rank, const std::string& role, LogLevel level, bool all_ranks);
 std::string log_prefix();
+// "2026-12-01 10:41:07": `when` in local time, to the second.
+std::string log_timestamp(std::time_t when);
+
+// `value` with `decimals` digits after the point ("0.42"), for numbers in log lines.
+std::string fixed_point(double value, int decimals);
+
+// From now on the lines this process prints are also appended to `path` (created if
+// missing; an earlier file, a resumed run's, is kept and appended to). Throws
+// std::system_error naming the path when it cannot be opened.
+void log_to_file(const std::string& path);
 
 void log_debug(const std::string& message);
 void log_info(const std::string& message);

@@ -4,7 +4,8 @@
 // on the current stream, so later kernels cannot change them) and returns; a background
 // thread writes `step-00000100.h5.tmp`, fsyncs it, renames it to `step-00000100.h5`,
 // points `latest` at it (a one-line text file replaced by rename) and deletes all but the
-// newest `keep` checkpoints. The next save() first waits for the previous one.
+// newest `keep` checkpoints, and logs the file's path, size and write time. The next save()
+// first waits for the previous one.
 //
 // Crash safety: a file named step-*.h5 only ever appears by rename after fsync, and
 // `latest` only names such files, so a process killed at any moment leaves the previous

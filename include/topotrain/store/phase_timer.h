@@ -109,6 +109,12 @@ class PhaseTimer {
   // Closes the step (every scope of it must be closed). Resolves the GPU times of
   // earlier steps, which may wait for their last kernels.
   void end_step(StepMetrics metrics);
+  // Drops the open step without a record: an iteration that trained nothing (the loop's
+  // check that finds the run over) is not a step. Every scope of it must be closed.
+  void discard_step();
+  // Seconds of `phase` in the open step so far, from its closed CPU scopes: what a
+  // trainer's progress line reports before the step ends (comm_wait's share).
+  double step_seconds(Phase phase) const { return current_.phase_seconds[static_cast<std::size_t>(phase)]; }
 
   // Records whose times are all known, oldest first, moved out.
   std::vector<StepRecord> take_finished();

@@ -48,7 +48,8 @@ struct RunReport {
   std::string bottleneck_phase;  // the slowest role's largest phase that is not a wait
 };
 
-// `skip_steps`: the first N steps of every rank are left out (warm-up).
+// `skip_steps`: the first N steps of every rank are left out (warm-up). Rows with no
+// tokens and no forward, backward or optimizer time are not steps and are left out too.
 RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps);
 
 // The text topotrain-report prints.

@@ -1,8 +1,11 @@
 // The per-step timing log of a run: every rank times its steps with the log's
 // PhaseTimer; every `gather_every` of its own steps a rank ships its rows to rank 0
-// (point-to-point, never a collective), which appends what has arrived to
-// <run_dir>/timings.h5 (layout: timings_file.h). With a GPU and NVML present, each rank
-// also samples its GPU; the samples travel with the step rows.
+// (point-to-point, never a collective), which appends what has arrived to the live file
+// and publishes it as <run_dir>/timings.h5 (layout: timings_file.h): a copy put in place by
+// rename, so that topotrain-report or h5py can read a running job's timings at any moment.
+// Copies follow gathers, spaced to take at most 1% of rank 0's time (a small log: after
+// every gather), and flush() and flush_local() publish at once. With a GPU and NVML
+// present, each rank also samples its GPU; the samples travel with the step rows.
 //
 //   TimingLog log(run_dir, world, runtime.role(), config);   // collective
 //   for (...) {
@@ -54,7 +57,7 @@ class TimingLog {
   // Not collective: rank 0 writes its own pending rows and flushes the file.
   void flush_local();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // the published timings.h5
 
  private:
   struct File;

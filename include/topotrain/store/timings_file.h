@@ -16,6 +16,11 @@
 //                    device time of a CUDA stream)
 //   /nvml            rank, time, gpu_util, mem_util, mem_used_bytes, power_watts, sm_clock_mhz
 //
+// A running job writes timings.h5.live and publishes copies of it as timings.h5 (by
+// rename, so a reader always finds a whole file; timing_log.h says when); when the log
+// closes, the live file itself becomes timings.h5. A job that was killed may leave a
+// timings.h5.live a few gathers ahead of timings.h5 (a resumed run picks it up).
+//
 // Times are seconds; `start` and `time` count from one epoch taken on all ranks right
 // after a barrier, so lanes of different ranks line up. Rows arrive in gather order, not
 // sorted.
@@ -29,6 +34,7 @@
 namespace topotrain {
 
 constexpr const char* kTimingsFileName = "timings.h5";
+constexpr const char* kTimingsLiveSuffix = ".live";  // the file being written: timings.h5.live
 
 std::vector<std::string> step_fields(const std::vector<std::string>& extra_fields);
 std::vector<std::string> span_fields();
@@ -46,7 +52,8 @@ struct TimingsData {
   std::vector<std::string> span_phases;  // names of /spans' phase indices
 };
 
-// Reads a whole timings file; throws std::runtime_error naming the file when it is not one.
+// Reads a whole timings file, without taking HDF5's file lock (a copy published while the
+// job runs may be read by many at once; nothing writes it); throws std::runtime_error naming the file when it is not one.
 TimingsData read_timings(const std::string& path);
 
 }  // namespace topotrain

@@ -1,48 +1,72 @@
-// The progress line rank 0 prints every log.every steps, and the rates behind it:
+// The progress line a job's lead rank prints every log.every steps and after its last
+// step, the same for every job; fields a job does not report are left out:
 //   step 120 | loss 3.2104 aux 0.0102 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 per GPU)
-//   | MFU 38.1% | comm 12% | mem 14.1 GiB | ETA 2h13m
-// Rates are averaged over the steps since the last line, so a slow first step (warm-up,
-// allocator growth) does not haunt the ETA.
+//   | MFU 38.1% | comm 12% | 1 coll | mem 14.10 GiB | ETA 2h13m
+// A DFlash drafter adds its draft quality after the loss and its starvation after comm:
+//   step 120 | loss 2.1034 | tau 2.41 | acc@1 0.612 | lr ... | comm 4% | starved 3% | ...
+// On CPU ranks the rate is "per rank" and memory is the resident set ("rss 1.20 GiB").
+// Everything but lr, gnorm, coll and memory (the last step's) is over the window of steps
+// since the previous line, so a slow first step (warm-up, allocator growth) does not
+// haunt the rates or the ETA.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace topotrain {
 
 struct StepReport {
   std::int64_t step = 0;
-  std::int64_t tokens = 0;        // global tokens in this step
-  double loss = 0;                // mean per token over the step (global)
-  double aux_loss = 0;
+  std::int64_t tokens = 0;         // global tokens in this step
+  double loss = 0;                 // the step's mean loss (global)
+  double loss_weight = 1;          // what `loss` is a mean over (targets, draft slots): the
+                                   // line shows the window's weighted mean
   double lr = 0;
   double grad_norm = 0;
-  double seconds = 0;             // wall time of the step
-  double comm_seconds = 0;        // time waiting on gradient collectives
-  std::int64_t peak_memory = 0;   // bytes, this rank's device
-  std::int64_t collectives = 0;   // collectives issued in the step
+  double seconds = 0;              // wall time of the step
+  double comm_seconds = 0;         // this rank's wait on collectives (Phase::comm_wait)
+  double flops = 0;                // the step's model FLOPs over all ranks where they vary per
+                                   // step; 0: tokens x ProgressConfig::flops_per_token
+  std::int64_t peak_memory = 0;    // bytes, this rank's device (not shown on CPU)
+  std::int64_t collectives = 0;    // collectives issued in the step
+  std::optional<double> aux_loss;         // an MoE router's load-balancing loss
+  std::optional<double> starved_seconds;  // time waiting for input (a pipeline stage)
+  // Draft quality (DFlash), this rank's: per block slot, positions predicted right and
+  // positions scored. Empty: not a drafter.
+  std::vector<std::int64_t> slot_correct, slot_valid;
+};
+
+struct ProgressConfig {
+  int ranks = 1;                     // ranks whose tokens a step counts
+  bool cpu = false;                  // ranks on CPU: "per rank", resident set for memory
+  double flops_per_token = 0;        // model FLOPs per trained token (forward + backward)
+  double peak_flops = 0;             // one device's peak FLOP/s; 0 = unknown: no MFU
+  std::int64_t planned_tokens = 0;  // tokens the run trains (TrainingLength); 0: no ETA by tokens
+  std::int64_t max_steps = 0;        // its step limit; 0: none. The ETA is whichever ends first
 };
 
 class ProgressMeter {
  public:
-  // flops_per_token: model FLOPs per trained token (forward + backward); peak_flops: one
-  // device's peak FLOP/s (0 when unknown: no MFU). target_tokens 0: no ETA.
-  ProgressMeter(int devices, double flops_per_token, double peak_flops, std::int64_t target_tokens);
+  explicit ProgressMeter(ProgressConfig config);
 
+  // `tokens_done`: global tokens trained so far, this step included.
   void record(const StepReport& report, std::int64_t tokens_done);
+  // Whether steps were recorded since the last line (the last step's line is still due).
+  bool pending() const { return window_steps_ > 0; }
   // The line for the steps recorded since the previous call; resets the window.
   std::string line();
 
  private:
-  int devices_;
-  double flops_per_token_;
-  double peak_flops_;
-  std::int64_t target_tokens_;
+  ProgressConfig config_;
   std::int64_t tokens_done_ = 0;
   StepReport last_;
+  std::int64_t window_steps_ = 0;
   std::int64_t window_tokens_ = 0;
-  double window_seconds_ = 0;
-  double window_comm_ = 0;
+  double window_seconds_ = 0, window_comm_ = 0, window_flops_ = 0, window_starved_ = 0;
+  double window_loss_ = 0, window_weight_ = 0, window_aux_ = 0;
+  std::vector<std::int64_t> window_correct_, window_valid_;
 };
 
 std::string format_duration(double seconds);  // "2h13m", "45s"

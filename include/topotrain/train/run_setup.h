@@ -64,6 +64,10 @@ TimingLogConfig timing_log_config_from(const Settings& settings, const torch::De
 
 // checkpoint.dir / (checkpoint.run, or the topology's name).
 std::string run_directory(const RunFile& run);
+// From now on this process's log lines are also appended to <run directory>/log.txt (the
+// directory is created): for the ranks whose lines tell the run's story, rank 0 and a
+// pipeline's first drafter.
+void log_run_to_file(const RunFile& run);
 
 // Where a training run stands; stored in every checkpoint.
 struct TrainingState {
