@@ -19,11 +19,10 @@ H5T_conv_ret_t abort_on_range_error(H5T_conv_except_t kind, hid_t, hid_t, void*,
   return H5T_CONV_UNHANDLED;
 }
 
-template <typename T>
-std::vector<T> read_integer_dataset(hid_t file, const std::string& path, const char* name,
-                                    hid_t mem_type, const char* wanted, bool required) {
+// Opens the one-dimensional integer dataset /name and sets `length` to its entries.
+H5Handle open_integer_dataset(hid_t file, const std::string& path, const char* name, const char* wanted,
+                              hsize_t& length) {
   if (H5Lexists(file, name, H5P_DEFAULT) <= 0) {
-    if (!required) return {};
     throw ConfigError(cat("dataset file '", path, "' has no /", name, " dataset; ", kFormatHint));
   }
   H5Handle dset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose, cat("cannot open /", name, " in '", path, "'"));
@@ -35,8 +34,16 @@ std::vector<T> read_integer_dataset(hid_t file, const std::string& path, const c
   if (H5Sget_simple_extent_ndims(space) != 1) {
     throw ConfigError(cat("/", name, " in '", path, "' must be one-dimensional (", wanted, " [n])"));
   }
+  H5Sget_simple_extent_dims(space, &length, nullptr);
+  return dset;
+}
+
+template <typename T>
+std::vector<T> read_integer_dataset(hid_t file, const std::string& path, const char* name,
+                                    hid_t mem_type, const char* wanted, bool required) {
+  if (!required && H5Lexists(file, name, H5P_DEFAULT) <= 0) return {};
   hsize_t n = 0;
-  H5Sget_simple_extent_dims(space, &n, nullptr);
+  H5Handle dset = open_integer_dataset(file, path, name, wanted, n);
   std::vector<T> values(n);
   if (n == 0) return values;
   H5Handle xfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "cannot create an HDF5 transfer list");
@@ -243,7 +250,10 @@ TokenDatasetHeader header_of(hid_t file, const std::string& path) {
     throw ConfigError(cat("'", path, "': vocab_size (", vocab, ") must be positive and eos_id (", eos,
                           ") non-negative"));
   }
-  return {static_cast<uint64_t>(vocab), static_cast<uint64_t>(eos), read_string_attribute(file, path, "tokenizer")};
+  hsize_t tokens = 0;
+  open_integer_dataset(file, path, "tokens", "uint32", tokens);
+  return {static_cast<uint64_t>(vocab), static_cast<uint64_t>(eos), read_string_attribute(file, path, "tokenizer"),
+          static_cast<uint64_t>(tokens)};
 }
 
 }  // namespace

@@ -164,7 +164,9 @@ void check_vocabulary(const std::string& path, const data::TokenDatasetHeader& h
 
 void check_run_inputs(const Settings& settings, const model::ModelConfig& model) {
   const std::string path = dataset_path(settings);
-  check_vocabulary(path, data::TokenDataset::read_header(path), model);
+  const data::TokenDatasetHeader header = data::TokenDataset::read_header(path);
+  check_vocabulary(path, header, model);
+  training_length(settings, static_cast<std::int64_t>(header.num_tokens));  // its checks of several settings
   if (settings.has("model.weights") && !file_exists(settings.string("model.weights")))
     throw ConfigError(cat("model.weights = \"", settings.string("model.weights"),
                           "\": no such file or directory (", settings.origin("model.weights"), ")"));
@@ -174,7 +176,8 @@ std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings,
   const std::string path = dataset_path(settings);
   const auto started = std::chrono::steady_clock::now();
   auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
-  check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer()}, model);
+  check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer(), dataset->num_tokens()},
+                   model);
   log_info(cat("dataset ", path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(),
                " tokens, loaded in ", seconds_since(started)));
   return dataset;

@@ -64,6 +64,8 @@ done
 expect_config_error dry_token_budget "train.token_budget" -np 4 "${moe[@]}" --set train.token_budget=-5 --dry-run
 expect_config_error dry_lr "train.lr" -np 4 "${moe[@]}" --set train.lr=-1e-4 --dry-run
 expect_config_error dry_warmup "train.warmup" -np 4 "${moe[@]}" --set train.warmup=1.5 --dry-run
+expect_config_error dry_schedule "train.schedule = \"steps\" .* needs the schedule's length" \
+  -np 4 "${moe[@]}" --set train.schedule=steps --dry-run
 expect_config_error dry_dflash_taps "model.taps = \"1,x\"" -np 4 "${dflash[@]}" --set model.taps=1,x --dry-run
 expect_config_error dry_dflash_vocab "has vocab_size 259 .* embeds only vocab_size 200" \
   -np 4 "${dflash[@]}" --set model.config=$small_vocab --dry-run

@@ -40,6 +40,7 @@ struct TokenDatasetHeader {
   uint64_t vocab_size = 0;
   uint64_t eos_id = 0;
   std::string tokenizer;
+  uint64_t num_tokens = 0;  // entries of /tokens
 };
 
 class TokenDataset {

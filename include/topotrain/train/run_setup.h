@@ -54,8 +54,9 @@ comm::GradReducerConfig grad_reducer_config_from(const Settings& settings);
 // is larger than the model's is refused (ConfigError naming both and the fix).
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model);
 // What a job checks before it starts (and in --dry-run), cheaply: load_dataset's checks
-// from the dataset file's header alone, without reading its tokens; that model.weights
-// names something that exists. Throws ConfigError.
+// from the dataset file's header alone, without reading its tokens; training_length's
+// checks of settings that depend on each other; that model.weights names something that
+// exists. Throws ConfigError.
 void check_run_inputs(const Settings& settings, const model::ModelConfig& model);
 
 // log.timings_every, the device's peak FLOP/s and, on CUDA, its NVML sampling; the trainer
