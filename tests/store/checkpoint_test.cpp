@@ -1,4 +1,6 @@
 #include <gtest/gtest.h>
+
+#include "../config_error_text.h"
 #include <hdf5.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -81,14 +83,7 @@ void expect_same_state(const CheckpointState& a, const CheckpointState& b) {
   EXPECT_EQ(a.model_config_source, b.model_config_source);
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using topotrain::test_support::config_error_of;
 
 }  // namespace
 
@@ -145,7 +140,7 @@ TEST_F(CheckpointTest, CheckpointAtResolvesFilesAndRunDirectories) {
   make_directories(dir());
   EXPECT_FALSE(CheckpointReader::checkpoint_at(dir()));  // empty: not a run directory
   std::ofstream(join_path(dir(), "timings.h5")) << "x";
-  EXPECT_NE(error_of([&] { CheckpointReader::checkpoint_at(dir()); }).find("holds no complete checkpoint"),
+  EXPECT_NE(config_error_of([&] { CheckpointReader::checkpoint_at(dir()); }).find("holds no complete checkpoint"),
             std::string::npos);
   {
     CheckpointWriter writer(dir(), 3);
@@ -238,7 +233,7 @@ TEST_F(CheckpointTest, EmptyRunDirHasNoLatest) {
   EXPECT_FALSE(CheckpointReader::find_latest(dir()));
   EXPECT_FALSE(CheckpointReader::resolve_resume(dir(), "auto"));
   EXPECT_FALSE(CheckpointReader::resolve_resume(dir(), ""));
-  EXPECT_NE(error_of([&] { CheckpointReader::resolve_resume(dir(), dir() + "/nope.h5"); }).find("no such checkpoint"),
+  EXPECT_NE(config_error_of([&] { CheckpointReader::resolve_resume(dir(), dir() + "/nope.h5"); }).find("no such checkpoint"),
             std::string::npos);
 }
 
@@ -252,19 +247,19 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
 
   CheckpointExpectations missing;
   missing.tensors["model/layers.0.mlp.gate_proj.weights"] = {{3, 4}, at::kFloat};
-  std::string message = error_of([&] { CheckpointReader::load(path, missing); });
+  std::string message = config_error_of([&] { CheckpointReader::load(path, missing); });
   EXPECT_NE(message.find("has no tensor 'model/layers.0.mlp.gate_proj.weights'"), std::string::npos) << message;
   EXPECT_NE(message.find("did you mean 'model/layers.0.mlp.gate_proj.weight'"), std::string::npos) << message;
   EXPECT_NE(message.find(path), std::string::npos) << message;
 
   CheckpointExpectations shape;
   shape.tensors["model/layers.0.mlp.gate_proj.weight"] = {{3, 8}, at::kFloat};
-  message = error_of([&] { CheckpointReader::load(path, shape); });
+  message = config_error_of([&] { CheckpointReader::load(path, shape); });
   EXPECT_NE(message.find("has shape [3, 4] but this run expects [3, 8]"), std::string::npos) << message;
 
   CheckpointExpectations dtype;
   dtype.tensors["model/embed_tokens.weight"] = {{7, 5}, at::kFloat};
-  message = error_of([&] { CheckpointReader::load(path, dtype); });
+  message = config_error_of([&] { CheckpointReader::load(path, dtype); });
   EXPECT_NE(message.find("is bfloat16 but this run expects float32"), std::string::npos) << message;
 
   CheckpointExpectations other_model;
@@ -272,18 +267,18 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   other["model/layers.0.mlp.gate_proj.weight"] = torch::zeros({3, 5});
   other_model.model_identity = model_identity("tiny", other);
   EXPECT_NE(other_model.model_identity, state.model_identity);
-  message = error_of([&] { CheckpointReader::load(path, other_model); });
+  message = config_error_of([&] { CheckpointReader::load(path, other_model); });
   EXPECT_NE(message.find("was written by model '" + state.model_identity + "', but this run builds '" +
                          other_model.model_identity + "'"),
             std::string::npos)
       << message;
 
   ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(file_size(path) / 2)), 0);
-  message = error_of([&] { CheckpointReader::load(path, {}); });
+  message = config_error_of([&] { CheckpointReader::load(path, {}); });
   EXPECT_NE(message.find("is truncated or corrupt"), std::string::npos) << message;
 
   std::ofstream(dir() + "/garbage.h5") << "not hdf5 at all";
-  message = error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
+  message = config_error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
   EXPECT_NE(message.find("garbage.h5 is truncated or corrupt"), std::string::npos) << message;
 }
 
@@ -302,7 +297,7 @@ TEST_F(CheckpointTest, FileWithoutCompletionMarkerIsRefused) {
   }
   EXPECT_FALSE(checkpoint_file_complete(path));
   EXPECT_FALSE(CheckpointReader::find_latest(dir()));
-  std::string message = error_of([&] { CheckpointReader::load(path, {}); });
+  std::string message = config_error_of([&] { CheckpointReader::load(path, {}); });
   EXPECT_NE(message.find("is incomplete"), std::string::npos) << message;
 }
 

@@ -4,6 +4,8 @@
 // reads back field for field; what cannot be exported is refused with a message; and
 // model.weights takes the model's shape from the checkpoint.
 #include <gtest/gtest.h>
+
+#include "../config_error_text.h"
 #include <torch/torch.h>
 
 #include <fstream>
@@ -82,14 +84,7 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "(no ConfigError)";
-}
+using topotrain::test_support::config_error_of;
 
 class HfExportTest : public ::testing::Test {
  protected:
@@ -232,7 +227,7 @@ TEST_F(HfExportTest, ARunDirectoryExportsItsNewestCheckpointUnsharded) {
 TEST_F(HfExportTest, RefusesWhatItCannotExportNamingWhy) {
   mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   auto export_error = [&](const std::string& source, const std::string& out) {
-    return error_of([&] { export_hf(HfExportOptions{source, out}); });
+    return config_error_of([&] { export_hf(HfExportOptions{source, out}); });
   };
   EXPECT_NE(export_error(path("nowhere"), path("a")).find(path("nowhere") + " does not exist"), std::string::npos);
   make_directories(path("empty"));
