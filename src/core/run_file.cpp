@@ -1,12 +1,14 @@
 #include "topotrain/core/run_file.h"
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <sstream>
 
 #include <toml++/toml.h>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 #include "topotrain/core/suggest.h"
 
 namespace topotrain {
@@ -23,6 +25,8 @@ std::string where(const std::string& source, const toml::node& node) {
 }
 
 std::string read_text(const std::string& path, const char* what) {
+  // An ifstream opens a directory and reads it as empty: a run would go on without its file.
+  if (is_directory(path)) throw ConfigError(cat(what, " '", path, "' is a directory; name a TOML file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError(cat("cannot open ", what, " '", path, "': no such file or not readable"));
   std::ostringstream text;
@@ -54,15 +58,24 @@ std::string string_value(const toml::node& node, const std::string& source, cons
   throw ConfigError(cat(where(source, node), ": '", key, "' must be a string"));
 }
 
-std::vector<int> int_list(const toml::node& node, const std::string& source, const std::string& key) {
+// An integer of the run file as an int, refused (never wrapped) outside [min, INT_MAX].
+int int_value(const toml::node& node, const std::string& source, const std::string& key, std::int64_t min) {
+  auto v = node.value<std::int64_t>();
+  if (!v || !node.is_integer()) throw ConfigError(cat(where(source, node), ": '", key, "' must be an integer"));
+  if (*v < min || *v > INT_MAX)
+    throw ConfigError(cat(where(source, node), ": '", key, "' = ", *v, " is out of range; use ", min, " .. ", INT_MAX));
+  return static_cast<int>(*v);
+}
+
+std::vector<int> int_list(const toml::node& node, const std::string& source, const std::string& key,
+                          std::int64_t min) {
   const toml::array* array = node.as_array();
   if (!array) throw ConfigError(cat(where(source, node), ": '", key, "' must be a list of integers, e.g. [0, 1]"));
   std::vector<int> values;
   for (const auto& item : *array) {
-    auto v = item.value<std::int64_t>();
-    if (!v || !item.is_integer())
+    if (!item.is_integer())
       throw ConfigError(cat(where(source, item), ": '", key, "' must be a list of integers, e.g. [0, 1]"));
-    values.push_back(static_cast<int>(*v));
+    values.push_back(int_value(item, source, key, min));
   }
   return values;
 }
@@ -89,20 +102,17 @@ RoleSpec parse_role(const toml::table& table, const std::string& source) {
   role.role = string_value(*table.get("role"), source, "role");
   if (!table.contains("ranks"))
     throw ConfigError(cat(where(source, table), ": role \"", role.role, "\" needs ranks = [...]"));
-  role.ranks = int_list(*table.get("ranks"), source, "ranks");
+  role.ranks = int_list(*table.get("ranks"), source, "ranks", 0);
   if (const toml::node* devices = table.get("devices")) {
     if (devices->is_string()) {
       if (string_value(*devices, source, "devices") != "cpu")
         throw ConfigError(cat(where(source, *devices), ": devices must be \"cpu\" or a list of GPU ordinals"));
       role.all_cpu = true;
     } else {
-      for (int index : int_list(*devices, source, "devices")) {
-        if (index < 0) throw ConfigError(cat(where(source, *devices), ": GPU ordinals start at 0, got ", index));
-        role.devices.push_back(Device::cuda(index));
-      }
+      for (int index : int_list(*devices, source, "devices", 0)) role.devices.push_back(Device::cuda(index));
     }
   }
-  if (const toml::node* route = table.get("route")) role.route = int_list(*route, source, "route");
+  if (const toml::node* route = table.get("route")) role.route = int_list(*route, source, "route", 0);
   return role;
 }
 
@@ -140,12 +150,8 @@ Topology parse_topology_tables(const toml::table& root, const std::string& sourc
           *hs, source, "hidden_states",
           {{"auto", LinkTransport::automatic}, {"nccl", LinkTransport::nccl}, {"ipc", LinkTransport::ipc},
            {"mpi", LinkTransport::mpi}});
-    if (const toml::node* depth = links->get("queue_depth")) {
-      auto v = depth->value<std::int64_t>();
-      if (!v || !depth->is_integer())
-        throw ConfigError(cat(where(source, *depth), ": queue_depth must be an integer"));
-      topology.links.queue_depth = static_cast<int>(*v);
-    }
+    if (const toml::node* depth = links->get("queue_depth"))
+      topology.links.queue_depth = int_value(*depth, source, "queue_depth", 1);
   }
   return topology;
 }

@@ -91,7 +91,13 @@ const JobSpec& dflash_job() {
 void validate_topology(const Topology& topology, const JobSpec& job) {
   const std::string& file = topology.source;
   std::map<int, std::string> owner;  // rank -> role that lists it
+  std::map<std::string, int> entries;  // role -> [[roles]] tables naming it
   for (const auto& role : topology.roles) {
+    // Two tables of one role would make two role groups: two trainer groups train the same
+    // micro-batches without averaging, and a second target group waits for a start forever.
+    if (++entries[role.role] == 2)
+      throw ConfigError(cat(file, ": two [[roles]] tables have role = \"", role.role, "\"; a role is one table: "
+                            "list all its ranks (and devices) in one ranks = [...]"));
     if (std::find(job.roles.begin(), job.roles.end(), role.role) == job.roles.end()) {
       std::string known;
       for (const auto& r : job.roles) known += (known.empty() ? "\"" : ", \"") + r + "\"";

@@ -177,7 +177,6 @@ void train_moe(JobContext& context) {
           auto t = timer.scope(Phase::h2d);
           return to_model_batch(plan.micro_batches[m], device);
         }();
-        sample_log.record(plan.micro_batches[m]);
         torch::Tensor loss;
         {
           auto t = timer.scope(Phase::forward);
@@ -229,6 +228,8 @@ void train_moe(JobContext& context) {
       continue;
     }
 
+    // Only now is the step accepted: a step discarded after an out-of-memory trained nothing.
+    for (const auto& batch : plan.micro_batches) sample_log.record(batch);
     double grad_norm = 0;
     const double lr = schedule.at(length.schedule_position(state));
     {

@@ -187,3 +187,44 @@ TEST(Topology, MissingFileIsAClearError) {
   std::string message = error_of([] { load_run("no/such.toml", {}, {}); });
   EXPECT_NE(message.find("cannot open topology file 'no/such.toml'"), std::string::npos) << message;
 }
+
+TEST(Topology, ARoleInTwoTablesIsRefused) {
+  struct Case {
+    const char* role;
+    const char* rest;  // the job's other required role
+    const JobSpec& job;
+  };
+  for (const Case& c : {Case{"trainer", "", moe_job()},
+                        Case{"target", "[[roles]]\nrole = \"drafter\"\nranks = [2]\n", dflash_job()},
+                        Case{"drafter", "[[roles]]\nrole = \"target\"\nranks = [2]\n", dflash_job()}}) {
+    const std::string text =
+        cat("[[roles]]\nrole = \"", c.role, "\"\nranks = [0]\n[[roles]]\nrole = \"", c.role, "\"\nranks = [1]\n", c.rest);
+    const std::string message = error_of([&] { validate_topology(parse(text), c.job); });
+    EXPECT_NE(message.find(cat("two [[roles]] tables have role = \"", c.role, "\"")), std::string::npos)
+        << c.role << ": " << message;
+  }
+}
+
+TEST(Topology, IntegersOutsideIntAreRefusedNotWrapped) {
+  EXPECT_NE(error_of([] { parse("[[roles]]\nrole = \"trainer\"\nranks = [0, 4294967297]\n"); })
+                .find("t.toml:3:13: 'ranks' = 4294967297 is out of range; use 0 .. 2147483647"),
+            std::string::npos);
+  for (const char* depth : {"4294967297", "2147483648", "0", "-3"}) {
+    EXPECT_NE(error_of([&] { parse(cat(kTwoTrainers, "[links]\nqueue_depth = ", depth, "\n")); })
+                  .find(cat("'queue_depth' = ", depth, " is out of range; use 1 .. 2147483647")),
+              std::string::npos)
+        << depth;
+  }
+  EXPECT_NE(error_of([] { parse("[[roles]]\nrole = \"trainer\"\nranks = [0]\ndevices = [-1]\n"); })
+                .find("'devices' = -1 is out of range"),
+            std::string::npos);
+  EXPECT_EQ(parse(cat(kTwoTrainers, "[links]\nqueue_depth = 2147483647\n")).links.queue_depth, 2147483647);
+}
+
+TEST(Topology, AConfigPathThatIsADirectoryIsRefused) {
+  const std::string topology = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu4.toml";
+  EXPECT_NE(error_of([&] { load_run(topology, {TOPOTRAIN_SOURCE_DIR}, {}); })
+                .find(cat("config file '", TOPOTRAIN_SOURCE_DIR, "' is a directory")),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { load_run(TOPOTRAIN_SOURCE_DIR, {}, {}); }).find("is a directory"), std::string::npos);
+}

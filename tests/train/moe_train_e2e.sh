@@ -6,7 +6,8 @@
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted; resumed at half the
 #                                      token_budget trains every sample piece once, none skipped
 #   moe_train_e2e.sh BIN_DIR oom       an out-of-memory on one rank stops all ranks with the resume
-#                                      command, which then works; train.oom = "shrink" carries on
+#                                      command, which then works; train.oom = "shrink" carries on,
+#                                      and log.samples lists no piece of the discarded step
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
 #                                      checkpoint of that step, and exit 0
 #   moe_train_e2e.sh BIN_DIR epoch     trained by epochs: the progress line has an ETA and the last
@@ -158,9 +159,15 @@ oom)
   grep -q "resumed from .*step-0*2.h5" "$work/resumed.log"
   grep -q "done: 5 steps" "$work/resumed.log"
   export TOPOTRAIN_FAULT_OOM=1:3
-  train 4 shrink --set train.grad_accum=2 --set train.max_steps=4 --set train.oom=shrink
+  train 4 shrink --set train.grad_accum=2 --set train.max_steps=4 --set train.oom=shrink --set log.samples=true
   grep -q "retrying the step with token_budget 128" "$work/shrink.log"
   grep -q "done: 4 steps" "$work/shrink.log"
+  # The discarded step trained nothing: log.samples lists no token of it twice.
+  cat "$work"/shrink/samples-rank-*.txt | sort -n -k1,1 -k2,2 | awk '
+    NR > 1 && $1 == s && $2 < e { print "sample " $1 " tokens " $2 ".." e " listed twice"; bad = 1 }
+    NR == 1 || $1 != s { s = $1; e = $3; next }
+    $3 > e { e = $3 }
+    END { exit bad }'
   ;;
 stop)
   stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe \
