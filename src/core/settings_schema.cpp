@@ -74,6 +74,9 @@ const std::vector<SettingSpec>& setting_specs() {
        "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)"},
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
        "on CUDA out-of-memory: fail (print the resume command) or shrink (halve token_budget and go on)"},
+      {"train.skip_nonfinite", T::boolean, false, any(),
+       "moe_train: a step whose loss or gradient norm is not finite is skipped and counted (false: the job stops, "
+       "exit 4)"},
       {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence"},
       {"train.loss", T::string, std::string("ce"), one_of({"ce", "kl"}),
        "dflash: ce, or kl against the target's logits at the anchors"},

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 
@@ -20,6 +21,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/fault_injection.h"
 #include "topotrain/train/grad_clip.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
@@ -33,31 +35,36 @@
 namespace topotrain {
 namespace {
 
-// The agreement every rank reaches once per step, in one all-reduce: the step's loss
-// terms, whether any rank ran out of memory (and the first such rank), whether any rank
-// was asked to stop. Reaching it is the only host synchronisation of a step.
+// The agreement every rank reaches once per step: the step's loss terms, whether any rank
+// ran out of memory (and the first such rank), the first rank whose loss terms are not
+// finite, whether any rank was asked to stop. Reaching it is the only host
+// synchronisation of a step.
 struct StepAgreement {
   double loss_sum = 0;
   double aux_sum = 0;
   int oom_rank = -1;
   std::int64_t oom_peak = 0;
+  int nonfinite_rank = -1;
   bool stop = false;
 };
 
 StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
-  // The first OOM rank travels under MIN (INT64_MAX: none); "stop" under MIN as 0.
+  // First ranks travel under MIN (INT64_MAX: none); "stop" under MIN as 0.
+  auto rank_or_none = [](int rank) { return rank >= 0 ? std::int64_t{rank} : INT64_MAX; };
+  auto rank_of = [](std::int64_t v) { return v == INT64_MAX ? -1 : static_cast<int>(v); };
   double sums[2] = {mine.loss_sum, mine.aux_sum};
-  std::int64_t mins[2] = {mine.oom_rank >= 0 ? mine.oom_rank : INT64_MAX, mine.stop ? 0 : 1};
+  std::int64_t mins[3] = {rank_or_none(mine.oom_rank), rank_or_none(mine.nonfinite_rank), mine.stop ? 0 : 1};
   std::int64_t peak = mine.oom_rank >= 0 ? mine.oom_peak : 0;
   MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world);
-  MPI_Allreduce(MPI_IN_PLACE, mins, 2, MPI_INT64_T, MPI_MIN, world);
+  MPI_Allreduce(MPI_IN_PLACE, mins, 3, MPI_INT64_T, MPI_MIN, world);
   MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_INT64_T, MPI_MAX, world);
   StepAgreement all;
   all.loss_sum = sums[0];
   all.aux_sum = sums[1];
-  all.oom_rank = mins[0] == INT64_MAX ? -1 : static_cast<int>(mins[0]);
+  all.oom_rank = rank_of(mins[0]);
   all.oom_peak = peak;
-  all.stop = mins[1] == 0;
+  all.nonfinite_rank = rank_of(mins[1]);
+  all.stop = mins[2] == 0;
   return all;
 }
 
@@ -134,6 +141,8 @@ void train_moe(JobContext& context) {
   const double aux_coef = model_config.router_aux_loss_coef;
   const double clip = settings.real("train.clip");
   const bool shrink_on_oom = oom_policy_is_shrink(settings);
+  const bool skip_nonfinite = settings.boolean("train.skip_nonfinite");
+  std::int64_t skipped_steps = 0;
   SampleLog sample_log(settings, run_dir, runtime.rank());
   StepProfile profile(settings, run_dir, runtime.rank(), device);
   PhaseTimer& timer = timings.timer();
@@ -182,6 +191,8 @@ void train_moe(JobContext& context) {
           auto t = timer.scope(Phase::forward);
           model::BackboneOutput out = net->forward_backbone(batch);
           model::LmLoss lm = model::lm_loss(*net, out.hidden, batch);
+          if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", runtime.rank(), state.step + 1))
+            lm.loss_sum = lm.loss_sum * std::numeric_limits<double>::quiet_NaN();
           const double share = static_cast<double>(batch.num_tokens()) / global_tokens;
           loss = lm.loss_sum / global_targets + out.aux_loss * (aux_coef * share);
           loss_sum += lm.loss_sum.detach();
@@ -202,21 +213,25 @@ void train_moe(JobContext& context) {
     }
     mine.loss_sum = loss_sum.item<double>();
     mine.aux_sum = aux_sum.item<double>();
+    if (!std::isfinite(mine.loss_sum) || !std::isfinite(mine.aux_sum)) mine.nonfinite_rank = runtime.rank();
     StepAgreement all = agree(runtime.world(), mine);
 
+    // A failed step still gets its row in the timing log (every rank, same count); a job
+    // that ends on it leaves the last checkpoint as it was.
+    StepMetrics failed;
+    failed.extra = {StepMetrics::kUnset};
+    auto end_job = [&](int code, const std::string& message) {
+      timings.end_step(failed);
+      timings.flush();
+      if (writer) writer->wait();
+      throw JobExit(code, message);
+    };
     if (all.oom_rank >= 0) {
-      // The failed step still gets its row in the timing log (every rank, same count).
-      StepMetrics failed;
-      failed.extra = {StepMetrics::kUnset};
       reducer.zero_grad();
       compat::release_cached_memory(device);
-      if (!shrink_on_oom || token_budget <= 1) {
-        timings.end_step(failed);
-        timings.flush();
-        if (writer) writer->wait();
-        throw JobExit(3, out_of_memory_message(context, all.oom_rank, state.step + 1, token_budget, all.oom_peak,
-                                               writer ? writer->run_dir() : run_dir));
-      }
+      if (!shrink_on_oom || token_budget <= 1)
+        end_job(3, out_of_memory_message(context, all.oom_rank, state.step + 1, token_budget, all.oom_peak,
+                                         writer ? writer->run_dir() : run_dir));
       token_budget /= 2;
       if (runtime.rank() == 0)
         log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", state.step + 1,
@@ -232,11 +247,27 @@ void train_moe(JobContext& context) {
     for (const auto& batch : plan.micro_batches) sample_log.record(batch);
     double grad_norm = 0;
     const double lr = schedule.at(length.schedule_position(state));
+    bool finite = all.nonfinite_rank < 0;
     {
       auto t = timer.scope(Phase::optimizer);
       grad_norm = clip_gradients(parameters, clip);
-      optimizer.step(lr);
+      // The norm of the reduced gradients is the same on every rank, so every rank skips
+      // alike: a non-finite step never reaches the weights or the AdamW moments.
+      finite = finite && std::isfinite(grad_norm);
+      if (finite) optimizer.step(lr);
       reducer.zero_grad();
+    }
+    if (!finite) {
+      const std::string what = cat(all.nonfinite_rank >= 0 ? cat("the loss on rank ", all.nonfinite_rank)
+                                                           : cat("the gradient norm (", grad_norm, ")"),
+                                   " is not finite at step ", state.step + 1);
+      if (!skip_nonfinite)
+        end_job(4, cat(what, "; no rank applied it. The last checkpoint in ", run_dir,
+                       " is intact: resume with --resume auto after lowering train.lr or checking the data, or set "
+                       "train.skip_nonfinite = true to skip such steps"));
+      ++skipped_steps;
+      if (runtime.rank() == 0)
+        log_warn(cat(what, "; train.skip_nonfinite: step skipped (", skipped_steps, " so far)"));
     }
     state.step += 1;
     state.tokens += static_cast<std::int64_t>(plan.global_tokens);
@@ -280,7 +311,9 @@ void train_moe(JobContext& context) {
   }
   timings.flush();
   if (writer) writer->wait();
-  log_info(cat("done: ", state.step, " steps, ", state.tokens, " tokens; checkpoints and timings.h5 in ", run_dir));
+  log_info(cat("done: ", state.step, " steps, ", state.tokens, " tokens",
+               skipped_steps > 0 ? cat(" (", skipped_steps, " steps skipped as not finite)") : std::string(),
+               "; checkpoints and timings.h5 in ", run_dir));
 }
 
 }  // namespace topotrain

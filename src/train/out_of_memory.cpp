@@ -2,10 +2,9 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
-#include <cstring>
 
 #include "topotrain/core/error.h"
+#include "topotrain/train/fault_injection.h"
 
 namespace topotrain {
 
@@ -21,16 +20,9 @@ bool oom_policy_is_shrink(const Settings& settings) {
 }
 
 void fault_inject_out_of_memory(int rank, std::int64_t step) {
-  static const char* spec = std::getenv("TOPOTRAIN_FAULT_OOM");
-  if (!spec) return;
-  long long want_rank = -1, want_step = -1;
-  if (std::sscanf(spec, "%lld:%lld", &want_rank, &want_step) != 2) return;
-  static bool fired = false;  // once: a shrink retry of the same step must succeed
-  if (want_rank == rank && want_step == step && !fired) {
-    fired = true;
+  if (fault_injected("TOPOTRAIN_FAULT_OOM", rank, step))
     throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
                                 "CUDA out of memory (injected by TOPOTRAIN_FAULT_OOM)");
-  }
 }
 
 std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,

@@ -8,6 +8,9 @@
 #   moe_train_e2e.sh BIN_DIR oom       an out-of-memory on one rank stops all ranks with the resume
 #                                      command, which then works; train.oom = "shrink" carries on,
 #                                      and log.samples lists no piece of the discarded step
+#   moe_train_e2e.sh BIN_DIR nonfinite a NaN loss on one rank stops every rank with exit 4, one message
+#                                      naming the rank and step, the last checkpoint intact;
+#                                      train.skip_nonfinite = true skips that step and goes on
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
 #                                      checkpoint of that step, and exit 0
 #   moe_train_e2e.sh BIN_DIR epoch     trained by epochs: the progress line has an ETA and the last
@@ -168,6 +171,24 @@ oom)
     NR == 1 || $1 != s { s = $1; e = $3; next }
     $3 > e { e = $3 }
     END { exit bad }'
+  ;;
+nonfinite)
+  export TOPOTRAIN_FAULT_NONFINITE=1:3
+  code=0
+  timeout 300 "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set train.token_budget=256 \
+    --set checkpoint.dir="$work" --set checkpoint.run=nan --set checkpoint.every_steps=2 --set train.max_steps=5 \
+    >"$work/nan.log" 2>&1 || code=$?
+  [[ $code -eq 4 ]] || { cat "$work/nan.log"; echo "exit $code, expected 4"; exit 1; }
+  [[ $(grep -c "the loss on rank 1 is not finite at step 3; no rank applied it" "$work/nan.log") -eq 1 ]] ||
+    { cat "$work/nan.log"; echo "expected one message naming rank 1 and step 3"; exit 1; }
+  [[ $(cat "$work/nan/latest") == step-00000002.h5 ]] || { echo "the last checkpoint is not step 2's"; exit 1; }
+  # Skipped: step 3 changes no weight and no AdamW moment, and the run goes on to step 5.
+  train 2 skip --set train.skip_nonfinite=true --set checkpoint.every_steps=1 --set checkpoint.keep=10 \
+    --set train.max_steps=5
+  grep -q "not finite at step 3; train.skip_nonfinite: step skipped (1 so far)" "$work/skip.log"
+  grep -q "done: 5 steps, [0-9]* tokens (1 steps skipped as not finite)" "$work/skip.log"
+  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 model/
+  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/
   ;;
 stop)
   stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe \

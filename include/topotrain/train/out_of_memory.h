@@ -21,8 +21,8 @@ bool is_out_of_memory(const std::exception& error);
 // train.oom: "fail" or "shrink" (ConfigError otherwise).
 bool oom_policy_is_shrink(const Settings& settings);
 
-// Test hook: TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an out-of-memory error
-// once, in that step, so the failure path can be tested without a GPU.
+// Test hook (fault_injection.h): TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an
+// out-of-memory error once, in that step, so the failure path can be tested without a GPU.
 void fault_inject_out_of_memory(int rank, std::int64_t step);
 
 std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,

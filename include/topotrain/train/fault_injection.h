@@ -1,0 +1,14 @@
+// Test hooks that make a failure happen on one rank at one step, so that the failure paths
+// (out of memory, a non-finite loss) can be tested on CPU ranks: the environment variable
+// holds "RANK:STEP".
+#pragma once
+
+#include <cstdint>
+
+namespace topotrain {
+
+// True the first time this process reaches `step` as rank `rank` named by the variable
+// (once per process and variable: a retry of the same step must succeed).
+bool fault_injected(const char* variable, int rank, std::int64_t step);
+
+}  // namespace topotrain

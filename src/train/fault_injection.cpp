@@ -1,0 +1,23 @@
+#include "topotrain/train/fault_injection.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace topotrain {
+
+bool fault_injected(const char* variable, int rank, std::int64_t step) {
+  const char* spec = std::getenv(variable);
+  if (!spec) return false;
+  long long want_rank = -1, want_step = -1;
+  if (std::sscanf(spec, "%lld:%lld", &want_rank, &want_step) != 2) return false;
+  if (want_rank != rank || want_step != step) return false;
+  static std::mutex mutex;
+  static std::set<std::string> fired;
+  std::lock_guard<std::mutex> lock(mutex);
+  return fired.insert(variable).second;
+}
+
+}  // namespace topotrain
