@@ -376,23 +376,19 @@ Outcome Drafting::run() {
   StepProfile profile(settings_, run_dir_, me, device_);
   const LrSchedule schedule = lr_schedule_from(settings_, length_);
   const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
-  const std::int64_t log_every = std::max<std::int64_t>(1, settings_.integer("log.every"));
+  const std::int64_t log_every = settings_.integer("log.every");
   const std::int64_t checkpoint_every = settings_.integer("checkpoint.every_steps");
   const std::int64_t tap_columns = static_cast<std::int64_t>(config_.resolved_taps().size()) * config_.target.hidden_size;
   const bool kl = config_.loss == model::DFlashLoss::kl;
   const std::size_t slots = static_cast<std::size_t>(config_.block_size);
   double lr = 0, grad_norm = 0;
 
-  const auto grad_accum = static_cast<std::size_t>(std::max<std::int64_t>(1, settings_.integer("train.grad_accum")));
+  const auto grad_accum = static_cast<std::size_t>(settings_.integer("train.grad_accum"));
   const std::vector<int> targets = topology_.targets_of(me);
   const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
-  ProgressConfig progress_config;  // the drafters' line, printed by the first of them
-  MPI_Comm_size(runtime_.role_comm(), &progress_config.ranks);
-  progress_config.cpu = runtime_.device().is_cpu;
-  progress_config.peak_flops = peak_flops(device_);
-  progress_config.planned_tokens = length_.planned_tokens;
-  progress_config.max_steps = length_.max_steps;
-  ProgressMeter progress(progress_config);
+  // The drafters' line, printed by the first of them; each step reports its FLOPs (they
+  // vary with the anchors drawn).
+  ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
 
   Outcome outcome;
   while (true) {

@@ -128,15 +128,8 @@ void train_moe(JobContext& context) {
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   std::unique_ptr<CheckpointWriter> writer;
   if (runtime.rank() == 0) writer = std::make_unique<CheckpointWriter>(run_dir, settings.integer("checkpoint.keep"));
-  ProgressConfig progress_config;
-  progress_config.ranks = world;
-  progress_config.cpu = runtime.device().is_cpu;
-  progress_config.flops_per_token = timing_config.flops_per_token;
-  progress_config.peak_flops = timing_config.peak_flops;
-  progress_config.planned_tokens = length.planned_tokens;
-  progress_config.max_steps = length.max_steps;
-  ProgressMeter progress(progress_config);
-  const std::int64_t log_every = std::max<std::int64_t>(1, settings.integer("log.every"));
+  ProgressMeter progress(progress_config_from(length, world, device, timing_config.flops_per_token));
+  const std::int64_t log_every = settings.integer("log.every");
   const std::int64_t checkpoint_every = settings.integer("checkpoint.every_steps");
   const double aux_coef = model_config.router_aux_loss_coef;
   const double clip = settings.real("train.clip");
@@ -167,7 +160,8 @@ void train_moe(JobContext& context) {
     }();
     // The loss is a sum over the step's trained targets (loss mask 1) divided by their
     // global count, so that the summed gradient equals one process's mean over the union
-    // of all micro-batches. A step without any (every token masked out) trains nothing.
+    // of all micro-batches. A step without any (every token masked out) has no LM gradient:
+    // its count is taken as 1 so that the sum, 0, stays 0.
     const double global_targets = static_cast<double>(std::max<std::uint64_t>(1, plan.global_loss_targets));
     const double global_tokens = static_cast<double>(plan.global_tokens);
 

@@ -79,15 +79,16 @@ std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
 }  // namespace
 
 model::ModelConfig model_config_from(const Settings& settings) {
-  if (!settings.has("model.config")) {
-    if (auto stored = config_of_weights(settings)) return *stored;  // trained weights: their own init is moot
+  const double init_std = settings.real("model.init_std");
+  if (settings.has("model.config")) {
+    model::ModelConfig config = model::ModelConfig::from_json_file(settings.string("model.config"));
+    // As HF: a config.json's initializer_range is the model's, unless the run sets its own.
+    if (settings.origin("model.init_std") != "default") config.initializer_range = init_std;
+    return config;
   }
-  model::ModelConfig config = settings.has("model.config")
-                                  ? model::ModelConfig::from_json_file(settings.string("model.config"))
-                                  : model::ModelConfig::preset(settings.string("model.preset"));
-  // As HF: a config.json's initializer_range is the model's, unless the run sets its own.
-  if (!settings.has("model.config") || settings.origin("model.init_std") != "default")
-    config.initializer_range = settings.real("model.init_std");
+  if (auto stored = config_of_weights(settings)) return *stored;  // trained weights: their own init is moot
+  model::ModelConfig config = model::ModelConfig::preset(settings.string("model.preset"));
+  config.initializer_range = init_std;
   return config;
 }
 
@@ -242,6 +243,18 @@ TrainingLength training_length(const Settings& settings, const data::TokenDatase
 LrSchedule lr_schedule_from(const Settings& settings, const TrainingLength& length) {
   return LrSchedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
                     length.schedule_length};
+}
+
+ProgressConfig progress_config_from(const TrainingLength& length, int ranks, const torch::Device& device,
+                                    double flops_per_token) {
+  ProgressConfig config;
+  config.ranks = ranks;
+  config.cpu = device.is_cpu();
+  config.flops_per_token = flops_per_token;
+  config.peak_flops = peak_flops(device);
+  config.planned_tokens = length.planned_tokens;
+  config.max_steps = length.max_steps;
+  return config;
 }
 
 namespace {

@@ -55,8 +55,8 @@ class Settings {
   Settings();  // every key at its default
 
   // Sets a key, checking that it exists, that the value has its type (an integer is
-  // accepted for a real) and that it lies in the key's range. `origin` says where the value came from, for messages and the
-  // resolved print-out: "topology/cpu4.toml", "--set".
+  // accepted for a real) and that it lies in the key's range. `origin` says where the
+  // value came from, for messages and the resolved print-out: "topology/cpu4.toml", "--set".
   void set(const std::string& key, const SettingValue& value, const std::string& origin);
   // "key=value" from the command line (spaces around key and value are ignored); the
   // value is parsed as the key's type.

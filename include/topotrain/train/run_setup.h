@@ -21,6 +21,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/lr_schedule.h"
+#include "topotrain/train/progress.h"
 
 namespace topotrain {
 
@@ -101,6 +102,10 @@ TrainingLength training_length(const Settings& settings, std::int64_t dataset_to
 TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset);
 // train.lr, train.min_lr_ratio and train.warmup over the length's schedule.
 LrSchedule lr_schedule_from(const Settings& settings, const TrainingLength& length);
+// The progress line of `ranks` ranks on devices like `device` (its peak FLOP/s, CPU or
+// not) that train towards `length`; flops_per_token 0 when each step reports its FLOPs.
+ProgressConfig progress_config_from(const TrainingLength& length, int ranks, const torch::Device& device,
+                                    double flops_per_token);
 
 // The step prefetcher of one data-parallel rank, starting at `position`, over the
 // whole sample stream or one of several independent streams (`stream`).
