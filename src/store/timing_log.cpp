@@ -1,5 +1,6 @@
 #include "topotrain/store/timing_log.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 
@@ -92,14 +93,35 @@ struct TimingLog::File {
   PhaseTimer::Clock::time_point last_copy;
   double copy_seconds = -1;  // of the last copy; -1: none yet
 
+  // Creates the live file of a new launch and folds the `earlier` timings files' launches
+  // into it. It is built under a temporary name and renamed to the live name only once
+  // whole: a live file found at start-up is a log to keep (a killed run's), never a
+  // half-made one.
   File(const std::string& path, int world_size, const std::string& roles, int gather_every,
-       const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows)
+       const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows,
+       const std::vector<std::string>& earlier)
       : published(path), live(path + kTimingsLiveSuffix) {
     auto lock = h5_serialize();
     h5_quiet();
-    file = H5Handle(H5Fcreate(live.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-                    "cannot create timing log " + live);
+    const std::string starting = live + ".start";
+    file = H5Handle(H5Fcreate(starting.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+                    "cannot create timing log " + starting);
+    int before = 0;  // the highest launch number before this one
+    for (const std::string& previous : earlier) {
+      try {
+        before = std::max(before, fold_launches(file, previous));
+      } catch (const std::exception& e) {
+        log_warn(cat("timing log: the earlier log ", previous, " cannot be read (", e.what(), "); it is left as ",
+                     previous, ".unreadable"));
+        rename_file(previous, previous + ".unreadable");
+      }
+    }
+    const int launch = before + 1;
+    if (launch > 1) log_info(cat("timing log: launch ", launch, " of this run; earlier launches are kept in ", published));
     write_attribute(file, "format", std::string("topotrain-timings"));
+    write_attribute(file, "launch", std::int64_t{launch});
+    write_attribute(file, "started_at",
+                    std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
     write_attribute(file, "world_size", std::int64_t{world_size});
     write_attribute(file, "roles", roles);
     write_attribute(file, "gather_every", std::int64_t{gather_every});
@@ -112,7 +134,8 @@ struct TimingLog::File {
     H5Handle spans_set(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans");
     write_attribute(spans_set, "phases", phases);
     nvml = std::make_unique<H5Table>(file, "nvml", nvml_fields(), 1024);
-    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + live);
+    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + starting);
+    rename_file(starting, live);
     copy_to_published();  // an empty log, at once; not counted: the first gather's copy follows
   }
 
@@ -174,14 +197,18 @@ TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::stri
       make_directories(run_dir);
       // A killed run's live file holds more rows than the copy it last published.
       if (file_exists(path_ + kTimingsLiveSuffix)) rename_file(path_ + kTimingsLiveSuffix, path_);
-      if (file_exists(path_)) {
-        // A resumed run starts a new log; the previous one is kept beside it.
-        std::string kept;
-        for (int n = 1; kept.empty() || file_exists(kept); ++n) kept = cat(run_dir, "/timings.", n, ".h5");
-        rename_file(path_, kept);
-        log_info("previous timing log kept as " + kept);
-      }
-      file_ = std::make_unique<File>(path_, world_size_, roles, config_.gather_every, config_.extra_fields, rank_rows);
+      // A resumed run's log holds the earlier launches: older versions' timings.N.h5 files,
+      // oldest first, then the last log.
+      std::vector<std::string> earlier;
+      for (int n = 1; file_exists(cat(run_dir, "/timings.", n, ".h5")); ++n)
+        earlier.push_back(cat(run_dir, "/timings.", n, ".h5"));
+      const std::size_t separate = earlier.size();
+      if (file_exists(path_)) earlier.push_back(path_);
+      file_ = std::make_unique<File>(path_, world_size_, roles, config_.gather_every, config_.extra_fields, rank_rows,
+                                     earlier);
+      // Only now that timings.h5 holds them.
+      for (std::size_t i = 0; i < separate; ++i)
+        if (file_exists(earlier[i])) remove_file(earlier[i]);
     } catch (const std::exception& e) {
       error = e.what();
     }

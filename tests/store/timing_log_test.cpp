@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <set>
 
 #include "topotrain/core/files.h"
@@ -157,40 +158,103 @@ TEST(TimingLog, ARunningLogIsReadableByAnotherProcess) {
   }
 }
 
-// A killed run leaves its live file, which holds more rows than the copy it published: the
-// next run keeps that one as the previous log.
-TEST(TimingLog, AKilledRunsLiveFileIsKept) {
+namespace {
+
+// One launch of a job that records `steps` steps with `tokens` tokens each.
+void run_launch(const std::string& dir, int steps, double tokens) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  TimingLogConfig config;
+  config.gather_every = 100;
+  TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
+  for (int step = 1; step <= steps; ++step) {
+    log.timer().begin_step(step);
+    StepMetrics metrics;
+    metrics.tokens = tokens;
+    log.end_step(metrics);
+  }
+  log.flush();
+}
+
+// Tokens of each launch in the file, oldest first, with the launch numbers.
+std::vector<std::pair<int, double>> launch_tokens(const std::string& path) {
+  std::vector<std::pair<int, double>> out;
+  for (const TimingsData& launch : read_timing_launches(path)) {
+    double tokens = 0;
+    for (std::size_t row = 0; row < launch.steps.rows; ++row)
+      tokens += launch.steps.at(row, launch.steps.column("tokens"));
+    out.emplace_back(launch.launch, tokens);
+  }
+  return out;
+}
+
+}  // namespace
+
+// Every launch of a resumed run lands in the one timings.h5, oldest first and numbered;
+// the root is the newest launch, and a launch that recorded no step is not kept.
+TEST(TimingLog, AResumedRunKeepsEveryLaunchInOneFile) {
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const std::string dir = shared_dir("launches");
+  const std::string published = join_path(dir, kTimingsFileName);
+  run_launch(dir, 2, 1);
+  run_launch(dir, 0, 0);  // died before its first step
+  run_launch(dir, 3, 10);
+  run_launch(dir, 1, 100);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    const std::vector<std::pair<int, double>> expected = {{1, 2.0 * world}, {3, 30.0 * world}, {4, 100.0 * world}};
+    EXPECT_EQ(launch_tokens(published), expected);
+    EXPECT_EQ(read_timings(published).launch, 4);
+    EXPECT_EQ(read_timings(published).steps.rows, static_cast<std::size_t>(world));
+    EXPECT_EQ(list_directory(dir), std::vector<std::string>{kTimingsFileName});
+    remove_tree(dir);
+  }
+}
+
+void copy_file(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary | std::ios::trunc);
+  out << in.rdbuf();
+  ASSERT_TRUE(in && out.flush()) << from << " -> " << to;
+}
+
+// Separate timings.N.h5 files, as older versions kept them, are folded in, in order, and
+// removed. A start-up killed after its new live file was complete but before it removed
+// them leaves both: the next one keeps every launch once. And a killed run's live file,
+// which holds more rows than the copy it published, is the log that is kept.
+TEST(TimingLog, OldSeparateLogsAndAKilledStartUpKeepEveryLaunchOnce) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const std::string dir = shared_dir("killed");
   const std::string published = join_path(dir, kTimingsFileName);
-  for (int run = 0; run < 2; ++run) {
-    TimingLogConfig config;
-    config.gather_every = 100;
-    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
-    for (int step = 1; step <= run + 1; ++step) {
-      log.timer().begin_step(step);
-      log.end_step({});
-    }
-    log.flush();
-  }
+  const std::string separate = join_path(dir, "timings.1.h5");
+  const std::string first_launch = dir + ".first.h5";
+  run_launch(dir, 1, 1);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
-    // What a kill leaves: the live file (run 1's 2 steps) beside an older published copy.
+    copy_file(published, first_launch);
+    rename_file(published, separate);  // as an older version left it
+  }
+  run_launch(dir, 2, 10);  // folds timings.1.h5
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_FALSE(file_exists(separate));
+    // The kill: the complete live file, the separate log not yet removed, an older copy.
     rename_file(published, published + kTimingsLiveSuffix);
-    rename_file(join_path(dir, "timings.1.h5"), published);
+    copy_file(first_launch, separate);
+    copy_file(first_launch, published);
+    remove_file(first_launch);
   }
-  {
-    TimingLogConfig config;
-    TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
-    log.flush();
-  }
+  run_launch(dir, 0, 0);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
-    EXPECT_EQ(read_timings(join_path(dir, "timings.1.h5")).steps.rows, static_cast<std::size_t>(2 * world));
-    EXPECT_EQ(read_timings(published).steps.rows, 0u);
-    EXPECT_FALSE(file_exists(published + kTimingsLiveSuffix));
+    const std::vector<std::pair<int, double>> expected = {{1, 1.0 * world}, {2, 20.0 * world}, {3, 0.0}};
+    EXPECT_EQ(launch_tokens(published), expected);
+    EXPECT_EQ(list_directory(dir), std::vector<std::string>{kTimingsFileName});
     remove_tree(dir);
   }
 }

@@ -5,7 +5,9 @@
 // rename, so that topotrain-report or h5py can read a running job's timings at any moment.
 // Copies follow gathers, spaced to take at most 1% of rank 0's time (a small log: after
 // every gather), and flush() and flush_local() publish at once. With a GPU and NVML
-// present, each rank also samples its GPU; the samples travel with the step rows.
+// present, each rank also samples its GPU; the samples travel with the step rows. A
+// resumed run's log starts as a new launch and carries the earlier launches with it (one
+// file per run directory, however often it is resumed).
 //
 //   TimingLog log(run_dir, world, runtime.role(), config);   // collective
 //   for (...) {
