@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -237,6 +238,71 @@ std::string format_report(const RunReport& report) {
     out += "to see which kernels and host calls make it slow, rerun with --set log.profile_step=N: every rank\n"
            "writes profile-stepN-rankR.txt into the run directory\n";
   }
+  return out;
+}
+
+LaunchSummary summarise_launch(const TimingsData& data) {
+  LaunchSummary summary;
+  summary.launch = data.launch;
+  summary.world_size = data.world_size;
+  std::vector<std::pair<std::string, int>> counts;  // roles in order of their lowest rank
+  for (const std::string& role : data.roles) {
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == role; });
+    if (it == counts.end()) counts.emplace_back(role, 1);
+    else ++it->second;
+  }
+  for (const auto& [role, count] : counts) summary.roles += cat(summary.roles.empty() ? "" : ", ", count, ' ', role);
+  const TableData& steps = data.steps;
+  if (steps.rows == 0) return summary;
+  const int step = require_column(steps, "step", data.path), rank = require_column(steps, "rank", data.path);
+  const int start = require_column(steps, "start", data.path), wall = require_column(steps, "wall", data.path);
+  const int tokens = require_column(steps, "tokens", data.path), loss = require_column(steps, "loss", data.path);
+  std::vector<bool> trains(static_cast<std::size_t>(data.world_size), false);
+  double begin = INFINITY, end = -INFINITY;
+  summary.first_step = std::numeric_limits<std::int64_t>::max();
+  summary.last_step = std::numeric_limits<std::int64_t>::min();
+  for (std::size_t row = 0; row < steps.rows; ++row) {
+    const auto r = static_cast<std::size_t>(steps.at(row, rank));
+    if (r < trains.size() && std::isfinite(steps.at(row, loss))) trains[r] = true;
+    summary.first_step = std::min(summary.first_step, static_cast<std::int64_t>(steps.at(row, step)));
+    summary.last_step = std::max(summary.last_step, static_cast<std::int64_t>(steps.at(row, step)));
+    begin = std::min(begin, steps.at(row, start));
+    end = std::max(end, steps.at(row, start) + steps.at(row, wall));
+  }
+  summary.seconds = end - begin;
+  double loss_sum = 0;
+  int loss_rows = 0;
+  for (std::size_t row = 0; row < steps.rows; ++row) {
+    const auto r = static_cast<std::size_t>(steps.at(row, rank));
+    if (r >= trains.size() || !trains[r]) continue;
+    summary.tokens += steps.at(row, tokens);
+    if (static_cast<std::int64_t>(steps.at(row, step)) == summary.last_step && std::isfinite(steps.at(row, loss))) {
+      loss_sum += steps.at(row, loss);
+      ++loss_rows;
+    }
+  }
+  if (loss_rows > 0) summary.last_loss = loss_sum / loss_rows;
+  return summary;
+}
+
+std::string format_launches(const std::vector<LaunchSummary>& launches) {
+  std::string out = cat(launches.size(), " launches (a resumed run):\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-6s %-24s %-15s %10s %14s %10s\n", "launch", "ranks", "steps", "seconds",
+                "tokens", "last loss");
+  out += line;
+  double seconds = 0, tokens = 0;
+  for (const LaunchSummary& l : launches) {
+    const std::string steps = l.last_step < l.first_step ? "none" : cat(l.first_step, "..", l.last_step);
+    const std::string ranks = cat(l.world_size, " (", l.roles, ")");
+    std::snprintf(line, sizeof line, "  %-6d %-24s %-15s %10.1f %14.0f %10.4g\n", l.launch, ranks.c_str(),
+                  steps.c_str(), l.seconds, l.tokens, l.last_loss);
+    out += line;
+    seconds += l.seconds;
+    tokens += l.tokens;
+  }
+  std::snprintf(line, sizeof line, "  %-6s %-24s %-15s %10.1f %14.0f\n", "all", "", "", seconds, tokens);
+  out += line;
   return out;
 }
 

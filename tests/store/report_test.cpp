@@ -19,15 +19,19 @@ constexpr int kSteps = 10;
 
 // Phase seconds of one synthetic row: targets (ranks 0, 1) spend 40% of a 100 ms step
 // waiting on the queue; the drafter (rank 2) spends 61 ms in backward and a copy time
-// that grows by 1 ms per step.
+// that grows by 1 ms per step, and is the one that records a loss.
 std::map<std::string, double> synthetic_row(int rank, int step) {
   if (rank < 2)
     return {{"forward", 0.030}, {"queue_wait", 0.040}, {"send", 0.010}, {"wall", 0.100}, {"tokens", 1000},
             {"flops", 3e10}};
   const double h2d = 0.001 * (step + 1);
   return {{"recv", 0.005},     {"h2d", h2d},          {"forward", 0.020}, {"backward", 0.061},
-          {"optimizer", 0.010}, {"wall", 0.100 + h2d}, {"tokens", 500},    {"queue_depth", double(step % 4)}};
+          {"optimizer", 0.010}, {"wall", 0.100 + h2d}, {"tokens", 500},    {"queue_depth", double(step % 4)},
+          {"loss", 5.0 - 0.1 * step}};
 }
+
+// Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
+double unset(const std::string& field) { return field == "queue_depth" || field == "loss" ? StepMetrics::kUnset : 0; }
 
 // Written with the layout of timings_file.h directly, independent of TimingLog.
 // `phantom_rows`: each rank also ends with a row that trained nothing (no tokens, no
@@ -59,9 +63,8 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
       values["rank"] = rank;
       values["start"] = step * 0.2;
       values["other"] = values["wall"] - named;
-      // Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
       for (const auto& field : fields)
-        rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
+        rows.push_back(values.count(field) ? values[field] : unset(field));
       span_rows.insert(span_rows.end(), {double(rank), double(step), double(int(Phase::forward)), step * 0.2, 0.02, 0});
     }
   }
@@ -72,7 +75,7 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
       if (rank == 2) values["queue_wait"] = 0.003;
       else values["data_wait"] = 0.003;
       for (const auto& field : fields)
-        rows.push_back(values.count(field) ? values[field] : field == "queue_depth" ? StepMetrics::kUnset : 0);
+        rows.push_back(values.count(field) ? values[field] : unset(field));
     }
   }
   steps.append(rows);
@@ -203,4 +206,23 @@ TEST_F(ReportTest, ChartHasAPanelPerRoleAndALegend) {
   for (std::size_t at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
   const std::size_t background = 1, legend = 4 + 6, target_bars = 10 * 4, drafter_bars = 10 * 6;
   EXPECT_EQ(rects, background + legend + target_bars + drafter_bars);
+}
+
+// A launch's summary counts the tokens of the ranks that train (a loss recorded) once, and
+// its loss is the training ranks' at the last step.
+TEST_F(ReportTest, LaunchSummaryCountsTrainingRanks) {
+  const LaunchSummary summary = summarise_launch(data_);
+  EXPECT_EQ(summary.launch, 1);  // written without a launch number
+  EXPECT_EQ(summary.roles, "2 target, 1 drafter");
+  EXPECT_EQ(summary.first_step, 0);
+  EXPECT_EQ(summary.last_step, kSteps - 1);
+  EXPECT_DOUBLE_EQ(summary.tokens, 500.0 * kSteps);
+  EXPECT_DOUBLE_EQ(summary.last_loss, 5.0 - 0.1 * (kSteps - 1));
+  // Step 0 starts at 0; the last step starts at 0.2 (kSteps - 1) and the drafter's lasts longest.
+  EXPECT_NEAR(summary.seconds, 0.2 * (kSteps - 1) + 0.100 + 0.001 * kSteps, 1e-12);
+  const std::string text = format_launches({summary, summary});
+  EXPECT_NE(text.find("2 launches"), std::string::npos) << text;
+  EXPECT_NE(text.find("3 (2 target, 1 drafter)"), std::string::npos) << text;
+  EXPECT_NE(text.find("0..9"), std::string::npos) << text;
+  EXPECT_NE(text.find(" 10000"), std::string::npos) << text;  // the total of both
 }

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <set>
 
+#include <sys/wait.h>
+
 #include "topotrain/core/files.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/store/timings_file.h"
@@ -27,6 +29,18 @@ std::string shared_dir(const char* test) {
 }
 
 std::string role_of(int rank, int world) { return rank == world - 1 ? "drafter" : "target"; }
+
+// topotrain-report's output for `arguments`; expects the exit status `status`.
+std::string run_report(const std::string& arguments, int status = 0) {
+  std::FILE* report = popen((std::string(TOPOTRAIN_REPORT_BINARY) + " " + arguments + " 2>&1").c_str(), "r");
+  EXPECT_NE(report, nullptr);
+  if (!report) return "";
+  std::string text;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, report)) > 0;) text.append(buffer, n);
+  EXPECT_EQ(WEXITSTATUS(pclose(report)), status) << text;
+  return text;
+}
 
 }  // namespace
 
@@ -138,12 +152,7 @@ TEST(TimingLog, ARunningLogIsReadableByAnotherProcess) {
       log.end_step(metrics);  // the second ships: rank 0 writes its own rows at once
     }
     if (rank == 0) {
-      std::FILE* report = popen((std::string(TOPOTRAIN_REPORT_BINARY) + " " + dir + " 2>&1").c_str(), "r");
-      ASSERT_NE(report, nullptr);
-      std::string text;
-      char buffer[4096];
-      for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, report)) > 0;) text.append(buffer, n);
-      EXPECT_EQ(pclose(report), 0) << text;
+      const std::string text = run_report(dir);
       EXPECT_NE(text.find("role target (rank"), std::string::npos) << text;
       EXPECT_NE(text.find("steps 1..2"), std::string::npos) << text;
       EXPECT_GE(read_timings(log.path()).steps.rows, 2u);
@@ -210,6 +219,11 @@ TEST(TimingLog, AResumedRunKeepsEveryLaunchInOneFile) {
     EXPECT_EQ(read_timings(published).launch, 4);
     EXPECT_EQ(read_timings(published).steps.rows, static_cast<std::size_t>(world));
     EXPECT_EQ(list_directory(dir), std::vector<std::string>{kTimingsFileName});
+    const std::string history = run_report(dir);
+    EXPECT_NE(history.find("3 launches (a resumed run)"), std::string::npos) << history;
+    EXPECT_NE(history.find("launch 4:"), std::string::npos) << history;
+    EXPECT_NE(run_report(dir + " --launch 3").find("steps 1..3"), std::string::npos);
+    EXPECT_NE(run_report(dir + " --launch 2", 1).find("holds no launch 2 (it holds 1, 3, 4;"), std::string::npos);
     remove_tree(dir);
   }
 }

@@ -1,12 +1,13 @@
 // Turns a timings file into the numbers topotrain-report prints: per role, where the
 // step time goes, throughput, MFU, communication and queue depths, and the bottleneck
-// in one line.
+// in one line; for a resumed run, one line per launch as well.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "topotrain/store/phase_timer.h"
 #include "topotrain/store/timings_file.h"
 
 namespace topotrain {
@@ -54,6 +55,24 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps);
 
 // The text topotrain-report prints.
 std::string format_report(const RunReport& report);
+
+// What one launch of a run did. Training roles are those that recorded a loss (trainers,
+// drafters; a frozen DFlash target records none): their tokens are the launch's tokens,
+// counted once per rank that trained them.
+struct LaunchSummary {
+  int launch = 1;
+  int world_size = 0;
+  std::string roles;  // "4 trainer", "7 target, 1 drafter"
+  std::int64_t first_step = 0;
+  std::int64_t last_step = -1;  // < first_step: no step recorded
+  double seconds = 0;           // from the first step's start to the last step's end
+  double tokens = 0;
+  double last_loss = StepMetrics::kUnset;  // mean over the training ranks at the launch's last step
+};
+
+LaunchSummary summarise_launch(const TimingsData& data);
+// One line per launch, oldest first, and the run's totals.
+std::string format_launches(const std::vector<LaunchSummary>& launches);
 
 // Nearest-rank percentile (p in [0, 100]) of unsorted values; 0 for none.
 double percentile(std::vector<double> values, double p);
