@@ -6,11 +6,13 @@
 #include <chrono>
 #include <functional>
 #include <stdexcept>
+#include <thread>
 
 #include "link_frame.h"
 #include "mpi_types.h"
 #include "payload_channel.h"
 #include "topotrain/core/error.h"
+#include "topotrain/core/fault_injection.h"
 
 namespace topotrain::comm {
 
@@ -122,10 +124,14 @@ void check_ends(MPI_Comm comm, const LinkEnds& ends, bool sender) {
                                     " of the link to rank ", ends.receiver));
 }
 
+// How long a sender named by TOPOTRAIN_FAULT_LINK_STALL pauses between a header and its payload.
+constexpr std::chrono::seconds kStallForTests(3);
+
 }  // namespace
 
 HiddenStateSender::HiddenStateSender(MPI_Comm comm, const LinkEnds& ends, const LinkConfig& config) {
   check_ends(comm, ends, true);
+  MPI_Comm_rank(comm, &rank_);
   payload_ = open_link(comm, ends, config, link_, transport_, make_payload_sender);
 }
 
@@ -143,6 +149,7 @@ void HiddenStateSender::send(const PackedHiddenBatch& batch) {
   // does only while its queue has room. This is the back-pressure.
   mpi_check(MPI_Ssend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kDataTag, link_),
             "MPI_Ssend (hidden-state header)");
+  if (fault_injected("TOPOTRAIN_FAULT_LINK_STALL", rank_, sent_)) std::this_thread::sleep_for(kStallForTests);
   payload_->transfer(batch.hidden);
   ++sent_;
 }
@@ -186,6 +193,8 @@ HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, co
   queues_.resize(ends.senders.size() + 1);
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;
+  in_flight_.assign(ends.senders.size() + 1, false);
+  incoming_.resize(ends.senders.size() + 1);
   open_count_ = static_cast<int>(ends.senders.size());
   senders_ = ends.senders;
   thread_ = std::thread([this] { receive_loop(); });
@@ -198,6 +207,7 @@ HiddenStateReceiver::~HiddenStateReceiver() {
   }
   changed_.notify_all();
   if (thread_.joinable()) thread_.join();
+  incoming_.clear();
   queues_.clear();
   payload_.reset();
   free_link_comm(link_);
@@ -254,7 +264,9 @@ std::optional<PackedHiddenBatch> HiddenStateReceiver::next_from(int sender) {
     throw std::invalid_argument(cat("HiddenStateReceiver::next_from: rank ", sender, " is not a sender of this link"));
   const std::size_t link_rank = static_cast<std::size_t>(it - senders_.begin()) + 1;
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return !queues_[link_rank].empty() || !open_[link_rank] || error_; });
+  changed_.wait(lock, [&] {
+    return !queues_[link_rank].empty() || (!open_[link_rank] && !in_flight_[link_rank]) || error_;
+  });
   if (error_) std::rethrow_exception(error_);
   if (queues_[link_rank].empty()) return std::nullopt;
   return take(link_rank, lock);
@@ -278,17 +290,20 @@ bool HiddenStateReceiver::handle_frame(int tag, int source) {
   }
   switch (frame.fields.kind) {
     case FrameKind::data: {
-      ReceivedPayload payload = payload_->receive(sender, frame.fields, frame.extra);
-      frame.header.hidden = payload.hidden;
+      if (incoming_[sender])
+        throw std::runtime_error(cat("hidden-state link: link rank ", sender, " sent a header before its last payload"));
       frame.header.sender = senders_[static_cast<std::size_t>(sender - 1)];
+      incoming_[sender] = std::make_unique<Incoming>(
+          Incoming{std::move(frame.header), payload_->receive(sender, frame.fields, frame.extra)});
       std::lock_guard<std::mutex> lock(mutex_);
-      queues_[sender].push_back(Entry{std::move(frame.header), std::move(payload.before_use), arrivals_++});
+      in_flight_[sender] = true;
       break;
     }
     case FrameKind::close: {
       std::lock_guard<std::mutex> lock(mutex_);
       open_[sender] = false;
-      finished_ = --open_count_ == 0;
+      --open_count_;
+      finished_ = all_drained();
       if (early_close_reason_.empty()) early_close_reason_ = frame.extra;
       break;
     }
@@ -309,26 +324,54 @@ bool HiddenStateReceiver::handle_frame(int tag, int source) {
   return true;
 }
 
-// Polls rather than blocking in MPI so that the destructor can always stop it. Control
-// frames are taken at any time; a sender's data frames only while its queue has room, which
-// leaves that sender blocked in its synchronous send: the back-pressure.
+bool HiddenStateReceiver::all_drained() const {
+  return open_count_ == 0 && std::none_of(in_flight_.begin(), in_flight_.end(), [](bool b) { return b; });
+}
+
+bool HiddenStateReceiver::queue_arrived() {
+  bool queued = false;
+  for (std::size_t r = 1; r < incoming_.size(); ++r) {
+    if (!incoming_[r] || !incoming_[r]->payload->arrived()) continue;
+    ReceivedPayload payload = incoming_[r]->payload->take();
+    PackedHiddenBatch batch = std::move(incoming_[r]->header);
+    batch.hidden = payload.hidden;
+    incoming_[r].reset();
+    std::lock_guard<std::mutex> lock(mutex_);
+    queues_[r].push_back(Entry{std::move(batch), std::move(payload.before_use), arrivals_++});
+    in_flight_[r] = false;
+    finished_ = all_drained();
+    queued = true;
+  }
+  if (queued) changed_.notify_all();
+  return queued;
+}
+
+// Polls rather than blocking in MPI so that the destructor can always stop it, and so that
+// no sender can hold it: a payload's transfer is started and polled, never waited for.
+// Control frames are taken at any time; a sender's data frames only while its queue has
+// room and no payload of it is on its way, which leaves that sender blocked in its
+// synchronous send: the back-pressure.
 void HiddenStateReceiver::receive_loop() {
   using namespace std::chrono;
-  const microseconds shortest(20), longest(2000);
+  // Polled sooner while a payload is on its way: MPI moves a message only inside MPI calls.
+  const microseconds shortest(20), longest_idle(2000), longest_in_flight(200);
   microseconds pause = shortest;
   std::vector<int> with_room;
   try {
     while (true) {
       std::uint64_t taken = 0;
+      microseconds longest = longest_idle;
       {
         std::lock_guard<std::mutex> lock(mutex_);
         if (stop_ || finished_) return;
+        if (std::find(in_flight_.begin(), in_flight_.end(), true) != in_flight_.end()) longest = longest_in_flight;
         with_room.clear();
         for (std::size_t r = 1; r < queues_.size(); ++r)
-          if (open_[r] && queues_[r].size() < per_sender_depth_) with_room.push_back(static_cast<int>(r));
+          if (open_[r] && !in_flight_[r] && queues_[r].size() < per_sender_depth_) with_room.push_back(static_cast<int>(r));
         taken = taken_;
       }
-      bool handled = handle_frame(kControlTag, MPI_ANY_SOURCE);
+      bool handled = queue_arrived();
+      handled = handle_frame(kControlTag, MPI_ANY_SOURCE) || handled;
       for (int r : with_room) handled = handle_frame(kDataTag, r) || handled;
       if (handled) {
         pause = shortest;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <stdexcept>
+#include <vector>
 
 #include "topotrain/core/error.h"
 
@@ -51,13 +52,22 @@ void send_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm
 }
 
 void recv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+  std::vector<MPI_Request> requests = irecv_bytes(data, bytes, peer, tag, comm);
+  mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
+// Messages of one sender and tag match in the order they were sent, so the chunks land in order.
+std::vector<MPI_Request> irecv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+  std::vector<MPI_Request> requests;
   char* at = static_cast<char*>(data);
   do {
     int count = static_cast<int>(std::min(bytes, kChunk));
-    mpi_check(MPI_Recv(at, count, MPI_BYTE, peer, tag, comm, MPI_STATUS_IGNORE), "MPI_Recv");
+    requests.emplace_back();
+    mpi_check(MPI_Irecv(at, count, MPI_BYTE, peer, tag, comm, &requests.back()), "MPI_Irecv");
     at += count;
     bytes -= count;
   } while (bytes > 0);
+  return requests;
 }
 
 }  // namespace topotrain::comm::detail

@@ -33,11 +33,23 @@ struct ReceivedPayload {
   std::function<void()> before_use;  // run by the consumer: orders its stream after the copy
 };
 
+// A payload on its way. Nothing here waits for the sender: the receiving thread polls every
+// sender's incoming payload in turn, so one that stalls holds up only its own stream.
+class IncomingPayload {
+ public:
+  virtual ~IncomingPayload() = default;
+  // Polled on the receiving thread; true once the payload may be handed to the consumer.
+  virtual bool arrived() = 0;
+  // Once arrived(): the tensor, and what orders the consumer's stream after the copy.
+  virtual ReceivedPayload take() = 0;
+};
+
 class PayloadReceiver {
  public:
   virtual ~PayloadReceiver() = default;
-  // On the receiving thread, right after the header frame of `sender` (a link rank).
-  virtual ReceivedPayload receive(int sender, const FrameFields& fields, const std::string& extra) = 0;
+  // On the receiving thread, right after the header frame of `sender` (a link rank):
+  // starts the transfer and returns without waiting for it.
+  virtual std::unique_ptr<IncomingPayload> receive(int sender, const FrameFields& fields, const std::string& extra) = 0;
 };
 
 struct PayloadSetup {

@@ -123,17 +123,46 @@ class IpcPayloadSender final : public PayloadSender {
   std::int32_t next_ = 0;
 };
 
+// Done once the copy out of the slot has completed; only then does the slot's credit go
+// back, so the sender never overwrites a slot still being read.
+class IpcIncomingPayload final : public IncomingPayload {
+ public:
+  IpcIncomingPayload(at::Tensor hidden, c10::cuda::CUDAStream stream, MPI_Comm link, int sender, std::int32_t slot)
+      : hidden_(std::move(hidden)), stream_(stream), link_(link), sender_(sender), slot_(slot) {
+    copied_.record(stream_);
+  }
+  bool arrived() override {
+    if (!credited_ && copied_.query()) {
+      mpi_check(MPI_Send(&slot_, 1, MPI_INT32_T, sender_, kCreditTag, link_), "MPI_Send (IPC credit)");
+      credited_ = true;
+    }
+    return credited_;
+  }
+  ReceivedPayload take() override { return {hidden_, hand_over(hidden_, stream_)}; }
+
+ private:
+  at::Tensor hidden_;
+  c10::cuda::CUDAStream stream_;
+  at::cuda::CUDAEvent copied_;
+  MPI_Comm link_;
+  int sender_;
+  std::int32_t slot_;
+  bool credited_ = false;
+};
+
 class IpcPayloadReceiver final : public PayloadReceiver {
  public:
-  explicit IpcPayloadReceiver(const PayloadSetup& setup)
-      : link_(setup.link), device_(device_index(setup.device)), stream_(c10::cuda::getStreamFromPool(false, device_)) {
+  explicit IpcPayloadReceiver(const PayloadSetup& setup) : link_(setup.link), device_(device_index(setup.device)) {
     int size = 0;
     MPI_Comm_size(link_, &size);
     mapped_.resize(size);
+    // A stream per sender: a copy waiting on the GPU for a sender's slot event must not
+    // hold up the copies of the others queued behind it.
+    for (int sender = 0; sender < size; ++sender) streams_.push_back(c10::cuda::getStreamFromPool(false, device_));
   }
   ~IpcPayloadReceiver() override {
     c10::cuda::CUDAGuard guard(device_);
-    stream_.synchronize();
+    for (c10::cuda::CUDAStream& stream : streams_) stream.synchronize();
     for (auto& slots : mapped_)
       for (Mapped& slot : slots) {
         if (slot.memory) cudaIpcCloseMemHandle(slot.memory);
@@ -141,7 +170,7 @@ class IpcPayloadReceiver final : public PayloadReceiver {
       }
   }
 
-  ReceivedPayload receive(int sender, const FrameFields& fields, const std::string& extra) override {
+  std::unique_ptr<IncomingPayload> receive(int sender, const FrameFields& fields, const std::string& extra) override {
     c10::cuda::CUDAGuard guard(device_);
     SlotNotice notice;
     if (extra.size() != sizeof(notice)) throw std::runtime_error("hidden-state link: malformed IPC slot notice");
@@ -158,18 +187,14 @@ class IpcPayloadReceiver final : public PayloadReceiver {
     if (notice.new_event) cuda_check(cudaIpcOpenEventHandle(&slot.event, notice.event), "cudaIpcOpenEventHandle");
     if (!slot.memory || !slot.event) throw std::runtime_error("hidden-state link: IPC slot used before it was shared");
 
-    c10::cuda::CUDAStreamGuard on_stream(stream_);
+    c10::cuda::CUDAStream stream = streams_[static_cast<std::size_t>(sender)];
+    c10::cuda::CUDAStreamGuard on_stream(stream);
     at::Tensor hidden = at::empty({fields.tokens, fields.columns},
                                   at::TensorOptions(static_cast<at::ScalarType>(fields.dtype)).device(at::kCUDA, device_));
-    cuda_check(cudaStreamWaitEvent(stream_.stream(), slot.event, 0), "cudaStreamWaitEvent (IPC slot)");
-    cuda_check(cudaMemcpyAsync(hidden.data_ptr(), slot.memory, hidden.nbytes(), cudaMemcpyDeviceToDevice, stream_.stream()),
+    cuda_check(cudaStreamWaitEvent(stream.stream(), slot.event, 0), "cudaStreamWaitEvent (IPC slot)");
+    cuda_check(cudaMemcpyAsync(hidden.data_ptr(), slot.memory, hidden.nbytes(), cudaMemcpyDeviceToDevice, stream.stream()),
                "cudaMemcpyAsync (out of IPC slot)");
-    auto before_use = hand_over(hidden, stream_);
-    // This thread, not the consumer, waits for the copy: the credit may only go back
-    // once the slot has been read.
-    stream_.synchronize();
-    mpi_check(MPI_Send(&notice.slot, 1, MPI_INT32_T, sender, kCreditTag, link_), "MPI_Send (IPC credit)");
-    return {hidden, std::move(before_use)};
+    return std::make_unique<IpcIncomingPayload>(std::move(hidden), stream, link_, sender, notice.slot);
   }
 
  private:
@@ -179,8 +204,8 @@ class IpcPayloadReceiver final : public PayloadReceiver {
   };
   MPI_Comm link_;
   c10::DeviceIndex device_;
-  c10::cuda::CUDAStream stream_;
-  std::vector<std::vector<Mapped>> mapped_;  // by link rank, then slot
+  std::vector<c10::cuda::CUDAStream> streams_;  // by link rank; [0] unused
+  std::vector<std::vector<Mapped>> mapped_;     // by link rank, then slot
 };
 
 }  // namespace

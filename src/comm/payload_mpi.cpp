@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "cuda_handover.h"
 #include "mpi_types.h"
@@ -25,20 +26,49 @@ class MpiPayloadSender final : public PayloadSender {
   MPI_Comm link_;
 };
 
-class MpiPayloadReceiver final : public PayloadReceiver {
+class MpiIncomingPayload final : public IncomingPayload {
  public:
-  MpiPayloadReceiver(MPI_Comm link, Device device) : link_(link), device_(device) {}
-  ReceivedPayload receive(int sender, const FrameFields& fields, const std::string&) override {
-    at::Tensor host = at::empty({fields.tokens, fields.columns}, static_cast<at::ScalarType>(fields.dtype));
-    recv_bytes(host.data_ptr(), host.nbytes(), sender, kPayloadTag, link_);
-    if (device_.is_cpu) return {host, {}};
+  MpiIncomingPayload(MPI_Comm link, Device device, int sender, const FrameFields& fields)
+      : device_(device),
+        host_(at::empty({fields.tokens, fields.columns}, static_cast<at::ScalarType>(fields.dtype))),
+        requests_(irecv_bytes(host_.data_ptr(), host_.nbytes(), sender, kPayloadTag, link)) {}
+  // A transfer still open when the link shuts down (the job is ending) is cancelled.
+  ~MpiIncomingPayload() override {
+    if (!mpi_alive()) return;
+    for (MPI_Request& request : requests_) {
+      if (request == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+    }
+  }
+  bool arrived() override {
+    int done = 0;
+    mpi_check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE),
+              "MPI_Testall (hidden-state payload)");
+    return done != 0;
+  }
+  ReceivedPayload take() override {
+    if (device_.is_cpu) return {host_, {}};
 #ifdef TOPOTRAIN_CUDA
     auto index = static_cast<c10::DeviceIndex>(device_.index);
-    at::Tensor hidden = host.to(at::Device(at::kCUDA, index));
+    at::Tensor hidden = host_.to(at::Device(at::kCUDA, index));
     return {hidden, hand_over(hidden, c10::cuda::getCurrentCUDAStream(index))};
 #else
     throw std::logic_error("hidden-state link: a CUDA receiver in a build without CUDA");
 #endif
+  }
+
+ private:
+  Device device_;
+  at::Tensor host_;
+  std::vector<MPI_Request> requests_;
+};
+
+class MpiPayloadReceiver final : public PayloadReceiver {
+ public:
+  MpiPayloadReceiver(MPI_Comm link, Device device) : link_(link), device_(device) {}
+  std::unique_ptr<IncomingPayload> receive(int sender, const FrameFields& fields, const std::string&) override {
+    return std::make_unique<MpiIncomingPayload>(link_, device_, sender, fields);
   }
 
  private:

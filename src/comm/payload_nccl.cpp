@@ -67,36 +67,57 @@ class NcclPayloadSender final : public PayloadSender {
   ncclComm_t comm_ = nullptr;
 };
 
+// Done once the receive, queued on its sender's stream, has completed on the GPU.
+class NcclIncomingPayload final : public IncomingPayload {
+ public:
+  NcclIncomingPayload(at::Tensor hidden, c10::cuda::CUDAStream stream) : hidden_(std::move(hidden)), stream_(stream) {
+    received_.record(stream_);
+  }
+  bool arrived() override { return received_.query(); }
+  ReceivedPayload take() override { return {hidden_, hand_over(hidden_, stream_)}; }
+
+ private:
+  at::Tensor hidden_;
+  c10::cuda::CUDAStream stream_;
+  at::cuda::CUDAEvent received_;
+};
+
 class NcclPayloadReceiver final : public PayloadReceiver {
  public:
-  explicit NcclPayloadReceiver(const PayloadSetup& setup)
-      : device_(device_index(setup.device)), stream_(c10::cuda::getStreamFromPool(false, device_)) {
+  explicit NcclPayloadReceiver(const PayloadSetup& setup) : device_(device_index(setup.device)) {
     c10::cuda::CUDAGuard guard(device_);
     int size = 0;
     MPI_Comm_size(setup.link, &size);
     comms_.assign(size, nullptr);
-    for (int sender = 1; sender < size; ++sender) comms_[sender] = join_pair(setup.link, sender, false);
+    // A stream per sender: a receive waiting on the GPU for a sender that has not sent
+    // yet must not hold up the others' receives queued behind it.
+    streams_.push_back(c10::cuda::getCurrentCUDAStream(device_));  // [0] unused
+    for (int sender = 1; sender < size; ++sender) {
+      comms_[sender] = join_pair(setup.link, sender, false);
+      streams_.push_back(c10::cuda::getStreamFromPool(false, device_));
+    }
   }
   ~NcclPayloadReceiver() override {
-    stream_.synchronize();
+    for (std::size_t sender = 1; sender < streams_.size(); ++sender) streams_[sender].synchronize();
     for (ncclComm_t comm : comms_)
       if (comm) ncclCommDestroy(comm);
   }
-  ReceivedPayload receive(int sender, const FrameFields& fields, const std::string&) override {
+  std::unique_ptr<IncomingPayload> receive(int sender, const FrameFields& fields, const std::string&) override {
     c10::cuda::CUDAGuard guard(device_);
+    c10::cuda::CUDAStream stream = streams_[static_cast<std::size_t>(sender)];
     // Allocated while the receive stream is current, so the caching allocator ties the
     // block to it; hand_over adds the consumer's stream.
-    c10::cuda::CUDAStreamGuard on_stream(stream_);
+    c10::cuda::CUDAStreamGuard on_stream(stream);
     at::Tensor hidden = at::empty({fields.tokens, fields.columns},
                                   at::TensorOptions(static_cast<at::ScalarType>(fields.dtype)).device(at::kCUDA, device_));
-    nccl_check(ncclRecv(hidden.data_ptr(), hidden.nbytes(), ncclUint8, 0, comms_[sender], stream_.stream()), "ncclRecv");
-    return {hidden, hand_over(hidden, stream_)};
+    nccl_check(ncclRecv(hidden.data_ptr(), hidden.nbytes(), ncclUint8, 0, comms_[sender], stream.stream()), "ncclRecv");
+    return std::make_unique<NcclIncomingPayload>(std::move(hidden), stream);
   }
 
  private:
   c10::DeviceIndex device_;
-  c10::cuda::CUDAStream stream_;
-  std::vector<ncclComm_t> comms_;  // by link rank; [0] unused
+  std::vector<ncclComm_t> comms_;                // by link rank; [0] unused
+  std::vector<c10::cuda::CUDAStream> streams_;  // by link rank; [0] unused
 };
 
 }  // namespace

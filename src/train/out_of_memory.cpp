@@ -4,7 +4,7 @@
 
 
 #include "topotrain/core/error.h"
-#include "topotrain/train/fault_injection.h"
+#include "topotrain/core/fault_injection.h"
 
 namespace topotrain {
 

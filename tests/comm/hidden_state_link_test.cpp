@@ -3,7 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <thread>
 
@@ -303,4 +305,36 @@ TEST_F(HiddenStateLink, NextFromTakesTheSendersInRotation) {
   for (int from : ends.senders) EXPECT_FALSE(receiver.next_from(from).has_value());
   EXPECT_FALSE(receiver.next().has_value());
   EXPECT_THROW(receiver.next_from(ends.receiver), std::invalid_argument);
+}
+
+// A sender that stalls between its header and its payload (TOPOTRAIN_FAULT_LINK_STALL:
+// rank 0 pauses 3 s after its first header) holds up only its own stream: the others'
+// batches, sent later, are delivered first, and the stalled one still arrives whole.
+TEST_F(HiddenStateLink, ASenderStalledMidSendHoldsUpNoOtherSender) {
+  LinkEnds ends = fan_in();
+  if (ends.senders.size() < 2) GTEST_SKIP() << "needs two senders";
+  const int later_batches = 2;
+  setenv("TOPOTRAIN_FAULT_LINK_STALL", "0:0", 1);
+  if (!is_receiver()) {
+    HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(20));
+    // The stalling sender's header goes first, so the receiver takes it before any other.
+    if (world_rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const int batches = world_rank() == 0 ? 1 : later_batches;
+    for (int seq = 0; seq < batches; ++seq) sender.send(make_batch(world_rank(), seq));
+    sender.close();
+    unsetenv("TOPOTRAIN_FAULT_LINK_STALL");
+    return;
+  }
+  HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(20));
+  std::vector<int> order;
+  while (auto batch = receiver.next()) {
+    const std::int64_t id = batch->sample_ids[0].item<std::int64_t>();
+    const int rank = static_cast<int>(id / 1000000), seq = static_cast<int>(id % 1000000);
+    expect_identical(*batch, make_batch(rank, seq));
+    order.push_back(rank);
+  }
+  unsetenv("TOPOTRAIN_FAULT_LINK_STALL");
+  ASSERT_EQ(order.size(), 1 + later_batches * (ends.senders.size() - 1));
+  EXPECT_EQ(order.back(), 0) << "the stalled sender's batch came before the others'";
+  EXPECT_EQ(std::count(order.begin(), order.end(), 0), 1);
 }

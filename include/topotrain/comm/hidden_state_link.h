@@ -13,8 +13,12 @@
 //         mpi on CPU
 //
 // Back-pressure: the receiver holds at most max(1, queue_depth / senders) batches of each
-// sender; a sender's send() blocks while its share is full — nothing is dropped, and a fast
-// sender cannot crowd a slow one out of the queue.
+// sender (one whose payload is on its way counts); a sender's send() blocks while its share
+// is full — nothing is dropped, and a fast sender cannot crowd a slow one out of the queue.
+// Nor can a slow one hold the others up: the receiving thread starts a payload's transfer
+// and goes on polling, so a sender that stalls between its header and its payload (stopped,
+// or waiting for its GPU) delays only its own stream; a batch is queued once its payload
+// has arrived.
 // Every sender ends its stream with close(); the receiver's next() returns nullopt once
 // every sender has closed. A sender that fails calls fail(reason) and the receiver's
 // next() throws with the reason; an exception on the receiver ends the job through the
@@ -84,6 +88,7 @@ LinkTransport resolve_link_transport(LinkTransport requested, bool cpu, bool one
 namespace detail {
 class PayloadSender;
 class PayloadReceiver;
+class IncomingPayload;
 }  // namespace detail
 
 class HiddenStateSender {
@@ -110,6 +115,7 @@ class HiddenStateSender {
 
  private:
   MPI_Comm link_ = MPI_COMM_NULL;  // the link's ranks: receiver first, then the senders
+  int rank_ = 0;                   // in the communicator the link was built over
   LinkTransport transport_;
   std::unique_ptr<detail::PayloadSender> payload_;
   bool closed_ = false;
@@ -149,10 +155,19 @@ class HiddenStateReceiver {
     std::function<void()> before_use;  // orders the consumer's stream after the transfer
     std::uint64_t arrival = 0;
   };
+  // A batch whose header has arrived and whose payload is on its way.
+  struct Incoming {
+    PackedHiddenBatch header;
+    std::unique_ptr<detail::IncomingPayload> payload;
+  };
   void receive_loop();
   // Takes one waiting frame with `tag` from `source` (a link rank, or MPI_ANY_SOURCE);
   // false when none is waiting.
   bool handle_frame(int tag, int source);
+  // Queues the batches whose payloads have arrived; false when none had.
+  bool queue_arrived();
+  // Whether every sender has closed and nothing is on its way (mutex_ held).
+  bool all_drained() const;
   // The front entry of queues_[link_rank], handed over to the caller (mutex_ held by `lock`).
   PackedHiddenBatch take(std::size_t link_rank, std::unique_lock<std::mutex>& lock);
 
@@ -162,17 +177,19 @@ class HiddenStateReceiver {
   std::unique_ptr<detail::PayloadReceiver> payload_;
   std::vector<int> senders_;  // link rank i + 1 is senders_[i] in the caller's communicator
   bool stop_sent_ = false;
+  std::vector<std::unique_ptr<Incoming>> incoming_;  // per link rank; the receiving thread's own
 
   // Guarded by mutex_.
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<std::deque<Entry>> queues_;  // per link rank (0, the receiver, stays empty)
   std::vector<bool> open_;                 // per link rank: sender not closed yet
+  std::vector<bool> in_flight_;            // per link rank: incoming_ holds a batch
   int open_count_ = 0;
   std::uint64_t arrivals_ = 0;
   std::uint64_t taken_ = 0;  // batches handed out: the receiving thread waits for this to move
   std::string early_close_reason_;
-  bool finished_ = false;   // every sender closed
+  bool finished_ = false;   // all_drained()
   bool stop_ = false;       // the destructor asks the thread to leave
   std::exception_ptr error_;
   std::thread thread_;

@@ -1,4 +1,4 @@
-#include "topotrain/train/fault_injection.h"
+#include "topotrain/core/fault_injection.h"
 
 #include <cstdio>
 #include <cstdlib>
