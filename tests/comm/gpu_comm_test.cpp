@@ -81,7 +81,16 @@ TEST_F(Gpu, ReducerOnCudaSumsGradientsOfEveryRank) {
   EXPECT_EQ(reducer.collectives(), 2);
 }
 
-class GpuLink : public Gpu, public ::testing::WithParamInterface<LinkTransport> {};
+// CUDA IPC also works between two processes on one GPU, so the IPC link runs on a machine
+// with a single GPU too; NCCL needs one GPU per rank.
+class GpuLink : public Gpu, public ::testing::WithParamInterface<LinkTransport> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == LinkTransport::nccl) return Gpu::SetUp();
+    if (torch::cuda::device_count() < 1) GTEST_SKIP() << "needs a GPU";
+    at::set_num_threads(1);
+  }
+};
 
 TEST_P(GpuLink, BatchesArriveBitExact) {
   LinkEnds ends{1, {0}};
