@@ -116,6 +116,24 @@ inline std::int64_t peak_allocated_bytes(const at::Device& device) {
   return 0;
 }
 
+// Total memory of CUDA device `index`; 0 where there is none (a CPU build, or a machine
+// without that GPU, as in a dry run of a cluster's topology).
+inline std::int64_t device_total_bytes(int index) {
+#ifdef TOPOTRAIN_CUDA
+  int count = 0;
+  cudaDeviceProp properties;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || index < 0 || index >= count ||
+      cudaGetDeviceProperties(&properties, index) != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed query must not surface in a later CUDA call
+    return 0;
+  }
+  return static_cast<std::int64_t>(properties.totalGlobalMem);
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 inline void reset_peak_allocated_bytes(const at::Device& device) {
 #ifdef TOPOTRAIN_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());

@@ -16,4 +16,9 @@ std::int64_t resident_set_bytes() {
   return read && page > 0 ? static_cast<std::int64_t>(resident_pages) * page : 0;
 }
 
+std::int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+}
+
 }  // namespace topotrain

@@ -50,7 +50,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"data.prefetch", T::integer, std::int64_t{4}, at_least(1), "micro-batches the prefetch thread keeps ready"},
       // [train]
       {"train.token_budget", T::integer, std::int64_t{2048}, between(1, kIntMax),
-       "tokens per micro-batch per rank (packed, no padding)"},
+       "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary); refused at start when "
+       "one micro-batch cannot fit a rank's memory"},
       {"train.grad_accum", T::integer, std::int64_t{1}, between(1, kIntMax),
        "micro-batches per optimizer step; only the last all-reduces"},
       {"train.max_steps", T::integer, std::int64_t{0}, at_least(0),
@@ -75,8 +76,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
        "on CUDA out-of-memory: fail (print the resume command) or shrink (halve token_budget and go on)"},
       {"train.skip_nonfinite", T::boolean, false, any(),
-       "moe_train: a step whose loss or gradient norm is not finite is skipped and counted (false: the job stops, "
-       "exit 4)"},
+       "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
+       "(false: the job stops, exit 4)"},
       {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence"},
       {"train.loss", T::string, std::string("ce"), one_of({"ce", "kl"}),
        "dflash: ce, or kl against the target's logits at the anchors"},

@@ -88,7 +88,8 @@ std::vector<uint64_t> TokenBudgetPacker::stream_order(uint64_t epoch) const {
 MicroBatchLayout TokenBudgetPacker::next_layout() {
   MicroBatchLayout layout;
   const uint64_t budget = config_.token_budget;
-  while (layout.num_tokens < budget) {
+  const uint64_t epoch = position_.epoch;
+  while (!ended() && position_.epoch == epoch && layout.num_tokens < budget) {
     const uint64_t sample = order_[position_.consumed_samples];
     const uint64_t begin = position_.offset_in_sample;
     const uint64_t length = dataset_->sample_length(sample);

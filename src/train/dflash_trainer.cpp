@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -27,6 +29,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/fault_injection.h"
 #include "topotrain/train/grad_clip.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
@@ -156,6 +159,19 @@ StepMetrics row_of(double tokens) {
   return metrics;
 }
 
+// What batches held: their tokens, and the samples that start in them (a sample split
+// across batches counts once, in the batch of its first token), for the drafters' end line.
+struct DataAmount {
+  std::int64_t samples = 0;
+  std::int64_t tokens = 0;
+  void add(const comm::PackedHiddenBatch& batch) {
+    const at::Tensor starts = batch.cu_seqlens.slice(0, 0, -1).to(at::kLong);
+    samples += batch.positions.index_select(0, starts).eq(0).sum().item<std::int64_t>();
+    tokens += batch.tokens();
+  }
+  std::string str() const { return cat(samples, " samples (", tokens, " tokens)"); }
+};
+
 Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
                    const torch::Device& device) {
   Runtime& runtime = context.runtime;
@@ -170,12 +186,8 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
 
   auto dataset = load_dataset(settings, config.target);
-  const TrainingLength length = training_length(settings, *dataset);
-  // Without a step or token limit the data decides: each stream ends after `epochs`.
-  const bool ends_with_data = length.max_steps == 0 && length.stop_tokens == 0;
   const int drafter = topology.drafter_of(runtime.rank());
   const data::SampleStream stream = stream_of(topology, runtime.rank());
-  const std::uint64_t samples_per_epoch = data::stream_size(dataset->num_samples(), stream);
   const data::DataPosition start = receive_start_position(drafter);
   const std::int64_t token_budget = settings.integer("train.token_budget");
   auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, 0, 1, 1, start, device, stream);
@@ -201,20 +213,12 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();
     }();
-    if (ends_with_data && static_cast<std::int64_t>(plan.position_before.epoch) >= length.epochs) {
-      timer.discard_step();  // the data had ended: nothing sent, not a step
+    if (plan.global_tokens == 0) {
+      timer.discard_step();  // the stream ended after train.epochs: nothing sent, not a step
       break;
     }
-    data::PackedBatch batch = plan.micro_batches.front();
-    data::DataPosition after = plan.position_after;
-    if (ends_with_data && static_cast<std::int64_t>(after.epoch) >= length.epochs) {
-      // The packer fills the last batch of an epoch from the next one; a run that ends
-      // with the data keeps only the samples of its last epoch (one sequence per sample).
-      const auto epochs_left = static_cast<std::uint64_t>(length.epochs) - plan.position_before.epoch;
-      batch = data::first_sequences(batch, static_cast<std::int64_t>(epochs_left * samples_per_epoch -
-                                                                     plan.position_before.consumed_samples));
-      after = {after.seed, static_cast<std::uint64_t>(length.epochs), 0, 0};
-    }
+    const data::PackedBatch& batch = plan.micro_batches.front();
+    const data::DataPosition& after = plan.position_after;
     comm::PackedHiddenBatch packed;
     try {
       fault_inject_out_of_memory(runtime.rank(), sent + 1);
@@ -285,6 +289,8 @@ class Drafting {
   std::unique_ptr<AdamW> optimizer_;
   TrainingState state_;
   std::vector<std::uint64_t> my_streams_;
+  // Where this drafter's batches went: every batch a target sent lands in one of them.
+  DataAmount trained_, skipped_, discarded_;
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t last_checkpoint_step_ = 0;
 };
@@ -386,6 +392,8 @@ Outcome Drafting::run() {
   const auto grad_accum = static_cast<std::size_t>(settings_.integer("train.grad_accum"));
   const std::vector<int> targets = topology_.targets_of(me);
   const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
+  const bool skip_nonfinite = settings_.boolean("train.skip_nonfinite");
+  std::int64_t skipped_steps = 0;
   // The drafters' line, printed by the first of them; each step reports its FLOPs (they
   // vary with the anchors drawn).
   ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
@@ -397,46 +405,55 @@ Outcome Drafting::run() {
     const auto started = Clock::now();
     compat::reset_peak_allocated_bytes(device_);
     // The step's grad_accum batches: as they arrive, or from the targets in a rotation that
-    // depends only on the step (so that a resumed run takes the same batches).
+    // depends only on the step (so that a resumed run takes the same batches); a target
+    // whose stream has ended leaves its turns to the next ones. Fewer arrive only once all
+    // of this drafter's streams have ended.
     std::vector<comm::PackedHiddenBatch> inputs;
     if (!reached_limit()) {
       auto t = timer.scope(Phase::queue_wait);
       for (std::size_t m = 0; m < grad_accum; ++m) {
         const std::size_t turn = static_cast<std::size_t>(state_.step) * grad_accum + m;
-        std::optional<comm::PackedHiddenBatch> next =
-            round_robin ? receiver.next_from(targets[turn % targets.size()]) : receiver.next();
+        std::optional<comm::PackedHiddenBatch> next;
+        for (std::size_t k = 0; k < (round_robin ? targets.size() : 1) && !next; ++k)
+          next = round_robin ? receiver.next_from(targets[(turn + k) % targets.size()]) : receiver.next();
         if (!next) break;
         inputs.push_back(std::move(*next));
       }
     }
     const double waited = seconds_since(started);
-    // Drafters step together (their gradients are reduced): all go on only if every one
-    // has its batches, none was asked to stop and no target closed early. Batches of an
-    // incomplete step are not trained: the checkpoint's positions leave them to a resume.
-    int go[2] = {inputs.size() == grad_accum && receiver.early_close_reason().empty() ? 1 : 0,
+    // Drafters step together (their gradients are reduced) over as many micro-batches as
+    // the one with the most batches has: at the end of the data a last partial step trains
+    // what there is, a drafter whose streams ended walking empty micro-batches. None goes
+    // on when one was asked to stop or a target closed early: the batches then taken are
+    // not trained (the checkpoint's positions leave them to a resume) and count as discarded.
+    int go[3] = {-static_cast<int>(inputs.size()), receiver.early_close_reason().empty() ? 1 : 0,
                  stop_requested() ? 0 : 1};
-    MPI_Allreduce(MPI_IN_PLACE, go, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
-    if (!go[0] || !go[1]) {
+    MPI_Allreduce(MPI_IN_PLACE, go, 3, MPI_INT, MPI_MIN, runtime_.role_comm());
+    const std::size_t rounds = static_cast<std::size_t>(-go[0]);
+    if (rounds == 0 || !go[1] || !go[2]) {
       timer.discard_step();  // trained nothing: not a step
-      if (!go[1] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
+      for (const auto& in : inputs) discarded_.add(in);
+      if (!go[2] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
       break;
     }
 
     // Each micro-batch's loss sum goes backward as it is; the sums of the weights, tokens
     // and losses are reduced once, after the last micro-batch.
-    double sums[5] = {0, 0, 0, 0, 0};  // valid-slot weight, tokens, loss sum, out-of-memory ranks, FLOPs
+    // valid-slot weight, tokens, loss sum, out-of-memory ranks, FLOPs, ranks with a non-finite loss
+    double sums[6] = {0, 0, 0, 0, 0, 0};
     double flops = 0;  // this drafter's
     std::vector<std::int64_t> slot_correct(slots, 0), slot_valid(slots, 0);
     std::vector<StreamCursor> cursors;
-    bool out_of_memory = false;
-    for (std::size_t m = 0; m < grad_accum; ++m) {
+    bool out_of_memory = false, nonfinite = false;
+    for (std::size_t m = 0; m < rounds; ++m) {
+      reducer.begin_micro_batch(m + 1 == rounds);
+      if (m >= inputs.size()) continue;  // this drafter's streams have ended
       const comm::PackedHiddenBatch& in = inputs[m];
       cursors.push_back(decode_cursor(in.cursor));
       if (std::find(my_streams_.begin(), my_streams_.end(), cursors.back().stream) == my_streams_.end())
         throw std::runtime_error(cat("dflash_train: drafter rank ", me, " received a batch of stream ",
                                      cursors.back().stream, ", which none of its targets reads"));
       sums[1] += static_cast<double>(in.tokens());
-      reducer.begin_micro_batch(m + 1 == grad_accum);
       if (out_of_memory) continue;  // still walk the schedule: the reducer must stay in step
       model::DFlashBatch batch;
       {
@@ -459,6 +476,8 @@ Outcome Drafting::run() {
         {
           auto t = timer.scope(Phase::forward);
           out = drafter_->forward(batch, blocks);
+          if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", me, state_.step + 1))
+            out.loss_sum = out.loss_sum * std::numeric_limits<double>::quiet_NaN();
           compat::synchronize(device_);  // phases are CPU-timed: end each with its kernels
         }
         {
@@ -467,7 +486,9 @@ Outcome Drafting::run() {
           compat::synchronize(device_);
         }
         sums[0] += out.weight_sum;
-        sums[2] += out.loss_sum.item<double>();
+        const double loss_sum = out.loss_sum.item<double>();
+        nonfinite = nonfinite || !std::isfinite(loss_sum);
+        sums[2] += loss_sum;
         flops += model::dflash_step_flops(config_, blocks, in.tokens());
         const auto correct = out.slot_correct.cpu();
         for (std::size_t k = 0; k < slots; ++k) {
@@ -482,22 +503,30 @@ Outcome Drafting::run() {
     }
     sums[3] = out_of_memory ? 1.0 : 0.0;
     sums[4] = flops;
+    sums[5] = nonfinite ? 1.0 : 0.0;
     {
       auto t = timer.scope(Phase::comm_wait);
       reducer.finish();
-      MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+      MPI_Allreduce(MPI_IN_PLACE, sums, 6, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+    }
+    // The first drafter rank that ran out of memory, and the first whose loss is not finite.
+    int first[2] = {INT_MAX, INT_MAX};
+    if (sums[3] > 0 || sums[5] > 0) {
+      first[0] = out_of_memory ? me : INT_MAX;
+      first[1] = nonfinite ? me : INT_MAX;
+      MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
     }
     if (sums[3] > 0) {
-      int first = out_of_memory ? me : INT_MAX;
-      MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, runtime_.role_comm());
       reducer.zero_grad();
-      outcome = {3, out_of_memory_message(context_, first, state_.step + 1, settings_.integer("train.token_budget"),
+      for (const auto& in : inputs) discarded_.add(in);
+      outcome = {3, out_of_memory_message(context_, first[0], state_.step + 1, settings_.integer("train.token_budget"),
                                           compat::peak_allocated_bytes(device_), run_dir_)};
       timings.end_step(row_of(0));  // the failed step: its time still shows
       break;
     }
 
     lr = schedule.at(length_.schedule_position(state_));
+    bool finite = sums[5] == 0;
     {
       auto t = timer.scope(Phase::optimizer);
       // The summed gradient of every drafter's loss sum over the weight of all their
@@ -506,14 +535,34 @@ Outcome Drafting::run() {
       for (auto& [name, p] : parameters_)
         if (p.grad().defined()) p.grad().div_(weight);
       grad_norm = clip_gradients(parameters_, settings_.real("train.clip"));
-      optimizer_->step(lr);
+      // The norm of the reduced gradients is the same on every drafter, so all skip alike:
+      // a non-finite step never reaches the weights or the AdamW moments.
+      finite = finite && std::isfinite(grad_norm);
+      if (finite) optimizer_->step(lr);
       reducer.zero_grad();
+    }
+    if (!finite) {
+      const std::string what = cat(sums[5] > 0 ? cat("the drafter loss on rank ", first[1])
+                                               : cat("the drafter gradient norm (", grad_norm, ")"),
+                                   " is not finite at step ", state_.step + 1);
+      if (!skip_nonfinite) {
+        for (const auto& in : inputs) discarded_.add(in);
+        outcome = {4, cat(what, "; no drafter applied it. The last checkpoint in ", run_dir_,
+                          " holds the last good step: resume with --resume auto after lowering train.lr or checking "
+                          "the data, or set train.skip_nonfinite = true to skip such steps")};
+        timings.end_step(row_of(0));
+        break;
+      }
+      ++skipped_steps;
+      if (runtime_.role_rank() == 0)
+        log_warn(cat(what, "; train.skip_nonfinite: step skipped (", skipped_steps, " so far)"));
     }
     state_.step += 1;
     state_.tokens += static_cast<std::int64_t>(sums[1]);
-    for (std::size_t m = 0; m < grad_accum; ++m) {
+    for (std::size_t m = 0; m < inputs.size(); ++m) {
       state_.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
       sample_log.record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
+      (finite ? trained_ : skipped_).add(inputs[m]);
     }
     StepReport report;
     report.step = state_.step;
@@ -559,24 +608,32 @@ Outcome Drafting::run() {
   // Whatever is still in flight was never trained on: ask the targets to end their
   // streams and discard it (the checkpoint's positions make a resume recompute it).
   receiver.request_stop();
-  std::int64_t discarded = 0;
-  while (receiver.next()) ++discarded;
+  while (auto in = receiver.next()) discarded_.add(*in);
   // Also after an out-of-memory step: it changed nothing (no optimizer step), so the
   // state it leaves is the last good one, and a resume repeats no trained batch.
   compat::release_cached_memory(device_);
   if (checkpoint_every >= 0 && state_.step > last_checkpoint_step_) save_checkpoint();
   if (writer_) writer_->wait();
   timings.flush();
+  // Every batch the targets sent, over all drafters: trained, skipped (not finite) or
+  // discarded (in flight when the drafters stopped early; a resume trains it).
+  std::int64_t amounts[6] = {trained_.samples, trained_.tokens, skipped_.samples,
+                             skipped_.tokens,  discarded_.samples, discarded_.tokens};
+  MPI_Allreduce(MPI_IN_PLACE, amounts, 6, MPI_INT64_T, MPI_SUM, runtime_.role_comm());
   if (runtime_.role_rank() == 0)
-    log_info_here(cat("drafter done: ", state_.step, " steps, ", state_.tokens, " tokens; ", discarded,
-                      " batches in flight discarded; checkpoints and timings.h5 in ", run_dir_));
+    log_info_here(cat("drafter done: ", state_.step, " steps, ", state_.tokens, " tokens; trained ",
+                      DataAmount{amounts[0], amounts[1]}.str(), ", skipped as not finite ",
+                      DataAmount{amounts[2], amounts[3]}.str(), " in ", skipped_steps, " steps, discarded ",
+                      DataAmount{amounts[4], amounts[5]}.str(), "; checkpoints and timings.h5 in ", run_dir_));
   return outcome;
 }
 
 }  // namespace
 
 void check_dflash_inputs(const RunFile& run) {
-  check_run_inputs(run.settings, dflash_config_from(run.settings).target);
+  // A target keeps at least the taps it sends (and the final hidden state for the KL loss).
+  const model::DFlashConfig config = dflash_config_from(run.settings);
+  check_run_inputs(run, config.target, static_cast<std::int64_t>(config.resolved_taps().size()) + 1);
 }
 
 void train_dflash(JobContext& context) {

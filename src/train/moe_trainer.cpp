@@ -70,7 +70,11 @@ StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
 
 }  // namespace
 
-void check_moe_inputs(const RunFile& run) { check_run_inputs(run.settings, model_config_from(run.settings)); }
+void check_moe_inputs(const RunFile& run) {
+  // Autograd keeps at least each layer's input to attention and to the MLP for backward.
+  const model::ModelConfig model = model_config_from(run.settings);
+  check_run_inputs(run, model, 2 * model.num_hidden_layers);
+}
 
 void train_moe(JobContext& context) {
   Runtime& runtime = context.runtime;
@@ -174,6 +178,7 @@ void train_moe(JobContext& context) {
       const bool last = m == grad_accum - 1;
       reducer.begin_micro_batch(last);
       if (mine.oom_rank >= 0) continue;  // still walk the schedule: the reducer must stay in step
+      if (plan.micro_batches[m].num_tokens == 0) continue;  // the data ended within the last step
       try {
         fault_inject_out_of_memory(runtime.rank(), state.step + 1);
         model::PackedBatch batch = [&] {

@@ -7,6 +7,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
+#include "topotrain/core/process_memory.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
@@ -161,13 +162,44 @@ void check_vocabulary(const std::string& path, const data::TokenDatasetHeader& h
                         "(topotrain-prepare)"));
 }
 
+// The memory one rank of `role` can hold, and what it is called; 0 where unknown (a GPU
+// this machine lacks).
+std::pair<std::int64_t, std::string> rank_memory(const Topology& topology, const RoleSpec& role) {
+  if (role.all_cpu || topology.interconnect == Interconnect::cpu) return {physical_memory_bytes(), "this machine's RAM"};
+  const int index = role.devices.empty() ? 0 : role.devices.front().index;
+  return {compat::device_total_bytes(index), cat("GPU ", index, "'s memory")};
+}
+
+// Lower bound: a budget it refuses cannot run; one it passes may still run out of memory
+// (train.oom says what happens then).
+void check_token_budget(const RunFile& run, const model::ModelConfig& model, std::int64_t activations_per_token) {
+  const Settings& settings = run.settings;
+  const std::int64_t budget = settings.integer("train.token_budget");
+  const double per_token = 2.0 * static_cast<double>(model.hidden_size) * static_cast<double>(activations_per_token);
+  const double needed = per_token * static_cast<double>(budget);
+  for (const RoleSpec& role : run.topology.roles) {
+    const auto [memory, what] = rank_memory(run.topology, role);
+    if (memory <= 0 || needed <= static_cast<double>(memory)) continue;
+    const auto fits = static_cast<std::int64_t>(static_cast<double>(memory) / per_token);
+    throw ConfigError(cat("train.token_budget = ", budget, " (", settings.origin("train.token_budget"),
+                          ") cannot fit a ", role.role, " rank: one micro-batch keeps at least ",
+                          fixed_point(needed / double(1 << 30), 1), " GiB of activations (", activations_per_token,
+                          " vectors of ", model.hidden_size, " bf16 values per token, ", model.source,
+                          "), more than the ", fixed_point(static_cast<double>(memory) / double(1 << 30), 1),
+                          " GiB of ", what, ": use a train.token_budget below ", fits,
+                          " and raise train.grad_accum to keep the tokens per step"));
+  }
+}
+
 }  // namespace
 
-void check_run_inputs(const Settings& settings, const model::ModelConfig& model) {
+void check_run_inputs(const RunFile& run, const model::ModelConfig& model, std::int64_t activations_per_token) {
+  const Settings& settings = run.settings;
   const std::string path = dataset_path(settings);
   const data::TokenDatasetHeader header = data::TokenDataset::read_header(path);
   check_vocabulary(path, header, model);
   training_length(settings, static_cast<std::int64_t>(header.num_tokens));  // its checks of several settings
+  check_token_budget(run, model, activations_per_token);
   if (settings.has("model.weights") && !file_exists(settings.string("model.weights")))
     throw ConfigError(cat("model.weights = \"", settings.string("model.weights"),
                           "\": no such file or directory (", settings.origin("model.weights"), ")"));
@@ -181,6 +213,11 @@ std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings,
                    model);
   log_info(cat("dataset ", path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(),
                " tokens, loaded in ", seconds_since(started)));
+  const std::int64_t budget = settings.integer("train.token_budget");
+  if (static_cast<std::uint64_t>(budget) > dataset->num_tokens())
+    log_info(cat("train.token_budget = ", budget, " is larger than the whole dataset (", dataset->num_tokens(),
+                 " tokens): a micro-batch holds at most one pass over the data, so micro-batches hold fewer "
+                 "tokens than the budget; a smaller budget and more train.grad_accum use the memory better"));
   return dataset;
 }
 
@@ -275,6 +312,7 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
   packing.long_samples = long_samples_from(settings);
   packing.pin_memory = device.is_cuda();
   packing.stream = stream;
+  packing.end_epoch = training_length(settings, *dataset).end_epoch();
   auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
                                                      data::DataParallelConfig{world, rank, grad_accum}, position);
   data::PrefetchConfig prefetch;

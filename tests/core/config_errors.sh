@@ -62,6 +62,14 @@ for mode in dry real; do
     -np 4 "${moe[@]}" --set model.weights="$work/nothing" --set checkpoint.dir="$work" "${extra[@]}"
 done
 expect_config_error dry_token_budget "train.token_budget" -np 4 "${moe[@]}" --set train.token_budget=-5 --dry-run
+# A budget whose one micro-batch cannot fit the machine: refused before training, not an
+# allocator's stack trace (the check is a lower bound, so any machine refuses 2^31 - 1 tokens).
+budget="train.token_budget = 2147483647 \(--set\) cannot fit a"
+expect_config_error huge_token_budget "$budget trainer rank: .* GiB of this machine's RAM: use a train.token_budget below [0-9]+" \
+  -np 4 "${moe[@]}" --set train.token_budget=2147483647
+expect_config_error dry_huge_token_budget "$budget trainer rank" -np 4 "${moe[@]}" --set train.token_budget=2147483647 --dry-run
+expect_config_error dflash_huge_token_budget "$budget target rank: .* GiB of this machine's RAM" \
+  -np 4 "${dflash[@]}" --set train.token_budget=2147483647
 expect_config_error dry_lr "train.lr" -np 4 "${moe[@]}" --set train.lr=-1e-4 --dry-run
 expect_config_error dry_warmup "train.warmup" -np 4 "${moe[@]}" --set train.warmup=1.5 --dry-run
 expect_config_error dry_schedule "train.schedule = \"steps\" .* needs the schedule's length" \

@@ -74,9 +74,9 @@ TEST_F(PackerTest, TruncateDropsTheRestOfALongSample) {
   PackedBatch b = packer.next();
   EXPECT_EQ(vec(b.tokens), (I64{30, 31, 32, 33, 34, 35}));
   EXPECT_EQ(packer.position(), (DataPosition{0, 0, 4, 0}));
-  b = packer.next();  // s4, then epoch 1 starts in the same batch: s0 (3) fits in 6 - 1
-  EXPECT_EQ(vec(b.sample_ids), (I64{4, 0}));
-  EXPECT_EQ(packer.position(), (DataPosition{0, 1, 1, 0}));
+  b = packer.next();  // s4 alone: s0 of epoch 1 (3) would fit in 6 - 1, but the epoch has ended
+  EXPECT_EQ(vec(b.sample_ids), (I64{4}));
+  EXPECT_EQ(packer.position(), (DataPosition{0, 1, 0, 0}));
 }
 
 TEST_F(PackerTest, LossMaskIsCopiedAndCounted) {
@@ -167,21 +167,49 @@ TEST(PackerStreams, StreamsPartitionEachEpochAndResumeOnTheirOwn) {
                ConfigError);
 }
 
-TEST_F(PackerTest, FirstSequencesKeepsWholePiecesAndRecounts) {
+// An epoch's last micro-batch is short rather than filled from the next epoch's order,
+// whatever the budget: a budget larger than the dataset holds one pass, not several.
+TEST_F(PackerTest, MicroBatchesEndAtTheEpochBoundary) {
   TokenBudgetPacker packer(dataset_of({3, 5, 2, 9, 1}, true), PackerConfig{16, LongSamplePolicy::split, false, false, {}},
                            DataPosition{});
-  const PackedBatch all = packer.next();  // s0, s1, s2 (10 tokens); s3 would overflow
-  const PackedBatch two = first_sequences(all, 2);
-  EXPECT_EQ(vec(two.tokens), (I64{0, 1, 2, 10, 11, 12, 13, 14}));
-  EXPECT_EQ(vec(two.cu_seqlens), (I64{0, 3, 8}));
-  EXPECT_EQ(vec(two.sample_ids), (I64{0, 1}));
-  EXPECT_EQ(two.num_tokens, 8);
-  EXPECT_EQ(two.num_loss_targets, 1 + 2);
-  EXPECT_EQ(two.max_seqlen, 5);
+  const PackedBatch first = packer.next();  // s0, s1, s2 (10 tokens); s3 would overflow
+  EXPECT_EQ(vec(first.sample_ids), (I64{0, 1, 2}));
   // The lengths also travel on the host, for attention to plan by without reading the GPU.
-  EXPECT_EQ(all.sequence_lengths, (I64{3, 5, 2}));
-  EXPECT_EQ(two.sequence_lengths, (I64{3, 5}));
-  EXPECT_EQ(first_sequences(all, 7).num_tokens, all.num_tokens);
+  EXPECT_EQ(first.sequence_lengths, (I64{3, 5, 2}));
+  const PackedBatch last = packer.next();  // s3, s4 (10 tokens): s0 of epoch 1 would fit, but is not taken
+  EXPECT_EQ(vec(last.sample_ids), (I64{3, 4}));
+  EXPECT_EQ(last.num_tokens, 10);
+  EXPECT_EQ(packer.position(), (DataPosition{0, 1, 0, 0}));
+
+  TokenBudgetPacker huge(dataset_of({3, 5, 2, 9, 1}, false),
+                         PackerConfig{10000, LongSamplePolicy::split, true, false, {}}, DataPosition{});
+  for (uint64_t epoch = 1; epoch <= 3; ++epoch) {
+    const PackedBatch pass = huge.next();
+    std::vector<int64_t> ids = vec(pass.sample_ids);
+    std::sort(ids.begin(), ids.end());
+    EXPECT_EQ(ids, (I64{0, 1, 2, 3, 4})) << "each micro-batch holds one pass over the data";
+    EXPECT_EQ(pass.num_tokens, 20);
+    EXPECT_EQ(huge.position(), (DataPosition{0, epoch, 0, 0}));
+  }
+}
+
+// From end_epoch on the stream has ended: empty layouts, the position stays at the end.
+TEST_F(PackerTest, StreamEndsAtEndEpoch) {
+  PackerConfig config{8, LongSamplePolicy::split, true, false, {}};
+  config.end_epoch = 2;
+  TokenBudgetPacker packer(data_, config, DataPosition{});
+  uint64_t tokens = 0;
+  int batches = 0;
+  while (!packer.ended()) {
+    tokens += packer.next().num_tokens;
+    ASSERT_LT(++batches, 100) << "the stream never ended";
+  }
+  EXPECT_EQ(tokens, 2u * 20u);
+  EXPECT_EQ(packer.position(), (DataPosition{0, 2, 0, 0}));
+  const PackedBatch after = packer.next();
+  EXPECT_EQ(after.num_tokens, 0);
+  EXPECT_EQ(after.num_sequences(), 0);
+  EXPECT_EQ(packer.position(), (DataPosition{0, 2, 0, 0}));
 }
 
 // Attention's FLOPs go by sum(piece^2) / sum(piece) over the pieces the packer cuts.

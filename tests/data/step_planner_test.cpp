@@ -145,6 +145,55 @@ TEST(StepPlanner, EverySampleOnceFor1_2_4Ranks) {
   }
 }
 
+// train.epochs = E: the stream ends after exactly E passes. No micro-batch straddles an
+// epoch boundary (in the global stream of tokens, a multiple of the dataset's token count),
+// every sample is trained E times, the last step is short (its missing micro-batches
+// empty) and ends at epoch E, and nothing follows it.
+TEST(StepPlanner, EndsAfterExactlyTheEpochsWithoutSpilling) {
+  at::set_num_threads(1);
+  const auto data = mixed_dataset();
+  const uint64_t dataset_tokens = data->num_tokens();
+  for (const uint64_t epochs : {uint64_t{1}, uint64_t{2}}) {
+    for (const Layout s : {Layout{32, 1, 1}, Layout{24, 2, 3}, Layout{48, 4, 2}, Layout{5000, 2, 2}}) {
+      SCOPED_TRACE(::testing::Message() << epochs << " epochs, budget " << s.budget << " world " << s.world
+                                        << " accum " << s.accum);
+      PackerConfig packing{s.budget, LongSamplePolicy::split, true, false, {}};
+      packing.end_epoch = epochs;
+      std::vector<StepPlanner> ranks;
+      for (int r = 0; r < s.world; ++r)
+        ranks.emplace_back(data, packing, DataParallelConfig{s.world, r, s.accum}, DataPosition{9, 0, 0, 0});
+      std::map<int64_t, uint64_t> trained;  // sample -> tokens trained
+      uint64_t at = 0;  // tokens of the global stream before the next micro-batch
+      DataPosition position;
+      int steps = 0;
+      while (position.epoch < epochs) {
+        ASSERT_LT(++steps, 10000) << "the stream never ended";
+        std::vector<StepPlan> plans;
+        for (auto& rank : ranks) plans.push_back(rank.next_step());
+        position = plans[0].position_after;
+        for (int g = 0; g < s.world * s.accum; ++g) {
+          const PackedBatch& b = plans[g % s.world].micro_batches[g / s.world];
+          if (b.num_tokens == 0) continue;
+          const uint64_t n = static_cast<uint64_t>(b.num_tokens);
+          EXPECT_EQ(at / dataset_tokens, (at + n - 1) / dataset_tokens) << "a micro-batch crossed an epoch boundary";
+          at += n;
+          for (const Range& r : ranges_of(b)) trained[r.sample] += static_cast<uint64_t>(r.end - r.begin);
+        }
+      }
+      EXPECT_EQ(position, (DataPosition{9, epochs, 0, 0}));
+      EXPECT_EQ(at, epochs * dataset_tokens);
+      ASSERT_EQ(trained.size(), data->num_samples());
+      for (const auto& [sample, tokens] : trained)
+        EXPECT_EQ(tokens, epochs * data->sample_length(static_cast<uint64_t>(sample))) << "sample " << sample;
+      for (auto& rank : ranks) {
+        const StepPlan after = rank.next_step();
+        EXPECT_EQ(after.global_tokens, 0u) << "a step after the end of the data";
+        EXPECT_EQ(after.micro_batches.size(), size_t(s.accum)) << "every round still has its (empty) micro-batch";
+      }
+    }
+  }
+}
+
 TEST(StepPlanner, LossTargetsOfAMaskedDatasetAreCountedGlobally) {
   at::set_num_threads(1);
   const auto data = mixed_dataset(true);

@@ -21,6 +21,13 @@
 #                                        run stopped after 3 steps and resumed equals it uninterrupted
 #   dflash_train_e2e.sh BIN_DIR weights  targets load a tiny-dense target that moe_train trained
 #                                        (model.weights = its run directory); a tiny-moe one is refused
+#   dflash_train_e2e.sh BIN_DIR end      at the end of the data every batch sent is trained (a last
+#                                        partial step included) and the end line counts all 33 samples
+#                                        and 11325 tokens as trained, none discarded: round-robin fan-in
+#                                        2 -> 1, grad_accum 5, and 2 targets -> 2 drafters
+#   dflash_train_e2e.sh BIN_DIR nonfinite a NaN drafter loss stops every rank with exit 4 and one message
+#                                        naming the rank and step, the last checkpoint intact;
+#                                        train.skip_nonfinite = true skips that step and goes on
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -29,6 +36,8 @@ mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
 source "$(dirname "$0")/stop_on_signal.sh"
 "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
 dataset_tokens=11325
+# The drafters' end line when the data ended the run: every sample and token trained.
+all_trained="trained 33 samples ($dataset_tokens tokens), skipped as not finite 0 samples (0 tokens) in 0 steps, discarded 0 samples (0 tokens)"
 
 topology() {  # topology T [FAN_IN]: a CPU topology file with T targets feeding one drafter
   local t=$1 fan_in=${2:-arrival}
@@ -50,15 +59,18 @@ train() {  # train T RUN [args...]: T targets + 1 drafter, output in $work/RUN.l
     --set checkpoint.run="$run" "$@" >>"$work/$run.log" 2>&1
 }
 
-# Every token of the epoch trained exactly once: the drafter's sample log (rank T) expanded
-# to (sample, position) pairs has no repeat and holds all of the dataset's tokens.
-covers_epoch_once() {  # covers_epoch_once RUN DRAFTER_RANK
-  awk '{ for (i = $2; i < $3; ++i) print $1, i }' "$work/$1/samples-rank-$2.txt" | sort > "$work/$1.tokens"
+# Every token of the epoch trained exactly once: the drafters' sample logs expanded to
+# (sample, position) pairs have no repeat and hold all of the dataset's tokens.
+covers_epoch_once() {  # covers_epoch_once RUN DRAFTER_RANK...
+  local run=$1
+  shift
+  (cd "$work/$run" && for r in "$@"; do cat "samples-rank-$r.txt"; done) |
+    awk '{ for (i = $2; i < $3; ++i) print $1, i }' | sort > "$work/$run.tokens"
   local repeats total
-  repeats=$(uniq -d "$work/$1.tokens" | wc -l)
-  total=$(wc -l < "$work/$1.tokens")
+  repeats=$(uniq -d "$work/$run.tokens" | wc -l)
+  total=$(wc -l < "$work/$run.tokens")
   [[ $repeats == 0 && $total == "$dataset_tokens" ]] || {
-    echo "$1: $total tokens trained, $repeats of them more than once (want $dataset_tokens, none twice)"
+    echo "$run: $total tokens trained, $repeats of them more than once (want $dataset_tokens, none twice)"
     exit 1
   }
 }
@@ -75,7 +87,7 @@ fanin)
   sort "$work/fanin/samples-rank-7.txt" > "$work/trained"
   cmp -s "$work/sent" "$work/trained" || { echo "trained pieces differ from the sent ones"; diff "$work/sent" "$work/trained" | head; exit 1; }
   covers_epoch_once fanin 7
-  grep -q "0 batches in flight discarded" "$work/fanin.log"
+  grep -q "$all_trained" "$work/fanin.log" || { grep "drafter done" "$work/fanin.log"; exit 1; }
   "$bin/topotrain-report" "$work/fanin" > "$work/report.txt"
   grep -q "role target (ranks 0,1,2,3,4,5,6)" "$work/report.txt"
   grep -q "role drafter (rank 7)" "$work/report.txt"
@@ -166,6 +178,35 @@ weights)
   grep -q "^dflash_train: model.weights: checkpoint .*step-00000002.h5 holds a model trained as model preset 'tiny-moe', but this run builds model preset 'tiny-dense'" "$work/wrong.log" ||
     { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
+  ;;
+end)
+  FAN_IN=round_robin train 2 rr || { cat "$work/rr.log"; exit 1; }
+  covers_epoch_once rr 2
+  grep -q "$all_trained" "$work/rr.log" || { grep "drafter done" "$work/rr.log"; exit 1; }
+  train 3 accum --set train.grad_accum=5 || { cat "$work/accum.log"; exit 1; }
+  covers_epoch_once accum 3
+  grep -q "$all_trained" "$work/accum.log" || { grep "drafter done" "$work/accum.log"; exit 1; }
+  sed '/^\[model\]/,$d' topology/cpu-2t2d.toml > "$work/cpu-2t2d.toml"
+  timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" \
+    --set checkpoint.run=two > "$work/two.log" 2>&1 || { cat "$work/two.log"; exit 1; }
+  covers_epoch_once two 2 3
+  grep -q "$all_trained" "$work/two.log" || { grep "drafter done" "$work/two.log"; exit 1; }
+  ;;
+nonfinite)
+  code=0
+  TOPOTRAIN_FAULT_NONFINITE=2:3 train 2 nan --set checkpoint.every_steps=2 || code=$?
+  [[ $code -eq 4 ]] || { cat "$work/nan.log"; echo "exit $code, expected 4"; exit 1; }
+  [[ $(grep -c "the drafter loss on rank 2 is not finite at step 3; no drafter applied it" "$work/nan.log") -eq 1 ]] ||
+    { cat "$work/nan.log"; echo "expected one message naming rank 2 and step 3"; exit 1; }
+  [[ $(cat "$work/nan/latest") == step-00000002.h5 ]] || { echo "the last checkpoint is not step 2's"; exit 1; }
+  # Skipped: step 3 changes no weight and no AdamW moment, and the run goes on to step 5.
+  TOPOTRAIN_FAULT_NONFINITE=2:3 train 2 skip --set train.skip_nonfinite=true --set checkpoint.every_steps=1 \
+    --set checkpoint.keep=10 --set train.max_steps=5 || { cat "$work/skip.log"; exit 1; }
+  grep -q "not finite at step 3; train.skip_nonfinite: step skipped (1 so far)" "$work/skip.log"
+  grep -q "drafter done: 5 steps, .*skipped as not finite [0-9]* samples ([1-9][0-9]* tokens) in 1 steps" \
+    "$work/skip.log" || { grep "drafter done" "$work/skip.log"; exit 1; }
+  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 model/
+  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

@@ -13,6 +13,10 @@
 #                                      train.skip_nonfinite = true skips that step and goes on
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
 #                                      checkpoint of that step, and exit 0
+#   moe_train_e2e.sh BIN_DIR epochs    train.epochs = 1 and 2 on 2 ranks x grad_accum 3: every token of
+#                                      the dataset trained exactly `epochs` times, none of the next
+#                                      epoch's order (the last step is short); a token_budget larger
+#                                      than the dataset is warned about and still trains each pass once
 #   moe_train_e2e.sh BIN_DIR epoch     trained by epochs: the progress line has an ETA and the last
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
@@ -197,6 +201,34 @@ stop)
   step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/stop.log" | awk '{print $NF}')
   [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
   echo "stopped after step $step with its checkpoint"
+  ;;
+epochs)
+  "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
+  dataset_tokens=11325  # 33 paragraphs of the Apache License 2.0, byte tokens (dflash_train_e2e.sh: the same)
+  # trained_times RUN EPOCHS: every (sample, position) of the dataset is in the sample log
+  # of RUN exactly EPOCHS times, and the run's end line counts those tokens.
+  trained_times() {
+    local run=$1 epochs=$2
+    awk '{ for (i = $2; i < $3; ++i) n[$1 " " i]++ }
+         END { for (k in n) { c[n[k]]++; total += n[k] } for (t in c) printf "%d tokens %d time(s); ", c[t], t
+               print "total " total }' "$work/$run"/samples-rank-*.txt > "$work/$run.counts"
+    grep -qx "$dataset_tokens tokens $epochs time(s); total $((epochs * dataset_tokens))" "$work/$run.counts" ||
+      { cat "$work/$run.counts"; echo "$run: expected each of the $dataset_tokens tokens $epochs time(s)"; exit 1; }
+    grep -q "done: [0-9]* steps, $((epochs * dataset_tokens)) tokens" "$work/$run.log" ||
+      { grep "done:" "$work/$run.log"; echo "$run: the end line does not count $epochs pass(es)"; exit 1; }
+  }
+  pass=(--set data.path="$work/small.h5" --set train.max_steps=0 --set train.grad_accum=3 --set log.samples=true
+        --set log.every=100)
+  train 2 one "${pass[@]}" --set train.token_budget=700 --set train.epochs=1
+  trained_times one 1
+  train 2 two "${pass[@]}" --set train.token_budget=700 --set train.epochs=2
+  trained_times two 2
+  # One micro-batch holds at most one pass: 2 epochs are 2 micro-batches, whatever the budget.
+  train 2 huge "${pass[@]}" --set train.token_budget=30000 --set train.epochs=2
+  trained_times huge 2
+  grep -q "train.token_budget = 30000 is larger than the whole dataset" "$work/huge.log" ||
+    { cat "$work/huge.log"; echo "no warning about a budget larger than the dataset"; exit 1; }
+  [[ $(cat "$work"/huge/samples-rank-*.txt | wc -l) -eq 66 ]] || { echo "expected 2 x 33 pieces"; exit 1; }
   ;;
 epoch)
   "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null

@@ -27,8 +27,4 @@ struct PackedBatch {
   int64_t num_sequences() const { return sample_ids.numel(); }
 };
 
-// The batch's first `sequences` pieces (all of it when it has no more): views of its
-// tensors, wherever they live; the counts are recomputed (which reads the device).
-PackedBatch first_sequences(const PackedBatch& batch, int64_t sequences);
-
 }  // namespace topotrain::data

@@ -6,7 +6,9 @@
 // consecutive micro-batches). Every rank lays out all W*A micro-batches of a step (a walk
 // over sample lengths, no token copies) and materializes only its own, so each rank knows
 // the step's global token counts without communication, and the position after the step
-// is the same on every rank.
+// is the same on every rank. Once the packer's stream has ended (PackerConfig::end_epoch)
+// the step's remaining micro-batches are empty (num_tokens 0): the last step is short,
+// and a rank may have nothing to train in some of its accumulation rounds.
 #pragma once
 
 #include <cstdint>

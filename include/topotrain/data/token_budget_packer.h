@@ -9,8 +9,10 @@
 //     token_budget tokens fill the micro-batch alone: `split` keeps the rest for the next
 //     micro-batch (positions continue), `truncate` drops the rest.
 // The stream is defined by samples, so the position after any micro-batch can be resumed
-// with another token_budget: nothing is skipped or repeated. When an epoch's permutation is
-// exhausted the next epoch's starts in the same micro-batch.
+// with another token_budget: nothing is skipped or repeated. A micro-batch never crosses an
+// epoch boundary: the last one of an epoch may be short, so that "epochs = passes over the
+// data" holds exactly and no micro-batch holds a sample twice. From PackerConfig::end_epoch
+// on the stream has ended: every layout is empty.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +54,9 @@ struct PackerConfig {
   bool shuffle = true;      // false: every epoch visits samples in file order
   bool pin_memory = false;  // allocate batches in page-locked memory (CUDA builds only)
   SampleStream stream;
+  // The epoch at which the stream ends (train.epochs): from there on next_layout() returns
+  // empty layouts. 0: it never ends, epochs follow each other (train.max_tokens decides).
+  uint64_t end_epoch = 0;
 };
 
 // A token range [begin, end) of one sample.
@@ -73,7 +78,8 @@ class TokenBudgetPacker {
  public:
   TokenBudgetPacker(std::shared_ptr<const TokenDataset> dataset, PackerConfig config, DataPosition start);
 
-  MicroBatchLayout next_layout();  // advances position()
+  MicroBatchLayout next_layout();  // advances position(); empty once the stream has ended
+  bool ended() const { return config_.end_epoch > 0 && position_.epoch >= config_.end_epoch; }
   PackedBatch materialize(const MicroBatchLayout& layout) const;
   PackedBatch next() { return materialize(next_layout()); }
 

@@ -18,14 +18,19 @@
 // nothing is skipped or repeated, also with another train.token_budget. At start every
 // drafter sends each of its targets where its stream starts.
 //
-// Ending: with no step or token limit each target ends its stream after train.epochs
-// epochs; a drafter ends when its streams have ended, at train.max_steps / max_tokens, on
-// SIGUSR1, or when one of its targets closed early (out of memory); drafters stop
-// together. A stopping drafter asks its targets to end their streams and drains what was
-// in flight and checkpoints its last trained step (also after an out-of-memory step,
-// which changed nothing). Every rank then meets in one agreement: exit 0, or every rank
-// leaves with the code and message of the lowest failing rank (3 and the resume command
-// for an out-of-memory on a target or a drafter).
+// Ending: without train.max_tokens each target ends its stream after train.epochs epochs
+// (its last batch of an epoch is short, never filled from the next); drafters step
+// together until all their streams have ended (a last partial step trains what arrived,
+// a drafter with nothing left walking empty micro-batches), or stop together at
+// train.max_steps / max_tokens, on SIGUSR1, when one of their targets closed early (out of
+// memory) or on a non-finite drafter loss or gradient norm (never applied; skipped and
+// counted with train.skip_nonfinite). A stopping drafter asks its targets to end their
+// streams and drains what was in flight and checkpoints its last trained step (also after
+// a failed step, which changed nothing). The end line counts the samples and tokens the
+// drafters trained, skipped and discarded (in flight when they stopped early): every
+// batch sent is in one of them. Every rank then meets in one agreement: exit 0, or every
+// rank leaves with the code and message of the lowest failing rank (3 and the resume
+// command for an out-of-memory on a target or a drafter, 4 for a non-finite step).
 #pragma once
 
 #include "topotrain/train/job.h"

@@ -52,13 +52,18 @@ AdamWConfig adamw_config_from(const Settings& settings);
 comm::GradReducerConfig grad_reducer_config_from(const Settings& settings);
 
 // data.path, or the demo corpus built with topotrain when unset; a dataset whose vocabulary
-// is larger than the model's is refused (ConfigError naming both and the fix).
+// is larger than the model's is refused (ConfigError naming both and the fix). A
+// train.token_budget larger than the whole dataset is said (rank 0's log): a micro-batch
+// never crosses an epoch boundary, so its steps hold fewer tokens than the budget.
 std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model);
 // What a job checks before it starts (and in --dry-run), cheaply: load_dataset's checks
 // from the dataset file's header alone, without reading its tokens; training_length's
 // checks of settings that depend on each other; that model.weights names something that
-// exists. Throws ConfigError.
-void check_run_inputs(const Settings& settings, const model::ModelConfig& model);
+// exists; that one micro-batch of train.token_budget tokens fits the memory of the ranks'
+// devices (RAM for CPU ranks, the GPU's memory where this machine has it) at the least:
+// `activations_per_token` vectors of the model's hidden size in bf16 per token, a lower
+// bound of what the job keeps. Throws ConfigError.
+void check_run_inputs(const RunFile& run, const model::ModelConfig& model, std::int64_t activations_per_token);
 
 // log.timings_every, the device's peak FLOP/s and, on CUDA, its NVML sampling; the trainer
 // adds its FLOPs per token and extra fields.
@@ -92,6 +97,9 @@ struct TrainingLength {
   ScheduleClock clock = ScheduleClock::tokens;
   std::int64_t schedule_length = 0;  // planned_tokens (tokens) or max_steps (steps)
   bool done(const TrainingState& state) const;
+  // The epoch at which the data ends (data::PackerConfig::end_epoch): `epochs`, or 0 (never)
+  // when max_tokens decides.
+  std::uint64_t end_epoch() const { return stop_tokens > 0 ? 0 : static_cast<std::uint64_t>(epochs); }
   // Where the LR schedule stands: the global tokens trained or the optimizer steps taken.
   std::int64_t schedule_position(const TrainingState& state) const;
   // "2 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps"
@@ -108,7 +116,9 @@ ProgressConfig progress_config_from(const TrainingLength& length, int ranks, con
                                     double flops_per_token);
 
 // The step prefetcher of one data-parallel rank, starting at `position`, over the
-// whole sample stream or one of several independent streams (`stream`).
+// whole sample stream or one of several independent streams (`stream`), which ends after
+// train.epochs unless train.max_tokens is set (TrainingLength::end_epoch): the last step
+// may be short, its missing micro-batches empty (num_tokens 0).
 std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
                                                        const Settings& settings, std::int64_t token_budget,
                                                        int rank, int world, int grad_accum,
