@@ -29,7 +29,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
-#include "topotrain/train/fault_injection.h"
+#include "topotrain/core/fault_injection.h"
 #include "topotrain/train/grad_clip.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
