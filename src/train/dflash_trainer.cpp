@@ -15,6 +15,7 @@
 #include "topotrain/comm/backend.h"
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
@@ -27,6 +28,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/fault_injection.h"
 #include "topotrain/train/grad_clip.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/lr_schedule.h"
@@ -390,9 +392,14 @@ Outcome Drafting::run() {
   // vary with the anchors drawn).
   ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
 
+  comm::Watchdog watchdog(runtime_, runtime_.role_comm(), settings_.real("train.hang_timeout_s"));
+  const std::int64_t first_step = state_.step + 1;
   Outcome outcome;
   while (true) {
     timer.begin_step(state_.step + 1);
+    watchdog.begin_step(state_.step + 1,
+                        state_.step + 1 == first_step || comm::near_checkpoint(state_.step + 1, checkpoint_every));
+    fault_inject_stall(me, state_.step + 1);
     auto profiled = profile.step(state_.step + 1);
     const auto started = Clock::now();
     compat::reset_peak_allocated_bytes(device_);
@@ -415,7 +422,7 @@ Outcome Drafting::run() {
     // incomplete step are not trained: the checkpoint's positions leave them to a resume.
     int go[2] = {inputs.size() == grad_accum && receiver.early_close_reason().empty() ? 1 : 0,
                  stop_requested() ? 0 : 1};
-    MPI_Allreduce(MPI_IN_PLACE, go, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
+    comm::all_reduce_in_place(go, 2, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' go)");
     if (!go[0] || !go[1]) {
       timer.discard_step();  // trained nothing: not a step
       if (!go[1] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
@@ -485,11 +492,11 @@ Outcome Drafting::run() {
     {
       auto t = timer.scope(Phase::comm_wait);
       reducer.finish();
-      MPI_Allreduce(MPI_IN_PLACE, sums, 5, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+      comm::all_reduce_in_place(sums, 5, MPI_DOUBLE, MPI_SUM, runtime_.role_comm(), "MPI_Iallreduce (drafters' sums)");
     }
     if (sums[3] > 0) {
       int first = out_of_memory ? me : INT_MAX;
-      MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, runtime_.role_comm());
+      comm::all_reduce_in_place(&first, 1, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' OOM)");
       reducer.zero_grad();
       outcome = {3, out_of_memory_message(context_, first, state_.step + 1, settings_.integer("train.token_budget"),
                                           compat::peak_allocated_bytes(device_), run_dir_)};

@@ -1,5 +1,5 @@
 // Test hooks that make a failure happen on one rank at one step, so that the failure paths
-// (out of memory, a non-finite loss) can be tested on CPU ranks: the environment variable
+// (out of memory, a non-finite loss, a stalled rank) can be tested on CPU ranks: the environment variable
 // holds "RANK:STEP".
 #pragma once
 
@@ -10,5 +10,9 @@ namespace topotrain {
 // True the first time this process reaches `step` as rank `rank` named by the variable
 // (once per process and variable: a retry of the same step must succeed).
 bool fault_injected(const char* variable, int rank, std::int64_t step);
+
+// TOPOTRAIN_FAULT_STALL: the rank stops itself (SIGSTOP) at the start of the step, as a
+// wedged or suspended process would; SIGCONT lets it go on.
+void fault_inject_stall(int rank, std::int64_t step);
 
 }  // namespace topotrain
