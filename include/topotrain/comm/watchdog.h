@@ -11,7 +11,8 @@
 // dflash_train's drafters):
 // * Every 0.2 s of a wait it checks whether a peer process of this node is gone; the
 //   node's first surviving rank then ends the job with "rank N (role) died or left;
-//   stopping" (exit 1). (mpirun's SIGTERM to the survivors is the other way the news
+//   stopping" (exit 1), unless a rank of the node already began ending the job
+//   (Runtime::claim_ending). (mpirun's SIGTERM to the survivors is the other way the news
 //   arrives: stop_signal.h.)
 // * Every rank of the group calls begin_step(step, slow) with the same arguments at the
 //   start of every step. The allowance of a step is train.hang_timeout_s, times
@@ -23,6 +24,9 @@
 //   (a 16-byte MPI_Isend), and the monitor tells every other rank its own. This is
 //   sound because every rank enters the group's collectives in the same order (the
 //   Backend's ordering contract), so equal positions are the same collective.
+//   Invariant for callers: on the watchdog's thread, wait_request is used only for
+//   operations every rank of the group makes in the same order; a rank-local wait (rank
+//   0's own I/O) must not go through it, or the positions drift apart.
 // * The monitor, once its wait has lasted longer than the allowance, names the ranks
 //   whose position is behind its own ("did not arrive"), with the step, and ends every
 //   rank (MPI_Abort, exit kHangExitCode) after its line is written. Group rank g > 0,
