@@ -126,6 +126,32 @@ void Watchdog::drain_reports() {
 }
 
 void Watchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
+  check_deaths(now);
+  if (timeout_s_ <= 0) return;
+  const double waited = seconds(now - waiting_since);
+  // One grace for a pipeline's feed waits (check_feed) to name a silent sender first, then
+  // the monitor; the others step in, one after the other, only when the monitor is the one
+  // behind (when it is not, it reports the hang itself).
+  const double grace = (me_ + 1) * std::max(2.0, 0.25 * allowance_s_);
+  if (waited <= allowance_s_ + grace) return;
+  drain_reports();
+  std::vector<int> behind;
+  for (std::size_t i = 0; i < known_.size(); ++i) {
+    const int group_rank = me_ == 0 ? static_cast<int>(i) : 0;
+    if (group_rank != me_ && known_[i] < position_) behind.push_back(world_rank_[static_cast<std::size_t>(group_rank)]);
+  }
+  if (me_ != 0 && behind.empty()) return;
+  end_job(waited, behind.empty() ? std::string("every rank of the group entered the collective, which did not complete")
+                                 : cat(describe_ranks(peers_of(behind), runtime_.host()), " did not arrive"));
+}
+
+void Watchdog::check_feed(double waited, const std::vector<int>& silent) {
+  check_deaths(Clock::now());
+  if (timeout_s_ <= 0 || waited <= allowance_s_ || silent.empty()) return;
+  end_job(waited, cat("nothing arrived from ", describe_ranks(peers_of(silent), runtime_.host())));
+}
+
+void Watchdog::check_deaths(Clock::time_point now) {
   if (runtime_.ending()) return;  // another rank of this node is ending the job: its word stands
   const std::vector<PeerProcess>& peers = runtime_.peers();
   for (const PeerProcess& peer : peers) {
@@ -135,30 +161,18 @@ void Watchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
                       seconds(now - *death_seen_) > kDeathReportGrace;
     if (mine && runtime_.claim_ending()) runtime_.abort(cat(peer.name(), " died or left; stopping"));
   }
-  if (timeout_s_ <= 0) return;
-  const double waited = seconds(now - waiting_since);
-  // The monitor's turn first; the others step in, one after the other, only when it is
-  // the one behind (when it is not, it reports the hang itself).
-  const double grace = me_ * std::max(2.0, 0.25 * allowance_s_);
-  if (waited <= allowance_s_ + grace) return;
-  drain_reports();
-  std::vector<int> behind;
-  for (std::size_t i = 0; i < known_.size(); ++i) {
-    const int group_rank = me_ == 0 ? static_cast<int>(i) : 0;
-    if (group_rank != me_ && known_[i] < position_) behind.push_back(world_rank_[static_cast<std::size_t>(group_rank)]);
-  }
-  if (me_ != 0 && behind.empty()) return;
-  hang(behind, waited);
 }
 
-void Watchdog::hang(const std::vector<int>& behind, double waited) const {
-  std::vector<PeerProcess> late;
-  for (int rank : behind) late.push_back(runtime_.peers()[static_cast<std::size_t>(rank)]);
-  const std::string who = late.empty() ? std::string("every rank of the group entered the collective, which did not complete")
-                                       : cat(describe_ranks(late, runtime_.host()), " did not arrive");
-  runtime_.abort(cat("step ", position_.first, " made no progress for ", static_cast<int>(waited),
-                     " s (allowance ", allowance_s_, " s; train.hang_timeout_s = ", timeout_s_, "): ", who,
-                     "; stopping every rank"),
+std::vector<PeerProcess> Watchdog::peers_of(const std::vector<int>& world_ranks) const {
+  std::vector<PeerProcess> peers;
+  for (int rank : world_ranks) peers.push_back(runtime_.peers()[static_cast<std::size_t>(rank)]);
+  return peers;
+}
+
+void Watchdog::end_job(double waited, const std::string& why) const {
+  if (!runtime_.claim_ending()) return;  // a rank of this node already said why the job ends
+  runtime_.abort(cat("step ", position_.first, " made no progress for ", static_cast<int>(waited), " s (allowance ",
+                     allowance_s_, " s; train.hang_timeout_s = ", timeout_s_, "): ", why, "; stopping every rank"),
                  kHangExitCode);
 }
 

@@ -198,6 +198,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   std::int64_t sent = 0, tokens = 0;
   while (!sender.stop_requested() && !stop_requested()) {
     timer.begin_step(sent + 1);
+    fault_inject_stall(runtime.rank(), sent + 1);
     auto profiled = profile.step(sent + 1);
     data::StepPlan plan = [&] {
       auto t = timer.scope(Phase::data_wait);
@@ -393,6 +394,7 @@ Outcome Drafting::run() {
   ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
 
   comm::Watchdog watchdog(runtime_, runtime_.role_comm(), settings_.real("train.hang_timeout_s"));
+  receiver.set_wait_check([&](double waited, const std::vector<int>& silent) { watchdog.check_feed(waited, silent); });
   const std::int64_t first_step = state_.step + 1;
   Outcome outcome;
   while (true) {

@@ -5,7 +5,8 @@
 #                                        every rank ends with exit 5 and one message naming rank 1
 #                                        and step 4; then the same with rank 0 (the monitor) stopped
 #   liveness_e2e.sh BIN_DIR dflash_hang  2 targets -> 2 drafters, drafter rank 3 stops at step 3:
-#                                        exit 5, one message naming rank 3 (drafter) and step 3
+#                                        exit 5, one message naming rank 3 (drafter) and step 3;
+#                                        then target rank 1 stops: its drafter names it
 #   liveness_e2e.sh BIN_DIR moe_kill     np 3 moe_train, kill -9 of rank 1 mid-run: topotrain itself
 #                                        prints "rank 1 (trainer) died or left; stopping", and the
 #                                        job ends within seconds
@@ -124,6 +125,13 @@ dflash_hang)
   finish "$work/dflash.log" 60 5
   one_line "$work/dflash.log" 'made no progress'
   one_line "$work/dflash.log" '\[rank 2 drafter\] step 3 made no progress for [0-9]+ s .*: rank 3 \(drafter\) \(process stopped\) did not arrive'
+  # A stalled target: its drafter names it (not itself, as the other drafter would).
+  TOPOTRAIN_FAULT_STALL=1:3 start "$work/target.log" -np 4 "$bin/dflash_train" topology/cpu-2t2d.toml \
+    --set checkpoint.dir="$work" --set checkpoint.run=target --set log.every=1 --set train.hang_timeout_s=3
+  wait_stopped "$(pid_of_rank 1:dflash_train)"
+  finish "$work/target.log" 60 5
+  one_line "$work/target.log" 'made no progress'
+  one_line "$work/target.log" '\[rank 3 drafter\] step [0-9]+ made no progress for [0-9]+ s .*: nothing arrived from rank 1 \(target\) \(process stopped\)'
   ;;
 moe_kill)
   start "$work/kill.log" -np 3 "$bin/moe_train" "$work/cpu3.toml" "${moe[@]}" --set checkpoint.run=kill

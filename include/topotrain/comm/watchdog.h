@@ -27,12 +27,12 @@
 //   Invariant for callers: on the watchdog's thread, wait_request is used only for
 //   operations every rank of the group makes in the same order; a rank-local wait (rank
 //   0's own I/O) must not go through it, or the positions drift apart.
-// * The monitor, once its wait has lasted longer than the allowance, names the ranks
-//   whose position is behind its own ("did not arrive"), with the step, and ends every
-//   rank (MPI_Abort, exit kHangExitCode) after its line is written. Group rank g > 0,
-//   once its wait has lasted the allowance plus g graces (the monitor's turn first, then
-//   one rank at a time, so the job prints one message), does the same naming the monitor
-//   if the monitor is behind: rank 0 itself may be the stuck one.
+// * The monitor, once its wait has lasted longer than the allowance plus a grace, names
+//   the ranks whose position is behind its own ("did not arrive"), with the step, and
+//   ends every rank (MPI_Abort, exit kHangExitCode) after its line is written. Group rank
+//   g > 0, once its wait has lasted the allowance plus g + 1 graces (the monitor's turn
+//   first, then one rank at a time, so the job prints one message), does the same naming
+//   the monitor if the monitor is behind: rank 0 itself may be the stuck one.
 // * A timeout of 0 turns the deadline off; the waits still sleep and watch for deaths.
 // One Watchdog at a time per process (it registers itself for wait_request).
 #pragma once
@@ -79,12 +79,21 @@ class Watchdog {
   // wait_request's part: a wait begins, and is still going at `now` (abort on a hang).
   void wait_begins();
   void check(Clock::time_point waiting_since, Clock::time_point now);
+  // A wait for data from the world ranks `silent` (dflash_train's drafter waiting for
+  // hidden states: HiddenStateReceiver::set_wait_check) has lasted `waited` seconds: past
+  // the allowance, the job ends naming them. The group's collective waits allow one grace
+  // more, so that the silent sender, the cause, is named rather than its waiting receiver.
+  void check_feed(double waited, const std::vector<int>& silent);
 
  private:
   using Position = std::pair<std::int64_t, std::int64_t>;  // (step, wait in the step)
   void tell(int group_rank);
   void drain_reports();
-  [[noreturn]] void hang(const std::vector<int>& behind, double waited) const;
+  void check_deaths(Clock::time_point now);
+  std::vector<PeerProcess> peers_of(const std::vector<int>& world_ranks) const;
+  // Ends every rank with the hang message, unless another rank of this node already is
+  // ending the job (then returns: that rank's message stands and mpirun takes this one).
+  void end_job(double waited, const std::string& why) const;
 
   const Runtime& runtime_;
   MPI_Comm reports_ = MPI_COMM_NULL;
