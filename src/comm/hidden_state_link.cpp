@@ -243,16 +243,30 @@ PackedHiddenBatch HiddenStateReceiver::take(std::size_t link_rank, std::unique_l
   return std::move(entry.batch);
 }
 
+void HiddenStateReceiver::wait_for_batch(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready,
+                                         std::size_t link_rank) {
+  const auto since = std::chrono::steady_clock::now();
+  while (!changed_.wait_for(lock, std::chrono::milliseconds(200), ready)) {
+    if (!wait_check_) continue;
+    std::vector<int> silent;
+    for (std::size_t r = 1; r < queues_.size(); ++r)
+      if ((link_rank == 0 || r == link_rank) && open_[r] && queues_[r].empty()) silent.push_back(senders_[r - 1]);
+    lock.unlock();
+    wait_check_(std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count(), silent);
+    lock.lock();
+  }
+}
+
 std::optional<PackedHiddenBatch> HiddenStateReceiver::next() {
   std::unique_lock<std::mutex> lock(mutex_);
   std::size_t earliest = 0;
-  changed_.wait(lock, [&] {
+  wait_for_batch(lock, [&] {
     earliest = 0;
     for (std::size_t r = 1; r < queues_.size(); ++r)
       if (!queues_[r].empty() && (earliest == 0 || queues_[r].front().arrival < queues_[earliest].front().arrival))
         earliest = r;
     return earliest != 0 || finished_ || error_;
-  });
+  }, 0);
   if (error_) std::rethrow_exception(error_);
   if (earliest == 0) return std::nullopt;
   return take(earliest, lock);
@@ -264,9 +278,9 @@ std::optional<PackedHiddenBatch> HiddenStateReceiver::next_from(int sender) {
     throw std::invalid_argument(cat("HiddenStateReceiver::next_from: rank ", sender, " is not a sender of this link"));
   const std::size_t link_rank = static_cast<std::size_t>(it - senders_.begin()) + 1;
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] {
-    return !queues_[link_rank].empty() || (!open_[link_rank] && !in_flight_[link_rank]) || error_;
-  });
+  wait_for_batch(
+      lock, [&] { return !queues_[link_rank].empty() || (!open_[link_rank] && !in_flight_[link_rank]) || error_; },
+      link_rank);
   if (error_) std::rethrow_exception(error_);
   if (queues_[link_rank].empty()) return std::nullopt;
   return take(link_rank, lock);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "mpi_types.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 
 namespace topotrain::comm {
@@ -13,7 +14,8 @@ namespace {
 
 bool is_half_float(at::ScalarType type) { return type == at::kBFloat16 || type == at::kHalf; }
 
-// A non-blocking all-reduce. MPI progresses it inside MPI calls, at the latest in wait().
+// A non-blocking all-reduce. MPI progresses it inside MPI calls, at the latest in wait(),
+// which sleeps between tests (and is watched: watchdog.h) rather than spinning.
 class MpiWork final : public Work {
  public:
   MpiWork(at::Tensor target, at::Tensor staging, ReduceOp op, int group_size)
@@ -27,7 +29,7 @@ class MpiWork final : public Work {
 
   void wait() override {
     if (done_) return;
-    detail::mpi_check(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait (all_reduce)");
+    wait_request(&request_, "MPI_Test (all_reduce)");
     done_ = true;
     if (op_ == ReduceOp::avg) buffer().div_(group_size_);
     if (staging_.defined()) target_.copy_(staging_);

@@ -1,5 +1,6 @@
 #include "topotrain/core/fault_injection.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -18,6 +19,10 @@ bool fault_injected(const char* variable, int rank, std::int64_t step) {
   static std::set<std::string> fired;
   std::lock_guard<std::mutex> lock(mutex);
   return fired.insert(variable).second;
+}
+
+void fault_inject_stall(int rank, std::int64_t step) {
+  if (fault_injected("TOPOTRAIN_FAULT_STALL", rank, step)) std::raise(SIGSTOP);
 }
 
 }  // namespace topotrain

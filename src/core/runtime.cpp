@@ -1,5 +1,7 @@
 #include "topotrain/core/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <vector>
 
@@ -27,6 +29,14 @@ Runtime::Runtime(int* argc, char*** argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
+  // The node's "a rank is ending the job" flag: one byte of memory all its ranks share.
+  char* base = nullptr;
+  MPI_Win_allocate_shared(local_rank_ == 0 ? 1 : 0, 1, MPI_INFO_NULL, local, &base, &node_window_);
+  MPI_Aint bytes = 0;
+  int unit = 0;
+  MPI_Win_shared_query(node_window_, 0, &bytes, &unit, &node_ending_);
+  if (local_rank_ == 0) *node_ending_ = 0;
+  MPI_Barrier(local);
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME];
   int length = 0;
@@ -42,6 +52,8 @@ Runtime::~Runtime() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
+  report_dead_peers_on_signal({}, rank_, host_, "", nullptr);  // the flag's memory goes with the window
+  MPI_Win_free(&node_window_);
   if (owns_mpi_) MPI_Finalize();
 }
 
@@ -56,6 +68,7 @@ void Runtime::bind(const Topology& topology, bool select_device) {
   MPI_Comm_split(MPI_COMM_WORLD, color, index, &role_comm_);
   MPI_Comm_rank(role_comm_, &role_rank_);
   MPI_Comm_size(role_comm_, &role_size_);
+  gather_peers(topology);
 #ifdef TOPOTRAIN_CUDA
   if (select_device && !device_.is_cpu) {
     cudaError_t status = cudaSetDevice(device_.index);
@@ -65,6 +78,26 @@ void Runtime::bind(const Topology& topology, bool select_device) {
 #else
   (void)select_device;  // a CPU build selects no device
 #endif
+}
+
+void Runtime::gather_peers(const Topology& topology) {
+  std::vector<int> pids(world_size_);
+  const int pid = static_cast<int>(getpid());
+  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::string mine = host_;
+  mine.resize(MPI_MAX_PROCESSOR_NAME, '\0');
+  std::string hosts(static_cast<std::size_t>(world_size_) * MPI_MAX_PROCESSOR_NAME, '\0');
+  MPI_Allgather(mine.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  peers_.assign(world_size_, {});
+  for (int r = 0; r < world_size_; ++r) {
+    PeerProcess& peer = peers_[r];
+    peer.rank = r;
+    peer.role = topology.role_of(r)->role;
+    peer.host = hosts.c_str() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    peer.pid = pids[r];
+  }
+  report_dead_peers_on_signal(peers_, rank_, host_, cat("[rank ", rank_, ' ', role_, ']'), node_ending_);
 }
 
 Runtime::Outcome Runtime::first_failure(const Outcome& mine) const {
@@ -110,7 +143,13 @@ std::string Runtime::placement_table() const {
   return table;
 }
 
+bool Runtime::claim_ending() const { return __atomic_exchange_n(node_ending_, 1, __ATOMIC_SEQ_CST) == 0; }
+
+bool Runtime::ending() const { return __atomic_load_n(node_ending_, __ATOMIC_SEQ_CST) != 0; }
+
 void Runtime::abort(const std::string& message, int exit_code) const {
+  exit_on_stop_signal(exit_code);  // mpirun's SIGTERM may come before MPI_Abort ends this rank
+  claim_ending();
   std::fprintf(stderr, "%s %s\n", log_prefix().c_str(), message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);

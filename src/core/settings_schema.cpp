@@ -78,6 +78,9 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.skip_nonfinite", T::boolean, false, any(),
        "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
        "(false: the job stops, exit 4)"},
+      {"train.hang_timeout_s", T::real, 600.0, at_least(0),
+       "seconds a rank may wait for the others in a step's collectives before every rank stops with a message "
+       "naming the ranks that did not arrive (exit 5); x10 for a process's first step and around checkpoints; 0: off"},
       {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence"},
       {"train.loss", T::string, std::string("ce"), one_of({"ce", "kl"}),
        "dflash: ce, or kl against the target's logits at the anchors"},

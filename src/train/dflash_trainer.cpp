@@ -17,6 +17,7 @@
 #include "topotrain/comm/backend.h"
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
@@ -208,6 +209,7 @@ Outcome run_target(JobContext& context, model::Qwen3CausalLM& target, const mode
   std::int64_t sent = 0, tokens = 0;
   while (!sender.stop_requested() && !stop_requested()) {
     timer.begin_step(sent + 1);
+    fault_inject_stall(runtime.rank(), sent + 1);
     auto profiled = profile.step(sent + 1);
     data::StepPlan plan = [&] {
       auto t = timer.scope(Phase::data_wait);
@@ -398,9 +400,15 @@ Outcome Drafting::run() {
   // vary with the anchors drawn).
   ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
 
+  comm::Watchdog watchdog(runtime_, runtime_.role_comm(), settings_.real("train.hang_timeout_s"));
+  receiver.set_wait_check([&](double waited, const std::vector<int>& silent) { watchdog.check_feed(waited, silent); });
+  const std::int64_t first_step = state_.step + 1;
   Outcome outcome;
   while (true) {
     timer.begin_step(state_.step + 1);
+    watchdog.begin_step(state_.step + 1,
+                        state_.step + 1 == first_step || comm::near_checkpoint(state_.step + 1, checkpoint_every));
+    fault_inject_stall(me, state_.step + 1);
     auto profiled = profile.step(state_.step + 1);
     const auto started = Clock::now();
     compat::reset_peak_allocated_bytes(device_);
@@ -428,7 +436,7 @@ Outcome Drafting::run() {
     // not trained (the checkpoint's positions leave them to a resume) and count as discarded.
     int go[3] = {-static_cast<int>(inputs.size()), receiver.early_close_reason().empty() ? 1 : 0,
                  stop_requested() ? 0 : 1};
-    MPI_Allreduce(MPI_IN_PLACE, go, 3, MPI_INT, MPI_MIN, runtime_.role_comm());
+    comm::all_reduce_in_place(go, 3, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' go)");
     const std::size_t rounds = static_cast<std::size_t>(-go[0]);
     if (rounds == 0 || !go[1] || !go[2]) {
       timer.discard_step();  // trained nothing: not a step
@@ -507,14 +515,14 @@ Outcome Drafting::run() {
     {
       auto t = timer.scope(Phase::comm_wait);
       reducer.finish();
-      MPI_Allreduce(MPI_IN_PLACE, sums, 6, MPI_DOUBLE, MPI_SUM, runtime_.role_comm());
+      comm::all_reduce_in_place(sums, 6, MPI_DOUBLE, MPI_SUM, runtime_.role_comm(), "MPI_Iallreduce (drafters' sums)");
     }
     // The first drafter rank that ran out of memory, and the first whose loss is not finite.
     int first[2] = {INT_MAX, INT_MAX};
     if (sums[3] > 0 || sums[5] > 0) {
       first[0] = out_of_memory ? me : INT_MAX;
       first[1] = nonfinite ? me : INT_MAX;
-      MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_INT, MPI_MIN, runtime_.role_comm());
+      comm::all_reduce_in_place(first, 2, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' firsts)");
     }
     if (sums[3] > 0) {
       reducer.zero_grad();
@@ -619,7 +627,7 @@ Outcome Drafting::run() {
   // discarded (in flight when the drafters stopped early; a resume trains it).
   std::int64_t amounts[6] = {trained_.samples, trained_.tokens, skipped_.samples,
                              skipped_.tokens,  discarded_.samples, discarded_.tokens};
-  MPI_Allreduce(MPI_IN_PLACE, amounts, 6, MPI_INT64_T, MPI_SUM, runtime_.role_comm());
+  comm::all_reduce_in_place(amounts, 6, MPI_INT64_T, MPI_SUM, runtime_.role_comm(), "MPI_Iallreduce (end of data)");
   if (runtime_.role_rank() == 0)
     log_info_here(cat("drafter done: ", state_.step, " steps, ", state_.tokens, " tokens; trained ",
                       DataAmount{amounts[0], amounts[1]}.str(), ", skipped as not finite ",

@@ -10,6 +10,7 @@
 
 #include "topotrain/comm/backend.h"
 #include "topotrain/comm/grad_reducer.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
@@ -55,9 +56,9 @@ StepAgreement agree(MPI_Comm world, const StepAgreement& mine) {
   double sums[2] = {mine.loss_sum, mine.aux_sum};
   std::int64_t mins[3] = {rank_or_none(mine.oom_rank), rank_or_none(mine.nonfinite_rank), mine.stop ? 0 : 1};
   std::int64_t peak = mine.oom_rank >= 0 ? mine.oom_peak : 0;
-  MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, world);
-  MPI_Allreduce(MPI_IN_PLACE, mins, 3, MPI_INT64_T, MPI_MIN, world);
-  MPI_Allreduce(MPI_IN_PLACE, &peak, 1, MPI_INT64_T, MPI_MAX, world);
+  comm::all_reduce_in_place(sums, 2, MPI_DOUBLE, MPI_SUM, world, "MPI_Iallreduce (step agreement)");
+  comm::all_reduce_in_place(mins, 3, MPI_INT64_T, MPI_MIN, world, "MPI_Iallreduce (step agreement)");
+  comm::all_reduce_in_place(&peak, 1, MPI_INT64_T, MPI_MAX, world, "MPI_Iallreduce (step agreement)");
   StepAgreement all;
   all.loss_sum = sums[0];
   all.aux_sum = sums[1];
@@ -143,6 +144,8 @@ void train_moe(JobContext& context) {
   SampleLog sample_log(settings, run_dir, runtime.rank());
   StepProfile profile(settings, run_dir, runtime.rank(), device);
   PhaseTimer& timer = timings.timer();
+  comm::Watchdog watchdog(runtime, runtime.role_comm(), settings.real("train.hang_timeout_s"));
+  const std::int64_t first_step = state.step + 1;
 
   auto save_checkpoint = [&]() {
     auto t = timer.scope(Phase::checkpoint);
@@ -155,6 +158,9 @@ void train_moe(JobContext& context) {
   while (!length.done(state)) {
     const auto started = PhaseTimer::Clock::now();
     timer.begin_step(state.step + 1);
+    watchdog.begin_step(state.step + 1,
+                        state.step + 1 == first_step || comm::near_checkpoint(state.step + 1, checkpoint_every));
+    fault_inject_stall(runtime.rank(), state.step + 1);
     auto profiled = profile.step(state.step + 1);
     compat::reset_peak_allocated_bytes(device);
 

@@ -144,6 +144,12 @@ class HiddenStateReceiver {
   LinkTransport transport() const { return transport_; }
   std::size_t queue_size() const;  // batches waiting, for the queue-depth telemetry
 
+  // Called about every 0.2 s while next() or next_from() waits, on the waiting thread and
+  // without the lock, with the seconds waited so far and the senders waited for (open,
+  // nothing queued): a watchdog may end the job there (dflash_train: a stalled target).
+  using WaitCheck = std::function<void(double waited_seconds, const std::vector<int>& silent_senders)>;
+  void set_wait_check(WaitCheck check) { wait_check_ = std::move(check); }
+
   // Asks every sender to end its stream (see the top of this file). Idempotent.
   void request_stop();
   // The reason of the first sender that closed early with one; empty when none did.
@@ -170,6 +176,10 @@ class HiddenStateReceiver {
   bool all_drained() const;
   // The front entry of queues_[link_rank], handed over to the caller (mutex_ held by `lock`).
   PackedHiddenBatch take(std::size_t link_rank, std::unique_lock<std::mutex>& lock);
+  // changed_.wait(lock, ready), calling wait_check_ on the way; `link_rank` is the sender
+  // waited for, or 0 for any.
+  void wait_for_batch(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready, std::size_t link_rank);
+  WaitCheck wait_check_;
 
   MPI_Comm link_ = MPI_COMM_NULL;
   LinkTransport transport_;

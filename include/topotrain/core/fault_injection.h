@@ -4,6 +4,7 @@
 //   TOPOTRAIN_FAULT_OOM         train/out_of_memory.h
 //   TOPOTRAIN_FAULT_NONFINITE   moe_trainer.cpp, dflash_trainer.cpp: the step's loss is NaN
 //   TOPOTRAIN_FAULT_LINK_STALL  comm/hidden_state_link.h: STEP counts the sender's batches
+//   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,9 @@ namespace topotrain {
 // True the first time this process reaches `step` as rank `rank` named by the variable
 // (once per process and variable: a retry of the same step must succeed).
 bool fault_injected(const char* variable, int rank, std::int64_t step);
+
+// TOPOTRAIN_FAULT_STALL: the rank stops itself (SIGSTOP) at the start of the step, as a
+// wedged or suspended process would; SIGCONT lets it go on.
+void fault_inject_stall(int rank, std::int64_t step);
 
 }  // namespace topotrain

@@ -10,7 +10,9 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
+#include "topotrain/core/peer_processes.h"
 #include "topotrain/core/topology.h"
 
 namespace topotrain {
@@ -31,13 +33,16 @@ class Runtime {
 
   // Collective over the world: takes this rank's role and device from the validated
   // topology, selects the CUDA device (unless select_device is false: a dry run, which
-  // uses no device), and splits one communicator per role.
+  // uses no device), splits one communicator per role and gathers every rank's process
+  // (peers), which it also hands to the stop-signal handler.
   void bind(const Topology& topology, bool select_device = true);
   const std::string& role() const { return role_; }
   int role_rank() const { return role_rank_; }
   int role_size() const { return role_size_; }
   MPI_Comm role_comm() const { return role_comm_; }
   const Device& device() const { return device_; }
+  // Every world rank's process, indexed by world rank.
+  const std::vector<PeerProcess>& peers() const { return peers_; }
 
   // How one rank's part of a job ended: code 0, or an exit code and the message for the user.
   struct Outcome {
@@ -57,13 +62,23 @@ class Runtime {
   // Collective: "rank role device host" lines of all ranks, on rank 0 ("" elsewhere).
   std::string placement_table() const;
 
-  // Prints "[rank N role] message" to stderr and takes every rank down (MPI_Abort).
+  // Prints "[rank N role] message" to stderr and takes every rank down (MPI_Abort). Marks
+  // the node as ending first (below).
   [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
+
+  // A flag in memory shared by the ranks of this node: set once a rank of the node ends
+  // the job, so that the others, watching their peers vanish as mpirun takes the job
+  // down, do not report those as deaths. claim_ending sets it and says whether this rank
+  // was the first; ending reads it.
+  bool claim_ending() const;
+  bool ending() const;
 
   // GPUs visible to this process (0 in CPU builds).
   static int gpus_present();
 
  private:
+  void gather_peers(const Topology& topology);  // collective over the world
+
   bool owns_mpi_ = true;
   int rank_ = 0;
   int world_size_ = 1;
@@ -75,6 +90,9 @@ class Runtime {
   int role_size_ = 1;
   MPI_Comm role_comm_ = MPI_COMM_NULL;
   Device device_;
+  std::vector<PeerProcess> peers_;
+  MPI_Win node_window_ = MPI_WIN_NULL;
+  char* node_ending_ = nullptr;  // in node_window_
 };
 
 }  // namespace topotrain

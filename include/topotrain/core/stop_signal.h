@@ -8,7 +8,19 @@
 // forwards it to every rank. A Ctrl-C or SIGTERM to mpirun itself makes mpirun kill the
 // job (SIGTERM, then SIGKILL about a second later), too soon for a checkpoint; the last
 // periodic checkpoint stays valid because checkpoints are written under a temporary name.
+//
+// A rank killed outright (SIGKILL) tells no one; mpirun then sends the survivors SIGTERM.
+// Once report_dead_peers_on_signal has the peer table, the handler first looks for a peer
+// of this node that is gone, and the lowest surviving rank of the node prints
+// "rank N (role) died or left; stopping" instead of the orderly-stop line; the rank then
+// exits (code 1), as no collective can complete any more. A rank of a node whose ending
+// flag is set (Runtime::claim_ending: the job is being ended on purpose) exits quietly.
 #pragma once
+
+#include <string>
+#include <vector>
+
+#include "topotrain/core/peer_processes.h"
 
 namespace topotrain {
 
@@ -20,5 +32,10 @@ void clear_stop();
 // rank that is leaving anyway (a configuration error), which mpirun signals as soon as
 // the first rank has exited; the orderly-stop message would be untrue there.
 void exit_on_stop_signal(int exit_code);
+// Gives the handler every rank's process and the node's ending flag (Runtime::bind calls
+// it; an empty table and a null flag withdraw them); `prefix` starts the line it prints
+// ("[rank 0 trainer]").
+void report_dead_peers_on_signal(const std::vector<PeerProcess>& peers, int my_rank, const std::string& my_host,
+                                 const std::string& prefix, char* node_ending);
 
 }  // namespace topotrain

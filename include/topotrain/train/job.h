@@ -7,7 +7,10 @@
 // rank 0 prints the first rank's message once and all ranks exit 2 together, quietly.
 // Any exception once the job body runs is printed by the rank that hit it as
 // "[rank N role] message" and takes every rank down (MPI_Abort; exit 2 for a
-// ConfigError, 1 otherwise), so no rank is left waiting in a collective.
+// ConfigError, 1 otherwise), so no rank is left waiting in a collective. A rank that
+// never arrives (stopped, wedged) is named by the trainers' watchdog after
+// train.hang_timeout_s (exit 5), and a rank that died by a survivor (exit 1):
+// comm/watchdog.h.
 //
 // --dry-run of a topology whose GPUs this node lacks (a login node, a laptop) prints the
 // map and the settings with a warning and exits 0; a real run refuses it.

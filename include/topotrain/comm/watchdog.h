@@ -1,0 +1,110 @@
+// Liveness of the host-side waits of a step: no busy-spinning, no endless hang, and a
+// word when a peer died.
+//
+// wait_request is how topotrain waits for an MPI request (the trainers' per-step
+// agreements, the CPU backend's Work::wait): MPI_Test with a sleep that backs off from
+// 50 us to 5 ms, so a rank waiting for a slow or stopped peer costs a few percent of a
+// core, not a whole one (Open MPI's blocking collectives spin).
+//
+// A Watchdog, while it exists, watches those waits (on the thread that built it) for the
+// ranks of one group that agree with each other every step (moe_train's trainers,
+// dflash_train's drafters):
+// * Every 0.2 s of a wait it checks whether a peer process of this node is gone; the
+//   node's first surviving rank then ends the job with "rank N (role) died or left;
+//   stopping" (exit 1), unless a rank of the node already began ending the job
+//   (Runtime::claim_ending). (mpirun's SIGTERM to the survivors is the other way the news
+//   arrives: stop_signal.h.)
+// * Every rank of the group calls begin_step(step, slow) with the same arguments at the
+//   start of every step. The allowance of a step is train.hang_timeout_s, times
+//   kSlowStepFactor for a slow step (the first of a process: warm-up, NCCL set-up; one
+//   that writes a checkpoint, and the step after it). Every rank knows the checkpoint
+//   cadence, so they agree on it without talking.
+// * The n-th watched wait of step s is "position (s, n)". On entering a wait, a rank tells
+//   the group's rank 0 (the monitor) its position on a private duplicate communicator
+//   (a 16-byte MPI_Isend), and the monitor tells every other rank its own. This is
+//   sound because every rank enters the group's collectives in the same order (the
+//   Backend's ordering contract), so equal positions are the same collective.
+//   Invariant for callers: on the watchdog's thread, wait_request is used only for
+//   operations every rank of the group makes in the same order; a rank-local wait (rank
+//   0's own I/O) must not go through it, or the positions drift apart.
+// * The monitor, once its wait has lasted longer than the allowance plus a grace, names
+//   the ranks whose position is behind its own ("did not arrive"), with the step, and
+//   ends every rank (MPI_Abort, exit kHangExitCode) after its line is written. Group rank
+//   g > 0, once its wait has lasted the allowance plus g + 1 graces (the monitor's turn
+//   first, then one rank at a time, so the job prints one message), does the same naming
+//   the monitor if the monitor is behind: rank 0 itself may be the stuck one.
+// * A timeout of 0 turns the deadline off; the waits still sleep and watch for deaths.
+// One Watchdog at a time per process (it registers itself for wait_request).
+#pragma once
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "topotrain/core/runtime.h"
+
+namespace topotrain::comm {
+
+constexpr int kHangExitCode = 5;
+constexpr double kSlowStepFactor = 10;
+
+// Waits for `request` as described above; `what` names the operation in MPI errors.
+void wait_request(MPI_Request* request, const char* what);
+// MPI_Allreduce in place over `comm` through wait_request.
+void all_reduce_in_place(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* what);
+
+// Whether `step` writes a checkpoint at cadence `checkpoint_every` (checkpoint.every_steps)
+// or follows one: a slow step for begin_step.
+bool near_checkpoint(std::int64_t step, std::int64_t checkpoint_every);
+
+class Watchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Collective over `group` (a role communicator of `runtime`). `timeout_s` is
+  // train.hang_timeout_s.
+  Watchdog(const Runtime& runtime, MPI_Comm group, double timeout_s);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // Same arguments on every rank of the group (see the top of this file).
+  void begin_step(std::int64_t step, bool slow);
+
+  // wait_request's part: a wait begins, and is still going at `now` (abort on a hang).
+  void wait_begins();
+  void check(Clock::time_point waiting_since, Clock::time_point now);
+  // A wait for data from the world ranks `silent` (dflash_train's drafter waiting for
+  // hidden states: HiddenStateReceiver::set_wait_check) has lasted `waited` seconds: past
+  // the allowance, the job ends naming them. The group's collective waits allow one grace
+  // more, so that the silent sender, the cause, is named rather than its waiting receiver.
+  void check_feed(double waited, const std::vector<int>& silent);
+
+ private:
+  using Position = std::pair<std::int64_t, std::int64_t>;  // (step, wait in the step)
+  void tell(int group_rank);
+  void drain_reports();
+  void check_deaths(Clock::time_point now);
+  std::vector<PeerProcess> peers_of(const std::vector<int>& world_ranks) const;
+  // Ends every rank with the hang message, unless another rank of this node already is
+  // ending the job (then returns: that rank's message stands and mpirun takes this one).
+  void end_job(double waited, const std::string& why) const;
+
+  const Runtime& runtime_;
+  MPI_Comm reports_ = MPI_COMM_NULL;
+  int me_ = 0;
+  std::vector<int> world_rank_;  // of each group rank
+  double timeout_s_;
+  double allowance_s_ = 0;
+  Position position_{0, 0};
+  std::vector<Position> known_;  // the monitor: every rank's; the others: the monitor's (index 0)
+  std::deque<std::pair<std::vector<std::int64_t>, MPI_Request>> sends_;  // in flight
+  std::optional<Clock::time_point> death_seen_;  // when this rank first saw a peer gone
+};
+
+}  // namespace topotrain::comm

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Liveness of the trainers on CPU ranks (tests/train/CMakeLists.txt runs each scenario):
+#   liveness_e2e.sh BIN_DIR moe_hang     np 3 moe_train, rank 1 stops itself (SIGSTOP) at step 4: the
+#                                        waiting ranks use little CPU, and after train.hang_timeout_s
+#                                        every rank ends with exit 5 and one message naming rank 1
+#                                        and step 4; then the same with rank 0 (the monitor) stopped
+#   liveness_e2e.sh BIN_DIR dflash_hang  2 targets -> 2 drafters, drafter rank 3 stops at step 3:
+#                                        exit 5, one message naming rank 3 (drafter) and step 3;
+#                                        then target rank 1 stops: its drafter names it
+#   liveness_e2e.sh BIN_DIR moe_kill     np 3 moe_train, kill -9 of rank 1 mid-run: topotrain itself
+#                                        prints "rank 1 (trainer) died or left; stopping", and the
+#                                        job ends within seconds
+set -euo pipefail
+bin=$1 scenario=$2
+work=$(mktemp -d)
+launcher=
+trap '[[ -n $launcher ]] && kill -9 "$launcher" 2>/dev/null; rm -rf "$work"' EXIT
+mpirun=(mpirun --oversubscribe --allow-run-as-root --bind-to none)
+printf '[topology]\nname = "cpu3"\ninterconnect = "cpu"\n[[roles]]\nrole = "trainer"\nranks = [0, 1, 2]\ndevices = "cpu"\n' \
+  > "$work/cpu3.toml"
+
+start() {  # start LOG ARGS...: runs mpirun ARGS in the background, output in LOG
+  local log=$1
+  shift
+  export TOPOTRAIN_LIVENESS_RUN=$log  # marks this run's ranks, to find them by rank
+  "${mpirun[@]}" "$@" >"$log" 2>&1 &
+  launcher=$!
+}
+
+pid_of_rank() {  # pid_of_rank N:NAME: the pid of world rank N (a NAME process) of the last run started
+  local pid environment
+  for _ in $(seq 300); do
+    for pid in $(pgrep -x "${1#*:}" 2>/dev/null); do
+      environment=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ") || continue
+      grep -qx "TOPOTRAIN_LIVENESS_RUN=$TOPOTRAIN_LIVENESS_RUN" <<<"$environment" &&
+        grep -qx "OMPI_COMM_WORLD_RANK=${1%%:*}" <<<"$environment" && { echo "$pid"; return; }
+    done
+    sleep 0.2
+  done
+  echo "no process of rank $1" >&2
+  return 1
+}
+
+wait_stopped() {  # wait_stopped PID: until the process is in state T (SIGSTOP)
+  for _ in $(seq 600); do
+    [[ $(awk '{sub(/.*\) /, ""); print $1}' "/proc/$1/stat" 2>/dev/null) == T ]] && return
+    sleep 0.1
+  done
+  echo "process $1 never stopped itself" >&2
+  return 1
+}
+
+cpu_ticks() {  # cpu_ticks PID: utime + stime, in clock ticks
+  awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$1/stat"
+}
+
+# finish LOG LIMIT EXPECTED_CODE: the job ends within LIMIT s with EXPECTED_CODE ("nonzero": any but 0)
+finish() {
+  local log=$1 limit=$2 expected=$3 code=0
+  timeout "$limit" tail --pid="$launcher" -f /dev/null || { cat "$log"; echo "the job did not end within $limit s"; exit 1; }
+  wait "$launcher" || code=$?
+  launcher=
+  if [[ $expected == nonzero ]]; then
+    [[ $code -ne 0 ]] || { cat "$log"; echo "exit 0, expected a failure"; exit 1; }
+  else
+    [[ $code -eq $expected ]] || { cat "$log"; echo "exit $code, expected $expected"; exit 1; }
+  fi
+}
+
+# one_line LOG REGEX: exactly one line of LOG matches
+one_line() {
+  local n
+  n=$(grep -Ec "$2" "$1" || true)
+  [[ $n -eq 1 ]] || { cat "$1"; echo "expected one line matching '$2', found $n"; exit 1; }
+}
+
+moe=(--set model.preset=tiny-moe --set train.token_budget=256 --set log.every=1 --set train.max_steps=100000
+     --set checkpoint.every_steps=-1 --set checkpoint.dir="$work")
+
+case $scenario in
+moe_hang)
+  TOPOTRAIN_FAULT_STALL=1:4 start "$work/hang.log" -np 3 "$bin/moe_train" "$work/cpu3.toml" "${moe[@]}" \
+    --set checkpoint.run=hang --set train.hang_timeout_s=8
+  stalled=$(pid_of_rank 1:moe_train)
+  waiting=("$(pid_of_rank 0:moe_train)" "$(pid_of_rank 2:moe_train)")
+  wait_stopped "$stalled"
+  sleep 1
+  # While rank 1 is stopped the others wait. A rank that spins gets as much CPU as a busy
+  # loop running alongside (on a loaded machine both get little), so the waiting ranks'
+  # CPU time is compared with such a loop's as well as with the wall time.
+  bash -c 'while :; do :; done' &
+  spinner=$!
+  ticks=("$(cpu_ticks "${waiting[0]}")" "$(cpu_ticks "${waiting[1]}")" "$(cpu_ticks "$spinner")")
+  t0=$(date +%s.%N)
+  sleep 2
+  ticks+=("$(cpu_ticks "${waiting[0]}")" "$(cpu_ticks "${waiting[1]}")" "$(cpu_ticks "$spinner")")
+  t1=$(date +%s.%N)
+  kill "$spinner"
+  hz=$(getconf CLK_TCK)
+  spun=$((ticks[5] - ticks[2]))
+  echo "a busy loop alongside: $((100 * spun / hz)) cs of CPU in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s"
+  for i in 0 1; do
+    used=$((ticks[i + 3] - ticks[i]))
+    share=$(awk -v u="$used" -v t0="$t0" -v t1="$t1" -v hz="$hz" 'BEGIN { printf "%d", 100 * u / hz / (t1 - t0) }')
+    echo "waiting rank pid ${waiting[$i]}: ${share}% of a core, $((100 * used / hz)) cs of CPU"
+    (( share < 30 )) || { echo "a waiting rank burns ${share}% of a core"; exit 1; }
+    (( spun >= 10 )) || { echo "the busy loop got too little CPU to compare with"; exit 1; }
+    (( 10 * used < 3 * spun )) || { echo "a waiting rank used ${used} ticks, the busy loop ${spun}: it spins"; exit 1; }
+  done
+  finish "$work/hang.log" 60 5
+  one_line "$work/hang.log" 'made no progress'
+  one_line "$work/hang.log" '\[rank 0 trainer\] step 4 made no progress for [0-9]+ s \(allowance 8 s; train.hang_timeout_s = 8\): rank 1 \(trainer\) \(process stopped\) did not arrive; stopping every rank'
+  # The monitor itself stopped: another rank names it, after the allowance and a grace.
+  TOPOTRAIN_FAULT_STALL=0:3 start "$work/hang0.log" -np 3 "$bin/moe_train" "$work/cpu3.toml" "${moe[@]}" \
+    --set checkpoint.run=hang0 --set train.hang_timeout_s=3
+  wait_stopped "$(pid_of_rank 0:moe_train)"
+  finish "$work/hang0.log" 60 5
+  one_line "$work/hang0.log" 'made no progress'
+  one_line "$work/hang0.log" '\[rank [12] trainer\] step 3 made no progress for [0-9]+ s .*: rank 0 \(trainer\) \(process stopped\) did not arrive'
+  ;;
+dflash_hang)
+  TOPOTRAIN_FAULT_STALL=3:3 start "$work/dflash.log" -np 4 "$bin/dflash_train" topology/cpu-2t2d.toml \
+    --set checkpoint.dir="$work" --set log.every=1 --set train.hang_timeout_s=3
+  wait_stopped "$(pid_of_rank 3:dflash_train)"
+  finish "$work/dflash.log" 60 5
+  one_line "$work/dflash.log" 'made no progress'
+  one_line "$work/dflash.log" '\[rank 2 drafter\] step 3 made no progress for [0-9]+ s .*: rank 3 \(drafter\) \(process stopped\) did not arrive'
+  # A stalled target: its drafter names it (not itself, as the other drafter would).
+  TOPOTRAIN_FAULT_STALL=1:3 start "$work/target.log" -np 4 "$bin/dflash_train" topology/cpu-2t2d.toml \
+    --set checkpoint.dir="$work" --set checkpoint.run=target --set log.every=1 --set train.hang_timeout_s=3
+  wait_stopped "$(pid_of_rank 1:dflash_train)"
+  finish "$work/target.log" 60 5
+  one_line "$work/target.log" 'made no progress'
+  one_line "$work/target.log" '\[rank 3 drafter\] step [0-9]+ made no progress for [0-9]+ s .*: nothing arrived from rank 1 \(target\) \(process stopped\)'
+  ;;
+moe_kill)
+  start "$work/kill.log" -np 3 "$bin/moe_train" "$work/cpu3.toml" "${moe[@]}" --set checkpoint.run=kill
+  victim=$(pid_of_rank 1:moe_train)
+  for _ in $(seq 600); do grep -qs "step 3 |" "$work/kill.log" && break; sleep 0.1; done
+  kill -9 "$victim"
+  finish "$work/kill.log" 20 nonzero
+  one_line "$work/kill.log" 'died or left'
+  one_line "$work/kill.log" '^\[rank 0 trainer\] rank 1 \(trainer\) died or left; stopping$'
+  ;;
+*) echo "unknown scenario $scenario"; exit 2 ;;
+esac
+echo "PASS $scenario"
