@@ -14,6 +14,8 @@ using namespace std::chrono_literals;
 
 constexpr int kPositionTag = 1;
 constexpr auto kCheckEvery = 200ms;
+constexpr auto kPollWithoutPause = 2ms;
+constexpr auto kLongestPause = 2ms;
 // A rank that sees a peer gone but is not its node's first survivor leaves the report to
 // that rank, unless it too has been quiet this long.
 constexpr double kDeathReportGrace = 1.0;
@@ -41,8 +43,15 @@ void wait_request(MPI_Request* request, const char* what) {
     int done = 0;
     detail::mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
+    // A collective moves on only inside MPI calls, and each of its rounds waits for this
+    // rank's next one: polled without pause while the ranks are merely out of step, so
+    // that an agreement costs no sleep; after that, sleeps that back off.
+    if (Watchdog::Clock::now() - since < kPollWithoutPause) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(pause);
-    pause = std::min<std::chrono::microseconds>(pause * 2, 5ms);
+    pause = std::min<std::chrono::microseconds>(pause * 2, kLongestPause);
     const auto now = Watchdog::Clock::now();
     if (watchdog && now - last_check >= kCheckEvery) {
       last_check = now;

@@ -2,9 +2,11 @@
 // word when a peer died.
 //
 // wait_request is how topotrain waits for an MPI request (the trainers' per-step
-// agreements, the CPU backend's Work::wait): MPI_Test with a sleep that backs off from
-// 50 us to 5 ms, so a rank waiting for a slow or stopped peer costs a few percent of a
-// core, not a whole one (Open MPI's blocking collectives spin).
+// agreements, the CPU backend's Work::wait): MPI_Test, without pause for the first 2 ms
+// (ranks merely out of step: a collective's rounds move only inside MPI calls, so sleeping
+// there would add to every step), then with a sleep that backs off from 50 us to 2 ms, so
+// a rank waiting for a slow or stopped peer costs a few percent of a core, not a whole
+// one (Open MPI's blocking collectives spin).
 //
 // A Watchdog, while it exists, watches those waits (on the thread that built it) for the
 // ranks of one group that agree with each other every step (moe_train's trainers,
