@@ -155,6 +155,18 @@ const SettingSpec* find_setting(const std::string& key) {
   return nullptr;
 }
 
+bool read_by_job(const SettingSpec& spec, const std::string& job) { return spec.job.empty() || spec.job == job; }
+
+void Settings::check_read_by(const std::string& job) const {
+  for (const auto& spec : setting_specs()) {
+    const Entry& set = entries_.at(spec.key);
+    if (read_by_job(spec, job) || set.origin == "default") continue;
+    throw ConfigError(cat(set.origin, ": ", spec.key, " is a ", spec.job, " setting; ", job,
+                          " does not read it, so it would do nothing: remove it (`", job,
+                          " --help-settings` lists what ", job, " reads)"));
+  }
+}
+
 Settings::Settings() {
   for (const auto& spec : setting_specs()) entries_[spec.key] = Entry{spec.default_value, "default"};
 }

@@ -29,16 +29,17 @@ std::string default_text(const SettingValue& value) {
 
 }  // namespace
 
-std::vector<SettingReferenceRow> settings_reference_rows() {
+std::vector<SettingReferenceRow> settings_reference_rows(const std::string& job) {
   std::vector<SettingReferenceRow> rows;
   for (const auto& spec : setting_specs())
-    rows.push_back({spec.key, type_name(spec.type), default_text(spec.default_value), spec.range.describe(spec.type),
-                    spec.help});
+    if (job.empty() || read_by_job(spec, job))
+        rows.push_back({spec.key, type_name(spec.type), default_text(spec.default_value),
+                      spec.range.describe(spec.type), spec.help});
   return rows;
 }
 
-std::string settings_reference_text() {
-  const auto rows = settings_reference_rows();
+std::string settings_reference_text(const std::string& job) {
+  const auto rows = settings_reference_rows(job);
   std::size_t key = 3, def = 7, accepts = 7;
   for (const auto& row : rows) {
     key = std::max(key, row.key.size());
@@ -46,7 +47,8 @@ std::string settings_reference_text() {
     accepts = std::max(accepts, row.accepts.size());
   }
   std::ostringstream out;
-  out << "Run settings (TOML tables in the topology file or --config FILE; --set key=value wins):\n\n";
+  out << (job.empty() ? std::string("Run settings") : "Run settings of " + job)
+      << " (TOML tables in the topology file or --config FILE; --set key=value wins):\n\n";
   auto line = [&](const std::string& k, const std::string& t, const std::string& d, const std::string& a,
                   const std::string& m) {
     out << "  " << k << std::string(key + 2 - k.size(), ' ') << t << std::string(8 - t.size(), ' ') << d

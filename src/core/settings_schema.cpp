@@ -1,6 +1,7 @@
-// Every run setting topotrain knows, with its type, default, accepted values and help.
-// `moe_train --help-settings` prints this table and the README's settings reference is
-// the same table (tests/core/settings_reference_test.cpp keeps them equal).
+// Every run setting topotrain knows, with its type, default, accepted values, help and,
+// for a key only one job reads, that job. `moe_train --help-settings` prints the keys
+// moe_train reads; the README's settings reference is the whole table
+// (tests/core/settings_reference_test.cpp keeps them equal).
 #include "topotrain/core/settings.h"
 
 namespace topotrain {
@@ -35,13 +36,14 @@ const std::vector<SettingSpec>& setting_specs() {
        "standard deviation of the random initialisation (HF initializer_range; model.config's value wins unless "
        "this is set)"},
       {"model.draft_layers", T::integer, std::int64_t{5}, between(1, kIntMax),
-       "dflash: drafter decoder layers (and target taps)"},
+       "dflash: drafter decoder layers (and target taps)", "dflash_train"},
       {"model.block_size", T::integer, std::int64_t{16}, between(2, kIntMax),
-       "dflash: tokens per draft block (anchor + mask tokens)"},
+       "dflash: tokens per draft block (anchor + mask tokens)", "dflash_train"},
       {"model.taps", T::string, kUnset, any(),
-       "dflash: target layers the drafter reads, e.g. \"1,9,17,25,33\" (unset: draft_layers spread over [1, L-3])"},
+       "dflash: target layers the drafter reads, e.g. \"1,9,17,25,33\" (unset: draft_layers spread over [1, L-3])",
+       "dflash_train"},
       {"model.mask_token_id", T::integer, std::int64_t{-1}, between(-1, kIntMax),
-       "dflash: token whose embedding fills the block's slots 1..B-1 (-1: the vocabulary's last id)"},
+       "dflash: token whose embedding fills the block's slots 1..B-1 (-1: the vocabulary's last id)", "dflash_train"},
       // [data]
       {"data.path", T::string, kUnset, any(),
        "HDF5 token dataset (topotrain-prepare); unset: the built-in demo corpus"},
@@ -81,10 +83,11 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.hang_timeout_s", T::real, 600.0, at_least(0),
        "seconds a rank may wait for the others in a step's collectives before every rank stops with a message "
        "naming the ranks that did not arrive (exit 5); x10 for a process's first step and around checkpoints; 0: off"},
-      {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence"},
+      {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence",
+       "dflash_train"},
       {"train.loss", T::string, std::string("ce"), one_of({"ce", "kl"}),
-       "dflash: ce, or kl against the target's logits at the anchors"},
-      {"train.gamma", T::real, 7.0, above(0), "dflash: slot k's loss weight is exp(-(k-1)/gamma)"},
+       "dflash: ce, or kl against the target's logits at the anchors", "dflash_train"},
+      {"train.gamma", T::real, 7.0, above(0), "dflash: slot k's loss weight is exp(-(k-1)/gamma)", "dflash_train"},
       // [checkpoint]
       {"checkpoint.dir", T::string, std::string("checkpoints"), any(), "root of run directories"},
       {"checkpoint.run", T::string, kUnset, any(), "run directory name (unset: the topology's name)"},

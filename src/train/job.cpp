@@ -31,6 +31,7 @@ bool first_rank_by_environment() {
 std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOptions& options,
                               const JobInputCheck& check_inputs, RunFile& run) {
   run = load_run(options.topology_path, options.config_paths, options.overrides);
+  run.settings.check_read_by(job.name);
   validate_topology(run.topology, job);
   validate_world(run.topology, runtime.world_size());
   std::string device_warning;
@@ -74,7 +75,7 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
     out << build_info();
     line.exit_code = 0;
   } else if (!line.exit_code && help_settings) {
-    out << settings_reference_text();
+    out << settings_reference_text(job.name);
     line.exit_code = 0;
   }
   line.output = out.str();

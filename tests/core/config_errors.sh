@@ -49,7 +49,10 @@ if [[ ${2:-} == gpu-topology ]]; then
     fail gpu_dry_run "no single warning that this node lacks the GPUs"
   else echo "ok   gpu_dry_run: map, settings and one warning"; fi
   expect_config_error gpu_real_run "rank 0 \(trainer\) is placed on cuda:0" -np 4 "$bin/moe_train" topology/pcie4x4.toml
-  exit $((failures > 0))
+  # A key only the other job reads would do nothing: refused.
+expect_config_error moe_dflash_key "--set: train.anchors is a dflash_train setting; moe_train does not read it" \
+  -np 4 "${moe[@]}" --set train.anchors=64 --dry-run
+exit $((failures > 0))
 fi
 
 for mode in dry real; do
@@ -77,4 +80,7 @@ expect_config_error dry_schedule "train.schedule = \"steps\" .* needs the schedu
 expect_config_error dry_dflash_taps "model.taps = \"1,x\"" -np 4 "${dflash[@]}" --set model.taps=1,x --dry-run
 expect_config_error dry_dflash_vocab "has vocab_size 259 .* embeds only vocab_size 200" \
   -np 4 "${dflash[@]}" --set model.config=$small_vocab --dry-run
+# A key only the other job reads would do nothing: refused.
+expect_config_error moe_dflash_key "--set: train.anchors is a dflash_train setting; moe_train does not read it" \
+  -np 4 "${moe[@]}" --set train.anchors=64 --dry-run
 exit $((failures > 0))

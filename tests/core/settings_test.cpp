@@ -205,3 +205,20 @@ TEST(Settings, EveryDefaultLiesInItsRangeAndEveryNumberHasOne) {
     }
   }
 }
+
+// A key only another job reads would do nothing: refused with where it was set and which job
+// reads it; left at its default it is no error.
+TEST(Settings, AKeyTheJobDoesNotReadIsRefused) {
+  Settings settings;
+  settings.check_read_by("moe_train");
+  settings.set("train.anchors", std::int64_t{64}, "run.toml:12:1");
+  settings.check_read_by("dflash_train");
+  try {
+    settings.check_read_by("moe_train");
+    FAIL() << "train.anchors accepted by moe_train";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(),
+                 "run.toml:12:1: train.anchors is a dflash_train setting; moe_train does not read it, so it would do "
+                 "nothing: remove it (`moe_train --help-settings` lists what moe_train reads)");
+  }
+}

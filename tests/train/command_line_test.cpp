@@ -5,6 +5,7 @@
 #include <regex>
 #include <vector>
 
+#include "topotrain/core/settings.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/train/job.h"
 
@@ -60,4 +61,18 @@ TEST(CommandLine, HelpSettingsPrintsTheReference) {
   EXPECT_NE(line.output.find("train.schedule"), std::string::npos);
   EXPECT_NE(line.output.find("tokens | steps"), std::string::npos);
   EXPECT_EQ(read({"--help"}).exit_code, 0);
+}
+
+// Each job lists the keys it reads: moe_train not the DFlash drafter's, dflash_train all.
+TEST(CommandLine, HelpSettingsListsTheJobsOwnKeys) {
+  const char* args[] = {"dflash_train", "--help-settings"};
+  const std::string dflash = read_command_line(2, args, dflash_job()).output;
+  const std::string moe = read({"--help-settings"}).output;
+  EXPECT_NE(moe.find("Run settings of moe_train"), std::string::npos) << moe;
+  for (const SettingSpec& spec : setting_specs()) {
+    EXPECT_NE(dflash.find("  " + spec.key + " "), std::string::npos) << spec.key;
+    EXPECT_EQ(moe.find("  " + spec.key + " ") != std::string::npos, spec.job != "dflash_train") << spec.key;
+  }
+  EXPECT_EQ(moe.find("train.anchors"), std::string::npos);
+  EXPECT_NE(moe.find("train.token_budget"), std::string::npos);
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -39,16 +40,23 @@ struct SettingRange {
 };
 
 struct SettingSpec {
+  SettingSpec(std::string key_, SettingType type_, SettingValue default_value_, SettingRange range_, std::string help_,
+              std::string job_ = {})
+      : key(std::move(key_)), type(type_), default_value(std::move(default_value_)), range(std::move(range_)),
+        help(std::move(help_)), job(std::move(job_)) {}
   std::string key;  // "train.token_budget"
   SettingType type;
   SettingValue default_value;
   SettingRange range;
   std::string help;
+  std::string job;  // the one job that reads it ("dflash_train"); empty: every job does
 };
 
 // The schema, in the order settings are printed.
 const std::vector<SettingSpec>& setting_specs();
 const SettingSpec* find_setting(const std::string& key);
+// Whether `job` ("moe_train") reads `spec`.
+bool read_by_job(const SettingSpec& spec, const std::string& job);
 
 class Settings {
  public:
@@ -68,6 +76,10 @@ class Settings {
   bool boolean(const std::string& key) const;
   const std::string& string(const std::string& key) const;
   const std::string& origin(const std::string& key) const;
+
+  // Throws ConfigError naming the key, where it was set and the job that reads it, when a
+  // key that `job` does not read was set (it would do nothing).
+  void check_read_by(const std::string& job) const;
 
   // The resolved settings as TOML, one table per section, non-default values marked with
   // where they came from. Printed once at start and stored in every checkpoint.
