@@ -5,6 +5,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
+#include "topotrain/core/settings.h"
 
 namespace topotrain {
 
@@ -36,7 +37,9 @@ std::string out_of_memory_message(const JobContext& context, int rank, std::int6
   return cat("out of memory on rank ", rank, " at step ", step, " with train.token_budget = ", token_budget,
              " (peak allocated ", static_cast<double>(peak_bytes) / (1 << 30), " GiB).\n",
              "The last checkpoint in ", run_dir, " is intact; resume with half the budget:\n  ", command,
-             "\n(or set train.oom = \"shrink\" to halve the budget in-process)");
+             read_by_job(*find_setting("train.oom"), context.job.name)
+                 ? "\n(or set train.oom = \"shrink\" to halve the budget in-process)"
+                 : "");
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }

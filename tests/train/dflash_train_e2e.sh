@@ -122,6 +122,8 @@ oom)
     fi
     grep -q "out of memory on rank ${fault%:*} at step ${fault#*:} with train.token_budget = 256" "$work/$run.log" ||
       { cat "$work/$run.log"; exit 1; }
+    # dflash_train has no in-process shrink: the message must not recommend train.oom.
+    ! grep -q "train.oom" "$work/$run.log" || { cat "$work/$run.log"; echo "recommends train.oom"; exit 1; }
     command=$(grep -Eo "mpirun -np 4 dflash_train .*--set train.token_budget=128 --resume auto" "$work/$run.log")
     command=${command#mpirun }
     eval "timeout 300 ${mpirun[*]} ${command/dflash_train/$bin/dflash_train}" >>"$work/$run.log" 2>&1 ||
