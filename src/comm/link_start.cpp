@@ -10,7 +10,7 @@ namespace topotrain::comm {
 namespace {
 
 // Alone on its communicator, so any tag would do; one is named for the reader of a trace.
-constexpr int kStartTag = 1;
+constexpr int kStartTag = 0;
 
 // Frees the start's communicator however the exchange ends.
 struct StartComm {
