@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/comm/link_start.h"
 #include "topotrain/core/error.h"
 
 using namespace topotrain;
@@ -337,4 +338,46 @@ TEST_F(HiddenStateLink, ASenderStalledMidSendHoldsUpNoOtherSender) {
   ASSERT_EQ(order.size(), 1 + later_batches * (ends.senders.size() - 1));
   EXPECT_EQ(order.back(), 0) << "the stalled sender's batch came before the others'";
   EXPECT_EQ(std::count(order.begin(), order.end(), 0), 1);
+}
+
+// Each sender gets its own words, and only those: a message already waiting on the parent
+// communicator, from the same rank with the same tag (0), is not taken for the start
+// message. (Not a tag equal to the receiver's rank: Open MPI's MPI_Comm_create_group, which
+// builds the link's communicators, can take that tag on the parent for its own messages.)
+TEST_F(HiddenStateLink, EachSenderGetsItsOwnStartMessage) {
+  LinkEnds ends = fan_in();
+  const auto words_for = [](int rank) {
+    return std::vector<std::uint64_t>{std::uint64_t(rank), 1000u + rank, ~std::uint64_t(rank), 0};
+  };
+  std::uint64_t decoy[4] = {7, 7, 7, 7};
+  if (is_receiver()) {
+    std::vector<MPI_Request> decoys(ends.senders.size());
+    std::vector<std::vector<std::uint64_t>> per_sender;
+    for (std::size_t i = 0; i < ends.senders.size(); ++i) {
+      MPI_Isend(decoy, 4, MPI_UINT64_T, ends.senders[i], 0, MPI_COMM_WORLD, &decoys[i]);
+      per_sender.push_back(words_for(ends.senders[i]));
+    }
+    send_link_start(MPI_COMM_WORLD, ends, per_sender);
+    MPI_Waitall(static_cast<int>(decoys.size()), decoys.data(), MPI_STATUSES_IGNORE);
+    return;
+  }
+  EXPECT_EQ(receive_link_start(MPI_COMM_WORLD, ends, 4), words_for(world_rank()));
+  std::uint64_t got[4] = {0, 0, 0, 0};
+  MPI_Recv(got, 4, MPI_UINT64_T, ends.receiver, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  EXPECT_EQ(got[0], 7u);
+}
+
+TEST_F(HiddenStateLink, AStartMessageOfAnotherLengthIsAnErrorOnTheSender) {
+  LinkEnds ends = fan_in();
+  if (is_receiver()) {
+    EXPECT_THROW(send_link_start(MPI_COMM_WORLD, ends, {}), std::invalid_argument);  // before any MPI call
+    send_link_start(MPI_COMM_WORLD, ends, std::vector<std::vector<std::uint64_t>>(ends.senders.size(), {1, 2, 3}));
+    return;
+  }
+  try {
+    receive_link_start(MPI_COMM_WORLD, ends, 4);
+    ADD_FAILURE() << "a 3-word start message was taken for a 4-word one";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("holds 3 words, expected 4"));
+  }
 }

@@ -2,7 +2,7 @@
 // (out of memory, a non-finite loss, a sender that stalls mid-send) can be tested on CPU
 // ranks: the environment variable holds "RANK:STEP". The hooks and where they act:
 //   TOPOTRAIN_FAULT_OOM         train/out_of_memory.h
-//   TOPOTRAIN_FAULT_NONFINITE   moe_trainer.cpp, dflash_trainer.cpp: the step's loss is NaN
+//   TOPOTRAIN_FAULT_NONFINITE   moe_trainer.cpp, dflash_drafting.cpp: the step's loss is NaN
 //   TOPOTRAIN_FAULT_LINK_STALL  comm/hidden_state_link.h: STEP counts the sender's batches
 //   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
 #pragma once

@@ -31,6 +31,10 @@
 // batch sent is in one of them. Every rank then meets in one agreement: exit 0, or every
 // rank leaves with the code and message of the lowest failing rank (3 and the resume
 // command for an out-of-memory on a target or a drafter, 4 for a non-finite step).
+//
+// Here: the job's entry, which routes each rank by its role to dflash_target.h or
+// dflash_drafting.h; the cursor protocol behind "nothing skipped or repeated" is in
+// stream_cursor.h.
 #pragma once
 
 #include "topotrain/train/job.h"

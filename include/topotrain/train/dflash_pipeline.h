@@ -1,0 +1,28 @@
+// What both roles of dflash_train (dflash_target.h, dflash_drafting.h) build alike, apart
+// from the stream cursor (stream_cursor.h): their ends of the hidden-state link, and the
+// rows of the timings.h5 they share.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+
+#include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/core/settings.h"
+#include "topotrain/core/topology.h"
+#include "topotrain/store/timing_log.h"
+
+namespace topotrain {
+
+using PipelineClock = std::chrono::steady_clock;
+double seconds_since(PipelineClock::time_point start);
+
+// [links] of the topology, for this rank's `device`.
+comm::LinkConfig link_config(const Topology& topology, const Device& device);
+
+// Both roles write the same columns: the drafter's acceptance length of each step as an
+// extra field, unset on target rows.
+TimingLogConfig pipeline_timing_config(const Settings& settings, const torch::Device& device);
+StepMetrics row_of(double tokens);
+
+}  // namespace topotrain

@@ -1,0 +1,24 @@
+// dflash_train's target role (dflash_trainer.h): a frozen target rank reads its own sample
+// stream from the position its drafter sends at start (stream_cursor.h), runs
+// forward_backbone on each prefetched packed batch (no lm_head, no grad) and sends the
+// concatenated taps (+ the final hidden state for train.loss = "kl") with the batch's
+// cursor to its drafter, blocking while the drafter's queue is full (back-pressure).
+//
+// It ends when its stream ends (after train.epochs), when its drafter asks it to stop, on a
+// stop signal (stop_signal.h), or on an out-of-memory in a forward, which closes its stream with a reason so
+// the drafters stop too (exit 3 with the resume command).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "topotrain/model/dflash_config.h"
+#include "topotrain/model/qwen3.h"
+#include "topotrain/train/job.h"
+
+namespace topotrain {
+
+// `target` (its weights loaded) is moved to `device` in the compute dtype and kept frozen.
+Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
+                                   const model::DFlashConfig& config, const torch::Device& device);
+
+}  // namespace topotrain
