@@ -94,6 +94,12 @@ std::vector<std::string> folded_names(hid_t file) {
   return names;
 }
 
+// The group /launches/<name> of `file`.
+H5Handle open_folded(hid_t file, const std::string& name) {
+  const std::string path = cat(kTimingsLaunchesGroup, "/", name);
+  return H5Handle(H5Gopen2(file, path.c_str(), H5P_DEFAULT), H5Gclose, path);
+}
+
 // The number of the newest launch in `to`'s /launches group; 0 when it has none.
 int last_folded_launch(hid_t to) {
   const std::vector<std::string> names = folded_names(to);
@@ -108,10 +114,8 @@ std::vector<TimingsData> read_all(const std::string& path, bool earlier) {
   try {
     if (earlier) {
       for (const std::string& name : folded_names(file)) {
-        H5Handle group(H5Gopen2(file, (std::string(kTimingsLaunchesGroup) + "/" + name).c_str(), H5P_DEFAULT),
-                       H5Gclose, name);
         try {
-          launches.push_back(read_launch(group, path));
+          launches.push_back(read_launch(open_folded(file, name), path));
         } catch (const std::exception& e) {
           throw std::runtime_error(cat("/", kTimingsLaunchesGroup, "/", name, ": ", e.what()));
         }
@@ -145,13 +149,11 @@ TimingsData read_timings(const std::string& path) { return std::move(read_all(pa
 
 std::vector<TimingsData> read_timing_launches(const std::string& path) { return read_all(path, true); }
 
-
 int fold_launches(hid_t to, const std::string& from) {
   H5Handle source = open_without_lock(from);
   std::set<double> started;
   for (const std::string& name : folded_names(to)) {
-    H5Handle group(H5Gopen2(to, (std::string(kTimingsLaunchesGroup) + "/" + name).c_str(), H5P_DEFAULT), H5Gclose,
-                   name);
+    H5Handle group = open_folded(to, name);
     if (has_attribute(group, "started_at")) started.insert(read_real_attribute(group, "started_at"));
   }
   if (!link_exists(to, kTimingsLaunchesGroup))
@@ -177,11 +179,7 @@ int fold_launches(hid_t to, const std::string& from) {
     }
   };
   try {
-    for (const std::string& name : folded_names(source)) {
-      H5Handle group(H5Gopen2(source, (std::string(kTimingsLaunchesGroup) + "/" + name).c_str(), H5P_DEFAULT),
-                     H5Gclose, name);
-      fold(group);
-    }
+    for (const std::string& name : folded_names(source)) fold(open_folded(source, name));
     fold(source);
   } catch (const std::exception& e) {
     throw std::runtime_error(from + ": " + e.what());
