@@ -150,6 +150,13 @@ inline void release_cached_memory(const at::Device& device) {
   (void)device;
 }
 
+#ifdef TOPOTRAIN_CUDA
+// The stream work on `device` is queued on now (torch's current stream).
+inline cudaStream_t current_stream(const at::Device& device) {
+  return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+}
+#endif
+
 // Waits for the work queued on the device's current stream, so that a CPU-timed phase
 // ends when its kernels do rather than when they were launched.
 inline void synchronize(const at::Device& device) {

@@ -196,6 +196,7 @@ void Settings::set_from_assignment(const std::string& assignment) {
 const Settings::Entry& Settings::entry(const std::string& key, SettingType type) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) throw std::logic_error("setting '" + key + "' is not in the schema");
+  read_.insert(key);
   const SettingSpec* spec = find_setting(key);
   if (spec->type != type)
     throw std::logic_error(cat("setting '", key, "' is ", to_string(spec->type), ", read as ", to_string(type)));
@@ -205,6 +206,7 @@ const Settings::Entry& Settings::entry(const std::string& key, SettingType type)
 }
 
 bool Settings::has(const std::string& key) const {
+  read_.insert(key);
   auto it = entries_.find(key);
   return it != entries_.end() && !std::holds_alternative<std::monostate>(it->second.value);
 }

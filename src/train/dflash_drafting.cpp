@@ -3,14 +3,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <climits>
-#include <cmath>
 #include <limits>
-#include <memory>
 #include <optional>
 
-#include "topotrain/comm/backend.h"
-#include "topotrain/comm/grad_reducer.h"
 #include "topotrain/comm/hidden_state_link.h"
 #include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
@@ -20,26 +15,14 @@
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
-#include "topotrain/store/checkpoint_reader.h"
-#include "topotrain/store/checkpoint_writer.h"
-#include "topotrain/store/timing_log.h"
-#include "topotrain/torch_compat.h"
-#include "topotrain/train/adamw.h"
 #include "topotrain/train/dflash_pipeline.h"
-#include "topotrain/train/grad_clip.h"
-#include "topotrain/train/lr_schedule.h"
-#include "topotrain/train/out_of_memory.h"
-#include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
-#include "topotrain/train/sample_log.h"
-#include "topotrain/train/step_profile.h"
 #include "topotrain/train/stream_cursor.h"
 #include "topotrain/train/training_checkpoint.h"
+#include "topotrain/train/training_session.h"
 
 namespace topotrain {
 namespace {
-
-constexpr const char* kModelName = kDFlashDrafterModel;
 
 using Outcome = Runtime::Outcome;
 
@@ -56,364 +39,272 @@ struct DataAmount {
   std::string str() const { return cat(samples, " samples (", tokens, " tokens)"); }
 };
 
+// Where this drafter's batches went: every batch a target sent lands in one of them.
+struct BatchFates {
+  DataAmount trained, skipped, discarded;
+  void discard(const std::vector<comm::PackedHiddenBatch>& batches) {
+    for (const auto& batch : batches) discarded.add(batch);
+  }
+};
+
+// A step's sums on this drafter, as the agreement adds them: valid-slot weight, tokens,
+// loss sum and model FLOPs (which vary with the anchors drawn). Draft quality stays this
+// drafter's (the lead's progress line shows its own).
+struct DraftSums {
+  double weight = 0, tokens = 0, flops = 0;
+  torch::Tensor loss, slot_correct;  // on the device, read once by the agreement
+  std::vector<std::int64_t> slot_valid;
+};
+
+model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model::DFlashConfig& config,
+                                 const torch::Device& device) {
+  const std::int64_t tap_columns = static_cast<std::int64_t>(config.resolved_taps().size()) * config.target.hidden_size;
+  model::DFlashBatch batch;
+  batch.packed.tokens = in.token_ids.to(device, torch::kInt64);
+  batch.packed.positions = in.positions.to(device, torch::kInt64);
+  batch.packed.cu_seqlens = in.cu_seqlens.to(device);
+  auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
+  batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
+  batch.loss_mask = in.loss_mask.to(device);
+  batch.taps = in.hidden.narrow(1, 0, tap_columns);
+  if (config.loss == model::DFlashLoss::kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config.target.hidden_size);
+  return batch;
+}
+
+// The drafters' step as the progress line shows it: the agreed sums, this drafter's draft
+// quality, its wait for batches.
+StepReport step_report(const comm::StepAgreement& all, const DraftSums& sums, double waited) {
+  StepReport report;
+  report.tokens = static_cast<std::int64_t>(all.sums[1]);
+  report.loss = all.sums[2] / std::max(all.sums[0], 1e-12);
+  report.loss_weight = all.sums[0];
+  report.flops = all.sums[3];
+  report.starved_seconds = waited;
+  report.slot_valid = sums.slot_valid;
+  report.slot_correct.assign(sums.slot_valid.size(), 0);
+  if (sums.slot_correct.defined()) {
+    const at::Tensor correct = sums.slot_correct.cpu();
+    std::copy_n(correct.data_ptr<std::int64_t>(), report.slot_correct.size(), report.slot_correct.begin());
+  }
+  return report;
+}
+
 class Drafting {
  public:
-  Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+  Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& dflash,
            const torch::Device& device);
   Outcome run();
 
  private:
-  bool reached_limit() const;
-  // Collective over the drafters: every stream's position from the drafter that feeds on it.
-  TrainingState gathered_state() const;
-  void save_checkpoint();
+  // The step's batches: as they arrive, or from the targets in a rotation that depends only
+  // on the step (so that a resumed run takes the same batches); a target whose stream has
+  // ended leaves its turns to the next ones. Fewer arrive only once all of this drafter's
+  // streams have ended.
+  std::vector<comm::PackedHiddenBatch> take_inputs();
+  // Drafters step together (their gradients are reduced) over as many micro-batches as the
+  // one with the most batches has: at the end of the data a last partial step trains what
+  // there is, a drafter whose streams ended walking empty micro-batches. None goes on (0)
+  // when one was asked to stop or a target closed early.
+  std::size_t agree_on_rounds(std::size_t mine);
+  void train_micro_batch(const comm::PackedHiddenBatch& in, const StreamCursor& cursor, DraftSums& sums);
 
   JobContext& context_;
-  Runtime& runtime_;
-  const Settings& settings_;
+  const RunConfig& config_;
   const Topology& topology_;
-  const model::DFlashConfig& config_;
+  const model::DFlashConfig& dflash_;
   torch::Device device_;
-  std::string run_dir_;
-  TrainingLength length_;  // drafters read no data: the dataset is loaded only to measure it
+  int me_;
   model::DFlashDrafter drafter_{nullptr};
-  NamedParameters parameters_;
-  std::unique_ptr<comm::Backend> backend_;
-  std::unique_ptr<AdamW> optimizer_;
-  TrainingState state_;
   std::vector<std::uint64_t> my_streams_;
-  // Where this drafter's batches went: every batch a target sent lands in one of them.
-  DataAmount trained_, skipped_, discarded_;
-  std::unique_ptr<CheckpointWriter> writer_;
-  std::int64_t last_checkpoint_step_ = 0;
+  std::unique_ptr<TrainingSession> session_;
+  std::unique_ptr<comm::HiddenStateReceiver> receiver_;
+  BatchFates fates_;
 };
 
-Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& dflash,
                    const torch::Device& device)
     : context_(context),
-      runtime_(context.runtime),
-      settings_(context.run.settings),
+      config_(context.config),
       topology_(context.run.topology),
-      config_(config),
+      dflash_(dflash),
       device_(device),
-      run_dir_(run_directory(context.run)),
-      length_(training_length(context.run.settings, *load_dataset(context.run.settings, config.target))),
-      drafter_(config) {
+      me_(context.runtime.rank()),
+      drafter_(dflash) {
+  Runtime& runtime = context.runtime;
   // The first drafter prints the drafters' news (progress, checkpoints): the run's log too.
-  if (runtime_.role_rank() == 0 && runtime_.rank() != 0) log_run_to_file(context_.run);
+  if (runtime.role_rank() == 0 && me_ != 0) log_run_to_file(config_.run_dir);
   drafter_->load_target_tensors(*target);
   drafter_->to(device_);
-  drafter_->set_compute_dtype(compute_dtype_from(settings_, device_));
-  parameters_ = named_parameters_of(*drafter_);
-  backend_ = comm::make_backend(runtime_.role_comm(), runtime_.device());
-  for (auto& [name, p] : parameters_) backend_->broadcast(p.data(), 0);
-  optimizer_ = std::make_unique<AdamW>(parameters_, adamw_config_from(settings_));
-  for (int t : topology_.targets_of(runtime_.rank())) my_streams_.push_back(stream_of(topology_, t).index);
+  drafter_->set_compute_dtype(compute_dtype(config_.dtype, device_));
+  for (int t : topology_.targets_of(me_)) my_streams_.push_back(stream_of(topology_, t).index);
 
-  state_ = initial_state(settings_);
-  state_.streams.assign(target_count(topology_), state_.data);
-  if (auto path = CheckpointReader::resolve_resume(run_dir_, context.options.resume)) {
-    CheckpointState checkpoint = CheckpointReader::load(*path, expectations_for(kModelName, parameters_, *optimizer_));
-    restore(checkpoint, parameters_, *optimizer_, state_);
-    if (state_.streams.size() != target_count(topology_))
-      throw ConfigError(cat(*path, " holds the data positions of ", state_.streams.size(), " target streams; ",
-                            topology_.source, " has ", target_count(topology_),
-                            " targets: resume with the number of targets the checkpoint was trained with"));
-    if (runtime_.role_rank() == 0)
-      log_info_here(cat("resumed from ", *path, " at step ", state_.step, ", ", state_.tokens, " tokens"));
-  }
-  last_checkpoint_step_ = state_.step;
-  send_start_positions(topology_, runtime_.rank(), state_.streams);
-  if (runtime_.role_rank() == 0) {
-    writer_ = std::make_unique<CheckpointWriter>(run_dir_, settings_.integer("checkpoint.keep"));
-    log_info_here(cat("drafter: ", model::count_drafter_parameters(config_), " trainable parameters, ",
-                      config_.num_draft_layers, " layers, block ", config_.block_size, ", taps of target layers ",
-                      config_.resolved_taps().size(), ", loss ", settings_.string("train.loss"), ", ",
-                      settings_.integer("train.grad_accum"), " batch(es) per step taken ",
+  SessionSpec spec;
+  spec.parameters = named_parameters_of(*drafter_);
+  spec.model_name = kDFlashDrafterModel;
+  // Drafters read no data: the dataset's header says how long the run is.
+  spec.length = training_length(config_.length,
+                                static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens));
+  // The drafters' line, printed by the first of them; each step reports its FLOPs.
+  spec.progress = progress_config_from(spec.length, runtime.role_size(), device_, 0);
+  spec.initial = initial_state(config_.step.seed);
+  spec.initial.streams.assign(target_count(topology_), spec.initial.data);
+  spec.checkpoint_state = [this](const TrainingState& state) {
+    TrainingState all = state;
+    all.streams = gather_stream_positions(state.streams, my_streams_, context_.runtime.role_comm());
+    return all;
+  };
+  spec.subject = "drafter ";
+  spec.member = "drafter";
+  session_ = std::make_unique<TrainingSession>(context, std::move(spec));
+  const std::size_t streams = session_->state().streams.size();
+  if (streams != target_count(topology_))
+    throw ConfigError(cat("the checkpoint resumed holds the data positions of ", streams, " target streams; ",
+                          topology_.source, " has ", target_count(topology_),
+                          " targets: resume with the number of targets the checkpoint was trained with"));
+  send_start_positions(topology_, me_, session_->state().streams);
+  if (session_->lead())
+    log_info_here(cat("drafter: ", model::count_drafter_parameters(dflash_), " trainable parameters, ",
+                      dflash_.num_draft_layers, " layers, block ", dflash_.block_size, ", taps of target layers ",
+                      dflash_.resolved_taps().size(), ", loss ", model::to_string(dflash_.loss), ", ",
+                      config_.step.grad_accum, " batch(es) per step taken ",
                       topology_.links.fan_in == FanIn::round_robin ? "round-robin" : "as they arrive", ", attention ",
-                      model::to_string(drafter_->attention_options().backend), "; training ", length_.describe()));
+                      model::to_string(drafter_->attention_options().backend), "; training ",
+                      session_->length().describe()));
+  session_->start(pipeline_timing_config(config_, device_));
+  receiver_ = std::make_unique<comm::HiddenStateReceiver>(MPI_COMM_WORLD, comm::LinkEnds{me_, topology_.targets_of(me_)},
+                                                          link_config(topology_, runtime.device()));
+  receiver_->set_wait_check(
+      [this](double waited, const std::vector<int>& silent) { session_->watchdog().check_feed(waited, silent); });
+}
+
+std::vector<comm::PackedHiddenBatch> Drafting::take_inputs() {
+  std::vector<comm::PackedHiddenBatch> inputs;
+  if (session_->done()) return inputs;
+  auto t = session_->scope(Phase::queue_wait);
+  const auto grad_accum = static_cast<std::size_t>(config_.step.grad_accum);
+  const std::vector<int> targets = topology_.targets_of(me_);
+  const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
+  for (std::size_t m = 0; m < grad_accum; ++m) {
+    const std::size_t turn = static_cast<std::size_t>(session_->state().step) * grad_accum + m;
+    std::optional<comm::PackedHiddenBatch> next;
+    for (std::size_t k = 0; k < (round_robin ? targets.size() : 1) && !next; ++k)
+      next = round_robin ? receiver_->next_from(targets[(turn + k) % targets.size()]) : receiver_->next();
+    if (!next) break;
+    inputs.push_back(std::move(*next));
   }
+  return inputs;
 }
 
-bool Drafting::reached_limit() const {
-  return (length_.max_steps > 0 && state_.step >= length_.max_steps) ||
-         (length_.stop_tokens > 0 && state_.tokens >= length_.stop_tokens);
+std::size_t Drafting::agree_on_rounds(std::size_t mine) {
+  int go[3] = {-static_cast<int>(mine), receiver_->early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
+  comm::all_reduce_in_place(go, 3, MPI_INT, MPI_MIN, context_.runtime.role_comm(), "MPI_Iallreduce (drafters' go)");
+  if (!go[2] && session_->lead()) log_info_here(cat("stopping on request after step ", session_->state().step));
+  return go[1] && go[2] ? static_cast<std::size_t>(-go[0]) : 0;
 }
 
-TrainingState Drafting::gathered_state() const {
-  TrainingState all = state_;
-  all.streams = gather_stream_positions(state_.streams, my_streams_, runtime_.role_comm());
-  return all;
-}
-
-void Drafting::save_checkpoint() {
-  const TrainingState all = gathered_state();
-  if (writer_) writer_->save(snapshot(context_.run, kModelName, parameters_, *optimizer_, all));
-  last_checkpoint_step_ = state_.step;
+void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const StreamCursor& cursor, DraftSums& sums) {
+  model::DFlashBatch batch;
+  {
+    auto t = session_->scope(Phase::h2d);
+    batch = drafter_batch(in, dflash_, device_);
+  }
+  // The same batch gets the same anchors after a resume, on any drafter (stream_cursor.h).
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(config_.step.seed, cursor));
+  const model::DFlashBlocks blocks =
+      model::sample_anchors(in.cu_seqlens, in.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);
+  model::DFlashStepOutput out;
+  {
+    auto t = session_->scope(Phase::forward);
+    out = drafter_->forward(batch, blocks);
+    if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", me_, session_->step()))
+      out.loss_sum = out.loss_sum * std::numeric_limits<double>::quiet_NaN();
+  }
+  {
+    auto t = session_->scope(Phase::backward);
+    out.loss_sum.backward();
+  }
+  sums.weight += out.weight_sum;
+  sums.loss = sums.loss.defined() ? sums.loss + out.loss_sum.detach() : out.loss_sum.detach().to(torch::kFloat64);
+  sums.flops += model::dflash_step_flops(dflash_, blocks, in.tokens());
+  sums.slot_correct = sums.slot_correct.defined() ? sums.slot_correct + out.slot_correct : out.slot_correct;
+  for (std::size_t k = 0; k < sums.slot_valid.size(); ++k) sums.slot_valid[k] += out.slot_valid[k];
 }
 
 Outcome Drafting::run() {
-  TimingLog timings(run_dir_, runtime_.world(), runtime_.role(), pipeline_timing_config(settings_, device_));
-  PhaseTimer& timer = timings.timer();
-  const int me = runtime_.rank();
-  comm::HiddenStateReceiver receiver(MPI_COMM_WORLD, {me, topology_.targets_of(me)},
-                                     link_config(topology_, runtime_.device()));
-  comm::GradReducer reducer(parameters_, *backend_, grad_reducer_config_from(settings_));
-  reducer.zero_grad();
-  SampleLog sample_log(settings_, run_dir_, me);  // what this drafter trained on
-  StepProfile profile(settings_, run_dir_, me, device_);
-  const LrSchedule schedule = lr_schedule_from(settings_, length_);
-  const std::uint64_t seed = static_cast<std::uint64_t>(settings_.integer("train.seed"));
-  const std::int64_t log_every = settings_.integer("log.every");
-  const std::int64_t checkpoint_every = settings_.integer("checkpoint.every_steps");
-  const std::int64_t tap_columns = static_cast<std::int64_t>(config_.resolved_taps().size()) * config_.target.hidden_size;
-  const bool kl = config_.loss == model::DFlashLoss::kl;
-  const std::size_t slots = static_cast<std::size_t>(config_.block_size);
-  double lr = 0, grad_norm = 0;
-
-  const auto grad_accum = static_cast<std::size_t>(settings_.integer("train.grad_accum"));
-  const std::vector<int> targets = topology_.targets_of(me);
-  const bool round_robin = topology_.links.fan_in == FanIn::round_robin;
-  const bool skip_nonfinite = settings_.boolean("train.skip_nonfinite");
-  std::int64_t skipped_steps = 0;
-  // The drafters' line, printed by the first of them; each step reports its FLOPs (they
-  // vary with the anchors drawn).
-  ProgressMeter progress(progress_config_from(length_, runtime_.role_size(), device_, 0));
-
-  comm::Watchdog watchdog(runtime_, runtime_.role_comm(), settings_.real("train.hang_timeout_s"));
-  receiver.set_wait_check([&](double waited, const std::vector<int>& silent) { watchdog.check_feed(waited, silent); });
-  const std::int64_t first_step = state_.step + 1;
-  Outcome outcome;
+  TrainingSession& session = *session_;
+  TrainingState& state = session.state();
+  const std::size_t slots = static_cast<std::size_t>(dflash_.block_size);
   while (true) {
-    timer.begin_step(state_.step + 1);
-    watchdog.begin_step(state_.step + 1,
-                        state_.step + 1 == first_step || comm::near_checkpoint(state_.step + 1, checkpoint_every));
-    fault_inject_stall(me, state_.step + 1);
-    auto profiled = profile.step(state_.step + 1);
-    const auto started = PipelineClock::now();
-    compat::reset_peak_allocated_bytes(device_);
-    // The step's grad_accum batches: as they arrive, or from the targets in a rotation that
-    // depends only on the step (so that a resumed run takes the same batches); a target
-    // whose stream has ended leaves its turns to the next ones. Fewer arrive only once all
-    // of this drafter's streams have ended.
-    std::vector<comm::PackedHiddenBatch> inputs;
-    if (!reached_limit()) {
-      auto t = timer.scope(Phase::queue_wait);
-      for (std::size_t m = 0; m < grad_accum; ++m) {
-        const std::size_t turn = static_cast<std::size_t>(state_.step) * grad_accum + m;
-        std::optional<comm::PackedHiddenBatch> next;
-        for (std::size_t k = 0; k < (round_robin ? targets.size() : 1) && !next; ++k)
-          next = round_robin ? receiver.next_from(targets[(turn + k) % targets.size()]) : receiver.next();
-        if (!next) break;
-        inputs.push_back(std::move(*next));
-      }
-    }
-    const double waited = seconds_since(started);
-    // Drafters step together (their gradients are reduced) over as many micro-batches as
-    // the one with the most batches has: at the end of the data a last partial step trains
-    // what there is, a drafter whose streams ended walking empty micro-batches. None goes
-    // on when one was asked to stop or a target closed early: the batches then taken are
-    // not trained (the checkpoint's positions leave them to a resume) and count as discarded.
-    int go[3] = {-static_cast<int>(inputs.size()), receiver.early_close_reason().empty() ? 1 : 0,
-                 stop_requested() ? 0 : 1};
-    comm::all_reduce_in_place(go, 3, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' go)");
-    const std::size_t rounds = static_cast<std::size_t>(-go[0]);
-    if (rounds == 0 || !go[1] || !go[2]) {
-      timer.discard_step();  // trained nothing: not a step
-      for (const auto& in : inputs) discarded_.add(in);
-      if (!go[2] && runtime_.role_rank() == 0) log_info_here(cat("stopping on request after step ", state_.step));
+    session.begin_step();
+    std::vector<comm::PackedHiddenBatch> inputs = take_inputs();
+    const double waited = session.timer().step_seconds(Phase::queue_wait);
+    const std::size_t rounds = agree_on_rounds(inputs.size());
+    if (rounds == 0) {  // trained nothing: not a step; what was taken is left to a resume
+      session.discard_step();
+      fates_.discard(inputs);
       break;
     }
-
-    // Each micro-batch's loss sum goes backward as it is; the sums of the weights, tokens
-    // and losses are reduced once, after the last micro-batch.
-    // valid-slot weight, tokens, loss sum, out-of-memory ranks, FLOPs, ranks with a non-finite loss
-    double sums[6] = {0, 0, 0, 0, 0, 0};
-    double flops = 0;  // this drafter's
-    std::vector<std::int64_t> slot_correct(slots, 0), slot_valid(slots, 0);
+    DraftSums sums;
+    sums.slot_valid.assign(slots, 0);
     std::vector<StreamCursor> cursors;
-    bool out_of_memory = false, nonfinite = false;
     for (std::size_t m = 0; m < rounds; ++m) {
-      reducer.begin_micro_batch(m + 1 == rounds);
-      if (m >= inputs.size()) continue;  // this drafter's streams have ended
-      const comm::PackedHiddenBatch& in = inputs[m];
-      cursors.push_back(decode_cursor(in.cursor));
-      if (std::find(my_streams_.begin(), my_streams_.end(), cursors.back().stream) == my_streams_.end())
-        throw std::runtime_error(cat("dflash_train: drafter rank ", me, " received a batch of stream ",
-                                     cursors.back().stream, ", which none of its targets reads"));
-      sums[1] += static_cast<double>(in.tokens());
-      if (out_of_memory) continue;  // still walk the schedule: the reducer must stay in step
-      model::DFlashBatch batch;
-      {
-        auto t = timer.scope(Phase::h2d);
-        batch.packed.tokens = in.token_ids.to(device_, torch::kInt64);
-        batch.packed.positions = in.positions.to(device_, torch::kInt64);
-        batch.packed.cu_seqlens = in.cu_seqlens.to(device_);
-        auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
-        batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
-        batch.loss_mask = in.loss_mask.to(device_);
-        batch.taps = in.hidden.narrow(1, 0, tap_columns);
-        if (kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config_.target.hidden_size);
+      if (m < inputs.size()) {
+        cursors.push_back(decode_cursor(inputs[m].cursor));
+        if (std::find(my_streams_.begin(), my_streams_.end(), cursors.back().stream) == my_streams_.end())
+          throw std::runtime_error(cat("dflash_train: drafter rank ", me_, " received a batch of stream ",
+                                       cursors.back().stream, ", which none of its targets reads"));
+        sums.tokens += static_cast<double>(inputs[m].tokens());
       }
-      auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(seed, cursors.back()));
-      const model::DFlashBlocks blocks =
-          model::sample_anchors(in.cu_seqlens, in.loss_mask, config_.block_size, config_.max_anchors, generator);
-      try {
-        fault_inject_out_of_memory(me, state_.step + 1);
-        model::DFlashStepOutput out;
-        {
-          auto t = timer.scope(Phase::forward);
-          out = drafter_->forward(batch, blocks);
-          if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", me, state_.step + 1))
-            out.loss_sum = out.loss_sum * std::numeric_limits<double>::quiet_NaN();
-          compat::synchronize(device_);  // phases are CPU-timed: end each with its kernels
-        }
-        {
-          auto t = timer.scope(Phase::backward);
-          out.loss_sum.backward();
-          compat::synchronize(device_);
-        }
-        sums[0] += out.weight_sum;
-        const double loss_sum = out.loss_sum.item<double>();
-        nonfinite = nonfinite || !std::isfinite(loss_sum);
-        sums[2] += loss_sum;
-        flops += model::dflash_step_flops(config_, blocks, in.tokens());
-        const auto correct = out.slot_correct.cpu();
-        for (std::size_t k = 0; k < slots; ++k) {
-          slot_correct[k] += correct[static_cast<std::int64_t>(k)].item<std::int64_t>();
-          slot_valid[k] += out.slot_valid[k];
-        }
-      } catch (const std::exception& e) {
-        if (!is_out_of_memory(e)) throw;
-        out_of_memory = true;
-        log_warn(cat("out of memory in drafter step ", state_.step + 1, ": ", first_line(e.what())));
-      }
+      session.accumulate(static_cast<int>(m), static_cast<int>(rounds), m < inputs.size(),
+                         [&] { train_micro_batch(inputs[m], cursors[m], sums); });
     }
-    sums[3] = out_of_memory ? 1.0 : 0.0;
-    sums[4] = flops;
-    sums[5] = nonfinite ? 1.0 : 0.0;
-    {
-      auto t = timer.scope(Phase::comm_wait);
-      reducer.finish();
-      comm::all_reduce_in_place(sums, 6, MPI_DOUBLE, MPI_SUM, runtime_.role_comm(), "MPI_Iallreduce (drafters' sums)");
-    }
-    // The first drafter rank that ran out of memory, and the first whose loss is not finite.
-    int first[2] = {INT_MAX, INT_MAX};
-    if (sums[3] > 0 || sums[5] > 0) {
-      first[0] = out_of_memory ? me : INT_MAX;
-      first[1] = nonfinite ? me : INT_MAX;
-      comm::all_reduce_in_place(first, 2, MPI_INT, MPI_MIN, runtime_.role_comm(), "MPI_Iallreduce (drafters' firsts)");
-    }
-    if (sums[3] > 0) {
-      reducer.zero_grad();
-      for (const auto& in : inputs) discarded_.add(in);
-      outcome = {3, out_of_memory_message(context_, first[0], state_.step + 1, settings_.integer("train.token_budget"),
-                                          compat::peak_allocated_bytes(device_), run_dir_)};
-      timings.end_step(row_of(0));  // the failed step: its time still shows
+    const comm::StepAgreement all = session.agree([&] {
+      return std::vector<double>{sums.weight, sums.tokens, sums.loss.defined() ? sums.loss.item<double>() : 0.0,
+                                 sums.flops};
+    });
+    if (all.out_of_memory()) {  // dflash_train has no in-process shrink (train.oom is moe_train's)
+      fates_.discard(inputs);
+      session.after_out_of_memory(all, config_.step.token_budget);
       break;
     }
-
-    lr = schedule.at(length_.schedule_position(state_));
-    bool finite = sums[5] == 0;
-    {
-      auto t = timer.scope(Phase::optimizer);
-      // The summed gradient of every drafter's loss sum over the weight of all their
-      // valid slots: the gradient of one drafter's mean over the union of the batches.
-      const double weight = std::max(sums[0], 1e-12);
-      for (auto& [name, p] : parameters_)
-        if (p.grad().defined()) p.grad().div_(weight);
-      grad_norm = clip_gradients(parameters_, settings_.real("train.clip"));
-      // The norm of the reduced gradients is the same on every drafter, so all skip alike:
-      // a non-finite step never reaches the weights or the AdamW moments.
-      finite = finite && std::isfinite(grad_norm);
-      if (finite) optimizer_->step(lr);
-      reducer.zero_grad();
+    // The summed gradient of every drafter's loss sum over the weight of all their valid
+    // slots: the gradient of one drafter's mean over the union of the batches.
+    const double weight = std::max(all.sums[0], 1e-12);
+    if (!session.optimizer_step(all, weight)) {
+      fates_.discard(inputs);
+      break;
     }
-    if (!finite) {
-      const std::string what = cat(sums[5] > 0 ? cat("the drafter loss on rank ", first[1])
-                                               : cat("the drafter gradient norm (", grad_norm, ")"),
-                                   " is not finite at step ", state_.step + 1);
-      if (!skip_nonfinite) {
-        for (const auto& in : inputs) discarded_.add(in);
-        outcome = {4, cat(what, "; no drafter applied it. The last checkpoint in ", run_dir_,
-                          " holds the last good step: resume with --resume auto after lowering train.lr or checking "
-                          "the data, or set train.skip_nonfinite = true to skip such steps")};
-        timings.end_step(row_of(0));
-        break;
-      }
-      ++skipped_steps;
-      if (runtime_.role_rank() == 0)
-        log_warn(cat(what, "; train.skip_nonfinite: step skipped (", skipped_steps, " so far)"));
-    }
-    state_.step += 1;
-    state_.tokens += static_cast<std::int64_t>(sums[1]);
+    state.step += 1;
+    state.tokens += static_cast<std::int64_t>(all.sums[1]);
     for (std::size_t m = 0; m < inputs.size(); ++m) {
-      state_.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
-      sample_log.record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
-      (finite ? trained_ : skipped_).add(inputs[m]);
+      state.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
+      session.sample_log().record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
+      (session.skipped() ? fates_.skipped : fates_.trained).add(inputs[m]);
     }
-    StepReport report;
-    report.step = state_.step;
-    report.tokens = static_cast<std::int64_t>(sums[1]);
-    report.loss = sums[2] / std::max(sums[0], 1e-12);
-    report.loss_weight = sums[0];
-    report.lr = lr;
-    report.grad_norm = grad_norm;
-    report.seconds = seconds_since(started);
-    report.comm_seconds = timer.step_seconds(Phase::comm_wait);
-    report.flops = sums[4];
-    report.peak_memory = compat::peak_allocated_bytes(device_);
-    report.collectives = reducer.collectives();
-    report.starved_seconds = waited;
-    report.slot_correct = slot_correct;
-    report.slot_valid = slot_valid;
-
-    if (checkpoint_every > 0 && state_.step % checkpoint_every == 0) {
-      auto t = timer.scope(Phase::checkpoint);
-      save_checkpoint();
-    }
-    double my_tokens = 0;
-    for (const auto& in : inputs) my_tokens += static_cast<double>(in.tokens());
-    StepMetrics metrics = row_of(my_tokens);
-    metrics.loss = report.loss;
-    metrics.lr = lr;
-    metrics.grad_norm = grad_norm;
-    metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
-    metrics.queue_depth = static_cast<double>(receiver.queue_size());
-    metrics.collectives = static_cast<double>(report.collectives);
-    metrics.flops = flops;  // the drafter's FLOPs per token vary with the anchors drawn
-    metrics.extra[0] = model::acceptance_length(model::slot_accuracy(slot_correct, slot_valid));
-    timings.end_step(metrics);
-    if (runtime_.role_rank() == 0) {
-      progress.record(report, state_.tokens);
-      if (state_.step % log_every == 0) log_info_here(progress.line());
-    }
+    StepReport report = step_report(all, sums, waited);
+    StepMetrics metrics = row_of(sums.tokens);
+    metrics.queue_depth = static_cast<double>(receiver_->queue_size());
+    metrics.flops = sums.flops;
+    metrics.extra[0] = model::acceptance_length(model::slot_accuracy(report.slot_correct, report.slot_valid));
+    session.end_step(report, metrics);
   }
-  // The last step's line, unless it was just printed (a run ends when the next step finds
-  // no batches, so the loop cannot know its last step in advance).
-  if (progress.pending()) log_info_here(progress.line());
-
   // Whatever is still in flight was never trained on: ask the targets to end their
   // streams and discard it (the checkpoint's positions make a resume recompute it).
-  receiver.request_stop();
-  while (auto in = receiver.next()) discarded_.add(*in);
-  // Also after an out-of-memory step: it changed nothing (no optimizer step), so the
-  // state it leaves is the last good one, and a resume repeats no trained batch.
-  compat::release_cached_memory(device_);
-  if (checkpoint_every >= 0 && state_.step > last_checkpoint_step_) save_checkpoint();
-  if (writer_) writer_->wait();
-  timings.flush();
+  receiver_->request_stop();
+  while (auto in = receiver_->next()) fates_.discarded.add(*in);
+  session.finish();
   // Every batch the targets sent, over all drafters: trained, skipped (not finite) or
   // discarded (in flight when the drafters stopped early; a resume trains it).
-  std::int64_t amounts[6] = {trained_.samples, trained_.tokens, skipped_.samples,
-                             skipped_.tokens,  discarded_.samples, discarded_.tokens};
-  comm::all_reduce_in_place(amounts, 6, MPI_INT64_T, MPI_SUM, runtime_.role_comm(), "MPI_Iallreduce (end of data)");
-  if (runtime_.role_rank() == 0)
-    log_info_here(cat("drafter done: ", state_.step, " steps, ", state_.tokens, " tokens; trained ",
+  std::int64_t amounts[6] = {fates_.trained.samples, fates_.trained.tokens,   fates_.skipped.samples,
+                             fates_.skipped.tokens,  fates_.discarded.samples, fates_.discarded.tokens};
+  comm::all_reduce_in_place(amounts, 6, MPI_INT64_T, MPI_SUM, context_.runtime.role_comm(),
+                            "MPI_Iallreduce (end of data)");
+  if (session.lead())
+    log_info_here(cat("drafter done: ", state.step, " steps, ", state.tokens, " tokens; trained ",
                       DataAmount{amounts[0], amounts[1]}.str(), ", skipped as not finite ",
-                      DataAmount{amounts[2], amounts[3]}.str(), " in ", skipped_steps, " steps, discarded ",
-                      DataAmount{amounts[4], amounts[5]}.str(), "; checkpoints and timings.h5 in ", run_dir_));
-  return outcome;
+                      DataAmount{amounts[2], amounts[3]}.str(), " in ", session.skipped_steps(), " steps, discarded ",
+                      DataAmount{amounts[4], amounts[5]}.str(), "; checkpoints and timings.h5 in ", config_.run_dir));
+  return session.failure();
 }
 
 }  // namespace

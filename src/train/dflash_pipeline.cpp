@@ -16,8 +16,8 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device) {
   return link;
 }
 
-TimingLogConfig pipeline_timing_config(const Settings& settings, const torch::Device& device) {
-  TimingLogConfig config = timing_log_config_from(settings, device);
+TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device) {
+  TimingLogConfig config = timing_log_config(run.cadences, device);
   config.extra_fields = {"tau"};
   return config;
 }

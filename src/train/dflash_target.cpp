@@ -21,33 +21,33 @@ namespace topotrain {
 Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
                                    const model::DFlashConfig& config, const torch::Device& device) {
   Runtime& runtime = context.runtime;
-  const Settings& settings = context.run.settings;
+  const RunConfig& run = context.config;
   const Topology& topology = context.run.topology;
   torch::NoGradGuard frozen;
   // Frozen: the weights are kept in the compute dtype itself (no fp32 masters, no casts).
-  const torch::ScalarType dtype = compute_dtype_from(settings, device);
+  const torch::ScalarType dtype = compute_dtype(run.dtype, device);
   target->to(device, dtype);
   target->set_compute_dtype(dtype);
   const std::vector<std::int64_t> taps = config.resolved_taps();
   const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
 
-  auto dataset = load_dataset(settings, config.target);
+  auto dataset = load_dataset(run);
   const int drafter = topology.drafter_of(runtime.rank());
   const data::SampleStream stream = stream_of(topology, runtime.rank());
   const data::DataPosition start = receive_start_position(topology, runtime.rank());
-  const std::int64_t token_budget = settings.integer("train.token_budget");
-  auto prefetcher = make_step_prefetcher(dataset, settings, token_budget, 0, 1, 1, start, device, stream);
+  const std::int64_t token_budget = run.step.token_budget;
+  auto prefetcher = make_step_prefetcher(dataset, run, token_budget, 0, 1, 1, start, device, stream);
 
-  TimingLogConfig timing_config = pipeline_timing_config(settings, device);
+  TimingLogConfig timing_config = pipeline_timing_config(run, device);
   timing_config.flops_per_token =
-      model::forward_flops_per_token(config.target, attention_context_from(settings, *dataset, token_budget));
-  const std::string run_dir = run_directory(context.run);
+      model::forward_flops_per_token(config.target, attention_context(run.data, *dataset, token_budget));
+  const std::string& run_dir = run.run_dir;
   TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
   PhaseTimer& timer = timings.timer();
   comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)},
                                  link_config(topology, runtime.device()));
-  SampleLog sample_log(settings, run_dir, runtime.rank());  // what this target sent
-  StepProfile profile(settings, run_dir, runtime.rank(), device);
+  SampleLog sample_log(run.cadences.log_samples, run_dir, runtime.rank());  // what this target sent
+  StepProfile profile(run.cadences.profile_step, run_dir, runtime.rank(), device);
 
   Runtime::Outcome outcome;
   double forward_seconds = 0, blocked_seconds = 0;

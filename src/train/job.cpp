@@ -29,9 +29,10 @@ bool first_rank_by_environment() {
 // device this node lacks is an error, except in a dry run, where it is returned as a
 // warning: that is how a cluster's topology is checked from a machine without its GPUs.
 std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOptions& options,
-                              const JobInputCheck& check_inputs, RunFile& run) {
+                              const JobInputCheck& check_inputs, RunFile& run, RunConfig& config) {
   run = load_run(options.topology_path, options.config_paths, options.overrides);
   run.settings.check_read_by(job.name);
+  config = read_run_config(run, job.name);
   validate_topology(run.topology, job);
   validate_world(run.topology, runtime.world_size());
   std::string device_warning;
@@ -41,7 +42,7 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
     if (!options.dry_run) throw;
     device_warning = e.what();
   }
-  check_inputs(run);
+  check_inputs(run, config);
   return device_warning;
 }
 
@@ -99,9 +100,10 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
   install_stop_handlers();
 
   RunFile run;
+  RunConfig config;
   std::string local_error, local_warning;
   try {
-    local_warning = load_and_validate(runtime, job, options, check_inputs, run);
+    local_warning = load_and_validate(runtime, job, options, check_inputs, run, config);
   } catch (const ConfigError& e) {
     local_error = e.what();
   }
@@ -115,15 +117,13 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
 
   try {
     runtime.bind(run.topology, /*select_device=*/!options.dry_run);
-    const Settings& settings = run.settings;
-    log_configure(runtime.rank(), runtime.role(), parse_log_level(settings.string("log.level")),
-                  settings.boolean("log.all_ranks"));
+    log_configure(runtime.rank(), runtime.role(), config.log_level, config.log_all_ranks);
     std::string placement = runtime.placement_table();
     if (runtime.rank() == 0) {
       std::printf("%s: topology '%s' (%s), %d ranks, interconnect %s\n%s", job.name.c_str(),
                   run.topology.name.c_str(), run.topology.source.c_str(), runtime.world_size(),
                   to_string(run.topology.interconnect), placement.c_str());
-      std::printf("resolved settings:\n%s", settings.to_toml().c_str());
+      std::printf("resolved settings:\n%s", run.settings.to_toml().c_str());
       std::fflush(stdout);
     }
     if (options.dry_run) {
@@ -132,8 +132,8 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
                      job.name.c_str(), device_warning.c_str());
       return 0;
     }
-    if (runtime.rank() == 0) log_run_to_file(run);
-    JobContext context{job, runtime, run, options};
+    if (runtime.rank() == 0) log_run_to_file(config.run_dir);
+    JobContext context{job, runtime, run, config, options};
     body(context);
   } catch (const JobExit& e) {
     exit_on_stop_signal(e.code());  // every rank leaves with this code

@@ -5,19 +5,11 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
-#include "topotrain/core/settings.h"
 
 namespace topotrain {
 
 bool is_out_of_memory(const std::exception& error) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr;
-}
-
-bool oom_policy_is_shrink(const Settings& settings) {
-  const std::string& policy = settings.string("train.oom");
-  if (policy == "shrink") return true;
-  if (policy == "fail") return false;
-  throw ConfigError(cat("train.oom = \"", policy, "\": use fail or shrink"));
 }
 
 void fault_inject_out_of_memory(int rank, std::int64_t step) {

@@ -14,10 +14,6 @@
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/training_checkpoint.h"
 
-#ifndef TOPOTRAIN_DEMO_DATASET
-#error "CMake defines TOPOTRAIN_DEMO_DATASET: the demo corpus built with topotrain"
-#endif
-
 namespace topotrain {
 namespace {
 
@@ -47,49 +43,11 @@ double peak_flops(const torch::Device& device) {
   return 0;
 }
 
-TimingLogConfig timing_log_config_from(const Settings& settings, const torch::Device& device) {
+TimingLogConfig timing_log_config(const Cadences& cadences, const torch::Device& device) {
   TimingLogConfig config;
-  config.gather_every = static_cast<int>(settings.integer("log.timings_every"));
+  config.gather_every = cadences.timings_every;
   config.peak_flops = peak_flops(device);
   config.nvml_device = device.is_cuda() ? device.index() : -1;
-  return config;
-}
-
-namespace {
-
-// A topotrain checkpoint in model.weights gives the shape unless model.preset was set
-// (load_model_weights then refuses a checkpoint of another model, naming both). A
-// checkpoint that cannot be read gives nothing here: load_model_weights reads it again and
-// reports that on every rank at once, which an exception here could not.
-std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
-  if (!settings.has("model.weights") || settings.origin("model.preset") != "default") return std::nullopt;
-  const std::string& weights = settings.string("model.weights");
-  try {
-    if (auto checkpoint = CheckpointReader::checkpoint_at(weights)) {
-      if (auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint))) return stored;
-      log_info(cat("model.weights = \"", weights, "\": ", *checkpoint, " stores no model config (written by an "
-                   "older topotrain); building model.preset '", settings.string("model.preset"),
-                   "' (set model.preset or model.config to the model it holds)"));
-    }
-  } catch (const ConfigError&) {
-    // reported by load_model_weights, collectively (see above)
-  }
-  return std::nullopt;
-}
-
-}  // namespace
-
-model::ModelConfig model_config_from(const Settings& settings) {
-  const double init_std = settings.real("model.init_std");
-  if (settings.has("model.config")) {
-    model::ModelConfig config = model::ModelConfig::from_json_file(settings.string("model.config"));
-    // As HF: a config.json's initializer_range is the model's, unless the run sets its own.
-    if (settings.origin("model.init_std") != "default") config.initializer_range = init_std;
-    return config;
-  }
-  if (auto stored = config_of_weights(settings)) return *stored;  // trained weights: their own init is moot
-  model::ModelConfig config = model::ModelConfig::preset(settings.string("model.preset"));
-  config.initializer_range = init_std;
   return config;
 }
 
@@ -111,44 +69,30 @@ void load_weights_file(model::Qwen3CausalLMImpl& model, const std::string& path)
 
 }  // namespace
 
-void load_model_weights(const Runtime& runtime, const Settings& settings, model::Qwen3CausalLMImpl& model) {
-  if (!settings.has("model.weights")) return;
+void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model) {
+  if (weights.empty()) return;
   const auto started = std::chrono::steady_clock::now();
   std::string error;
   try {
-    load_weights_file(model, settings.string("model.weights"));
+    load_weights_file(model, weights);
   } catch (const ConfigError& e) {
     error = e.what();
   }
   error = runtime.first_error(error);
   if (!error.empty()) throw JobExit(2, cat("model.weights: ", error));
-  log_info(cat("weights loaded from ", settings.string("model.weights"), " in ", seconds_since(started)));
+  log_info(cat("weights loaded from ", weights, " in ", seconds_since(started)));
 }
 
-torch::ScalarType compute_dtype_from(const Settings& settings, const torch::Device& device) {
-  const std::string& dtype = settings.string("model.dtype");
-  if (dtype == "auto") return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
-  if (dtype == "bf16") return torch::kBFloat16;
-  if (dtype == "fp32") return torch::kFloat32;
-  throw ConfigError(cat("model.dtype = \"", dtype, "\": use auto, bf16 or fp32"));
-}
-
-AdamWConfig adamw_config_from(const Settings& settings) {
-  return AdamWConfig{settings.real("train.beta1"), settings.real("train.beta2"), settings.real("train.eps"),
-                     settings.real("train.weight_decay")};
-}
-
-comm::GradReducerConfig grad_reducer_config_from(const Settings& settings) {
-  comm::GradReducerConfig config;
-  config.bucket_mb = settings.real("train.bucket_mb");
-  return config;
+torch::ScalarType compute_dtype(DtypeChoice choice, const torch::Device& device) {
+  switch (choice) {
+    case DtypeChoice::bf16: return torch::kBFloat16;
+    case DtypeChoice::fp32: return torch::kFloat32;
+    case DtypeChoice::auto_: break;
+  }
+  return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
 }
 
 namespace {
-
-std::string dataset_path(const Settings& settings) {
-  return settings.has("data.path") ? settings.string("data.path") : TOPOTRAIN_DEMO_DATASET;
-}
 
 // Past the embedding table a CPU run stops in an index error and a GPU run in a
 // device-side assert, neither naming the dataset or the model.
@@ -172,9 +116,9 @@ std::pair<std::int64_t, std::string> rank_memory(const Topology& topology, const
 
 // Lower bound: a budget it refuses cannot run; one it passes may still run out of memory
 // (train.oom says what happens then).
-void check_token_budget(const RunFile& run, const model::ModelConfig& model, std::int64_t activations_per_token) {
+void check_token_budget(const RunFile& run, std::int64_t budget, const model::ModelConfig& model,
+                        std::int64_t activations_per_token) {
   const Settings& settings = run.settings;
-  const std::int64_t budget = settings.integer("train.token_budget");
   const double per_token = 2.0 * static_cast<double>(model.hidden_size) * static_cast<double>(activations_per_token);
   const double needed = per_token * static_cast<double>(budget);
   for (const RoleSpec& role : run.topology.roles) {
@@ -193,27 +137,26 @@ void check_token_budget(const RunFile& run, const model::ModelConfig& model, std
 
 }  // namespace
 
-void check_run_inputs(const RunFile& run, const model::ModelConfig& model, std::int64_t activations_per_token) {
-  const Settings& settings = run.settings;
-  const std::string path = dataset_path(settings);
-  const data::TokenDatasetHeader header = data::TokenDataset::read_header(path);
-  check_vocabulary(path, header, model);
-  training_length(settings, static_cast<std::int64_t>(header.num_tokens));  // its checks of several settings
-  check_token_budget(run, model, activations_per_token);
-  if (settings.has("model.weights") && !file_exists(settings.string("model.weights")))
-    throw ConfigError(cat("model.weights = \"", settings.string("model.weights"),
-                          "\": no such file or directory (", settings.origin("model.weights"), ")"));
+void check_run_inputs(const RunFile& run, const RunConfig& config, const model::ModelConfig& model,
+                      std::int64_t activations_per_token) {
+  const std::string& path = config.data.path;
+  check_vocabulary(path, data::TokenDataset::read_header(path), model);
+  check_token_budget(run, config.step.token_budget, model, activations_per_token);
+  if (!config.weights.empty() && !file_exists(config.weights))
+    throw ConfigError(cat("model.weights = \"", config.weights, "\": no such file or directory (",
+                          run.settings.origin("model.weights"), ")"));
 }
 
-std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings, const model::ModelConfig& model) {
-  const std::string path = dataset_path(settings);
+std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config) {
+  const std::string& path = config.data.path;
+  const model::ModelConfig& model = config.model;
   const auto started = std::chrono::steady_clock::now();
   auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
   check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer(), dataset->num_tokens()},
                    model);
   log_info(cat("dataset ", path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(),
                " tokens, loaded in ", seconds_since(started)));
-  const std::int64_t budget = settings.integer("train.token_budget");
+  const std::int64_t budget = config.step.token_budget;
   if (static_cast<std::uint64_t>(budget) > dataset->num_tokens())
     log_info(cat("train.token_budget = ", budget, " is larger than the whole dataset (", dataset->num_tokens(),
                  " tokens): a micro-batch holds at most one pass over the data, so micro-batches hold fewer "
@@ -221,20 +164,14 @@ std::shared_ptr<const data::TokenDataset> load_dataset(const Settings& settings,
   return dataset;
 }
 
-std::string run_directory(const RunFile& run) {
-  const Settings& s = run.settings;
-  return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
-}
-
-void log_run_to_file(const RunFile& run) {
-  const std::string run_dir = run_directory(run);
+void log_run_to_file(const std::string& run_dir) {
   make_directories(run_dir);
   log_to_file(join_path(run_dir, "log.txt"));
 }
 
-TrainingState initial_state(const Settings& settings) {
+TrainingState initial_state(std::uint64_t seed) {
   TrainingState state;
-  state.data.seed = static_cast<std::uint64_t>(settings.integer("train.seed"));
+  state.data.seed = seed;
   return state;
 }
 
@@ -254,32 +191,19 @@ std::string TrainingLength::describe() const {
   return what + cat("; LR schedule over ", schedule_length, clock == ScheduleClock::steps ? " steps" : " tokens");
 }
 
-TrainingLength training_length(const Settings& settings, std::int64_t dataset_tokens) {
+TrainingLength training_length(const LengthConfig& config, std::int64_t dataset_tokens) {
   TrainingLength length;
-  length.max_steps = settings.integer("train.max_steps");
-  length.stop_tokens = settings.integer("train.max_tokens");
-  length.epochs = settings.integer("train.epochs");
+  length.max_steps = config.max_steps;
+  length.stop_tokens = config.max_tokens;
+  length.epochs = config.epochs;
   length.planned_tokens = length.stop_tokens > 0 ? length.stop_tokens : length.epochs * dataset_tokens;
-  if (settings.string("train.schedule") == "steps") {
-    if (length.max_steps == 0)
-      throw ConfigError(cat("train.schedule = \"steps\" (", settings.origin("train.schedule"),
-                            ") needs the schedule's length: set train.max_steps > 0, or use train.schedule = "
-                            "\"tokens\""));
-    length.clock = ScheduleClock::steps;
-    length.schedule_length = length.max_steps;
-  } else {
-    length.schedule_length = length.planned_tokens;
-  }
+  length.clock = config.clock;
+  length.schedule_length = length.clock == ScheduleClock::steps ? length.max_steps : length.planned_tokens;
   return length;
 }
 
-TrainingLength training_length(const Settings& settings, const data::TokenDataset& dataset) {
-  return training_length(settings, static_cast<std::int64_t>(dataset.num_tokens()));
-}
-
-LrSchedule lr_schedule_from(const Settings& settings, const TrainingLength& length) {
-  return LrSchedule{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup"),
-                    length.schedule_length};
+LrSchedule lr_schedule(const LrConfig& config, const TrainingLength& length) {
+  return LrSchedule{config.peak, config.min_ratio, config.warmup, length.schedule_length};
 }
 
 ProgressConfig progress_config_from(const TrainingLength& length, int ranks, const torch::Device& device,
@@ -294,35 +218,27 @@ ProgressConfig progress_config_from(const TrainingLength& length, int ranks, con
   return config;
 }
 
-namespace {
-
-data::LongSamplePolicy long_samples_from(const Settings& settings) {
-  return data::parse_long_sample_policy(settings.string("data.long_samples"));
-}
-
-}  // namespace
-
 std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const data::TokenDataset> dataset,
-                                                       const Settings& settings, std::int64_t token_budget,
+                                                       const RunConfig& config, std::int64_t token_budget,
                                                        int rank, int world, int grad_accum,
                                                        const data::DataPosition& position,
                                                        const torch::Device& device, data::SampleStream stream) {
   data::PackerConfig packing;
   packing.token_budget = static_cast<std::uint64_t>(token_budget);
-  packing.long_samples = long_samples_from(settings);
+  packing.long_samples = config.data.long_samples;
   packing.pin_memory = device.is_cuda();
   packing.stream = stream;
-  packing.end_epoch = training_length(settings, *dataset).end_epoch();
+  packing.end_epoch = training_length(config.length, static_cast<std::int64_t>(dataset->num_tokens())).end_epoch();
   auto planner = std::make_shared<data::StepPlanner>(std::move(dataset), packing,
                                                      data::DataParallelConfig{world, rank, grad_accum}, position);
   data::PrefetchConfig prefetch;
-  prefetch.depth = static_cast<std::size_t>(settings.integer("data.prefetch"));
+  prefetch.depth = config.data.prefetch;
   prefetch.device = device;
   return std::make_unique<data::Prefetcher>([planner] { return planner->next_step(); }, prefetch);
 }
 
-double attention_context_from(const Settings& settings, const data::TokenDataset& dataset, std::int64_t token_budget) {
-  return data::mean_attention_context(dataset, static_cast<std::uint64_t>(token_budget), long_samples_from(settings));
+double attention_context(const DataConfig& config, const data::TokenDataset& dataset, std::int64_t token_budget) {
+  return data::mean_attention_context(dataset, static_cast<std::uint64_t>(token_budget), config.long_samples);
 }
 
 model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device) {

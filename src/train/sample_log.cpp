@@ -7,8 +7,8 @@
 
 namespace topotrain {
 
-SampleLog::SampleLog(const Settings& settings, const std::string& run_dir, int rank) {
-  if (!settings.boolean("log.samples")) return;
+SampleLog::SampleLog(bool enabled, const std::string& run_dir, int rank) {
+  if (!enabled) return;
   make_directories(run_dir);
   const std::string path = cat(run_dir, "/samples-rank-", rank, ".txt");
   file_ = std::fopen(path.c_str(), "a");

@@ -30,8 +30,6 @@ std::set<impl::ActivityType> activities(const torch::Device& device) {
 
 }  // namespace
 
-StepProfile::StepProfile(const Settings& settings, std::string run_dir, int rank, const torch::Device& device)
-    : StepProfile(settings.integer("log.profile_step"), std::move(run_dir), rank, device) {}
 
 StepProfile::StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device)
     : chosen_(step), run_dir_(std::move(run_dir)), rank_(rank), device_(device) {}

@@ -10,7 +10,7 @@
 int main(int argc, char** argv) {
   using namespace topotrain;
   JobOptions options = parse_job_options(argc, argv, moe_job());
-  return run_job(argc, argv, moe_job(), options, [](const RunFile&) {}, [](JobContext& context) {
+  return run_job(argc, argv, moe_job(), options, [](const RunFile&, const RunConfig&) {}, [](JobContext& context) {
     if (context.runtime.rank() == 2) throw std::runtime_error("injected failure on rank 2");
     MPI_Barrier(MPI_COMM_WORLD);
   });

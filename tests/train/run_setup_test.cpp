@@ -1,5 +1,6 @@
-// Settings mapped onto components (run_setup.h): the random initialisation's std and the
-// LR schedule's clock and length.
+// Settings mapped onto components (run_config.h, run_setup.h): every key a job reads is
+// consumed by its RunConfig, the random initialisation's std, the LR schedule's clock and
+// length.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,8 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/settings.h"
+#include "topotrain/train/run_config.h"
 #include "topotrain/train/run_setup.h"
 
 using namespace topotrain;
@@ -32,7 +35,48 @@ std::string write_config_json(const std::string& dir, double initializer_range) 
   return path;
 }
 
+RunConfig run_config_of(const Settings& settings, const std::string& job = "moe_train") {
+  RunFile run;
+  run.settings = settings;
+  return read_run_config(run, job);
+}
+
 }  // namespace
+
+// A key in the schema that a job reads but its RunConfig does not take would do nothing;
+// one it does not read must not be taken (the drafter's keys by moe_train).
+TEST(RunConfig, EveryKeyAJobReadsIsConsumedAndNoOther) {
+  for (const std::string job : {"moe_train", "dflash_train"}) {
+    RunFile run;
+    run.settings.set_from_assignment("model.taps=1");  // the default preset is too shallow for default taps
+    read_run_config(run, job);
+    for (const SettingSpec& spec : setting_specs())
+      EXPECT_EQ(run.settings.was_read(spec.key), read_by_job(spec, job)) << job << " and " << spec.key;
+  }
+}
+
+TEST(RunConfig, SettingsReachTheirConfigs) {
+  Settings settings;
+  for (const char* assignment : {"train.grad_accum=3", "train.clip=0.5", "train.oom=shrink", "log.every=7",
+                                 "checkpoint.every_steps=-1", "model.dtype=fp32", "data.long_samples=truncate",
+                                 "train.bucket_mb=4", "train.beta2=0.99", "log.samples=true", "model.taps=1"})
+    settings.set_from_assignment(assignment);
+  const RunConfig config = run_config_of(settings);
+  EXPECT_EQ(config.step.grad_accum, 3);
+  EXPECT_DOUBLE_EQ(config.step.clip, 0.5);
+  EXPECT_TRUE(config.step.shrink_on_oom);
+  EXPECT_EQ(config.cadences.log_every, 7);
+  EXPECT_EQ(config.cadences.checkpoint_every, -1);
+  EXPECT_TRUE(config.cadences.log_samples);
+  EXPECT_EQ(config.dtype, DtypeChoice::fp32);
+  EXPECT_EQ(config.data.long_samples, data::LongSamplePolicy::truncate);
+  EXPECT_DOUBLE_EQ(config.reducer.bucket_mb, 4);
+  EXPECT_DOUBLE_EQ(config.adamw.beta2, 0.99);
+  EXPECT_FALSE(config.dflash.has_value());
+  const RunConfig dflash = run_config_of(settings, "dflash_train");
+  EXPECT_TRUE(dflash.dflash.has_value());
+  EXPECT_FALSE(dflash.step.shrink_on_oom);  // train.oom is moe_train's
+}
 
 // 512 x 64 embedding values: the sample std is within a percent or two of the true one.
 TEST(ModelConfigFrom, InitStdSetsTheRandomInitialisation) {
@@ -64,12 +108,12 @@ TEST(TrainingLength, TokenScheduleRunsOverMaxTokensOrTheEpochs) {
   Settings settings;
   settings.set_from_assignment("train.epochs=3");
   settings.set_from_assignment("train.max_steps=10");
-  TrainingLength length = training_length(settings, 1000);
+  TrainingLength length = training_length(length_config_from(settings), 1000);
   EXPECT_EQ(length.clock, ScheduleClock::tokens);
   EXPECT_EQ(length.schedule_length, 3000);  // max_steps only stops early
   EXPECT_EQ(length.describe(), "3 epoch(s) or 10 steps, whichever comes first; LR schedule over 3000 tokens");
   settings.set_from_assignment("train.max_tokens=500");
-  length = training_length(settings, 1000);
+  length = training_length(length_config_from(settings), 1000);
   EXPECT_EQ(length.schedule_length, 500);
   TrainingState state;
   state.step = 4;
@@ -84,11 +128,11 @@ TEST(TrainingLength, StepScheduleEndsAtTheFloorAtMaxSteps) {
   settings.set_from_assignment("train.lr=1e-3");
   settings.set_from_assignment("train.min_lr_ratio=0.1");
   settings.set_from_assignment("train.warmup=0.2");
-  const TrainingLength length = training_length(settings, 1000000);
+  const TrainingLength length = training_length(length_config_from(settings), 1000000);
   EXPECT_EQ(length.clock, ScheduleClock::steps);
   EXPECT_EQ(length.schedule_length, 10);
   EXPECT_EQ(length.describe(), "1 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps");
-  const LrSchedule schedule = lr_schedule_from(settings, length);
+  const LrSchedule schedule = lr_schedule(run_config_of(settings).lr, length);
   TrainingState state;
   state.tokens = 2048;  // tokens do not move a step schedule
   auto lr_at_step = [&](std::int64_t step) {
@@ -105,7 +149,7 @@ TEST(TrainingLength, StepScheduleNeedsMaxSteps) {
   Settings settings;
   settings.set_from_assignment("train.schedule=steps");
   try {
-    training_length(settings, 1000);
+    length_config_from(settings);
     FAIL() << "a step schedule without max_steps was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("train.schedule = \"steps\" (--set) needs the schedule's length: set "

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -76,6 +77,9 @@ class Settings {
   bool boolean(const std::string& key) const;
   const std::string& string(const std::string& key) const;
   const std::string& origin(const std::string& key) const;
+  // Whether `key`'s value was asked for (has() or a typed read) since construction: how a
+  // test shows that every key a job reads is consumed by the run's configuration.
+  bool was_read(const std::string& key) const { return read_.count(key) > 0; }
 
   // Throws ConfigError naming the key, where it was set and the job that reads it, when a
   // key that `job` does not read was set (it would do nothing).
@@ -92,6 +96,7 @@ class Settings {
   };
   const Entry& entry(const std::string& key, SettingType type) const;
   std::map<std::string, Entry> entries_;
+  mutable std::set<std::string> read_;
 };
 
 }  // namespace topotrain

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "topotrain/comm/hidden_state_link.h"
-#include "topotrain/core/settings.h"
+#include "topotrain/train/run_config.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/store/timing_log.h"
 
@@ -22,7 +22,7 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device);
 
 // Both roles write the same columns: the drafter's acceptance length of each step as an
 // extra field, unset on target rows.
-TimingLogConfig pipeline_timing_config(const Settings& settings, const torch::Device& device);
+TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device);
 StepMetrics row_of(double tokens);
 
 }  // namespace topotrain

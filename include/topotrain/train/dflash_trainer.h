@@ -41,9 +41,8 @@
 
 namespace topotrain {
 
-// The drafter's and the target's configurations and the dataset's header against the
-// target (JobInputCheck).
-void check_dflash_inputs(const RunFile& run);
+// The dataset's header against the target, the token budget against memory (JobInputCheck).
+void check_dflash_inputs(const RunFile& run, const RunConfig& config);
 void train_dflash(JobContext& context);
 
 }  // namespace topotrain

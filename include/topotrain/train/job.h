@@ -23,6 +23,7 @@
 
 #include "topotrain/core/run_file.h"
 #include "topotrain/core/runtime.h"
+#include "topotrain/train/run_config.h"
 
 namespace topotrain {
 
@@ -38,14 +39,15 @@ struct JobContext {
   const JobSpec& job;
   Runtime& runtime;
   const RunFile& run;
+  const RunConfig& config;  // the run's settings, read once
   const JobOptions& options;
 };
 
 using JobBody = std::function<void(JobContext&)>;
 // Checks of the run's inputs that need no device and no collective, made on every rank
-// before the body starts: the model's configuration, the dataset's header against it.
-// Throws ConfigError.
-using JobInputCheck = std::function<void(const RunFile&)>;
+// before the body starts: the dataset's header against the model, the token budget
+// against memory. Throws ConfigError.
+using JobInputCheck = std::function<void(const RunFile&, const RunConfig&)>;
 
 // What the shared command line asks for: run with `options`, or print `output` (to
 // stdout) and `error` (to stderr) and exit with `exit_code`: 0 for --help, --version and

@@ -11,15 +11,11 @@
 #include <exception>
 #include <string>
 
-#include "topotrain/core/settings.h"
 #include "topotrain/train/job.h"
 
 namespace topotrain {
 
 bool is_out_of_memory(const std::exception& error);
-
-// train.oom: "fail" or "shrink" (ConfigError otherwise).
-bool oom_policy_is_shrink(const Settings& settings);
 
 // Test hook (fault_injection.h): TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an
 // out-of-memory error once, in that step, so the failure path can be tested without a GPU.

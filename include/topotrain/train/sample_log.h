@@ -7,14 +7,13 @@
 #include <cstdio>
 #include <string>
 
-#include "topotrain/core/settings.h"
 #include "topotrain/data/packed_batch.h"
 
 namespace topotrain {
 
 class SampleLog {
  public:
-  SampleLog(const Settings& settings, const std::string& run_dir, int rank);
+  SampleLog(bool enabled, const std::string& run_dir, int rank);  // log.samples
   ~SampleLog();
   SampleLog(const SampleLog&) = delete;
   SampleLog& operator=(const SampleLog&) = delete;

@@ -16,13 +16,11 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/core/settings.h"
 
 namespace topotrain {
 
 class StepProfile {
  public:
-  StepProfile(const Settings& settings, std::string run_dir, int rank, const torch::Device& device);
   StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device);
   // Warns when a step was chosen but never profiled (the run ended or resumed past it).
   ~StepProfile();

@@ -1,0 +1,189 @@
+// What every training loop of topotrain does around its model's forward and backward,
+// owned by one plain object that both loops (moe_trainer.cpp, dflash_drafting.cpp) drive
+// with a handful of verbs, top to bottom:
+//
+//   TrainingSession session(context, spec);  // open: broadcast, AdamW, resume (state())
+//   session.start(timing_config);            // collective over the world: the timing log
+//   while (!session.done()) {
+//     session.begin_step();                  // timer, watchdog, profiler
+//     ... the job takes the step's inputs, in session.scope(Phase::data_wait) ...
+//     for (int m = 0; m < count; ++m)
+//       session.accumulate(m, count, has_data, [&] { forward, backward });
+//     StepAgreement all = session.agree(read_sums);        // gradients reduced; one collective
+//     if (all.out_of_memory()) { session.after_out_of_memory(...): shrink and retry, or end }
+//     if (!session.optimizer_step(all, divisor)) break;  // clip, AdamW, or skip / end
+//     ... the job moves its data positions ...
+//     session.end_step(report, metrics);      // progress, timings row, checkpoint cadence
+//   }
+//   session.finish();                         // last line, final checkpoint, timings.h5
+//
+// Invariants, enforced here so that both jobs keep them:
+// * Every rank of the group walks the step's micro-batches with the gradient reducer
+//   (accumulate is called `count` times on every rank: also after this rank ran out of
+//   memory, and for micro-batches without data), so that the reducer issues the same
+//   collectives everywhere.
+// * agree is the step's one agreement: the job's sums, the first rank out of memory, the
+//   first rank whose sums are not finite and any stop request travel in one collective
+//   (comm/step_agreement.h), after the last gradient all-reduce was launched.
+// * Every rank applies a step or none does: a step with an out-of-memory rank never
+//   reaches the optimizer, and one whose sums or reduced gradient norm (the same on every
+//   rank) are not finite is skipped (train.skip_nonfinite) or ends the job (exit 4).
+// * A failed step still gets its row in timings.h5 on every rank. A job that ends on it
+//   keeps what it trained: finish() saves the last good step (a failed one changed no
+//   weight), and the failure (failure()) is the job's to report.
+// * Timing (phase.h): work phases (h2d, forward, backward, optimizer) are timed on the
+//   device's stream with CUDA events where the device is a GPU, read back a step later,
+//   and never synchronise the device; waits (data_wait, queue_wait, comm_wait,
+//   checkpoint) are host time. On CPU every phase is host time.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "topotrain/comm/backend.h"
+#include "topotrain/comm/grad_reducer.h"
+#include "topotrain/comm/step_agreement.h"
+#include "topotrain/comm/watchdog.h"
+#include "topotrain/store/checkpoint_writer.h"
+#include "topotrain/store/timing_log.h"
+#include "topotrain/train/adamw.h"
+#include "topotrain/train/job.h"
+#include "topotrain/train/lr_schedule.h"
+#include "topotrain/train/progress.h"
+#include "topotrain/train/run_setup.h"
+#include "topotrain/train/sample_log.h"
+#include "topotrain/train/step_profile.h"
+
+namespace topotrain {
+
+struct SessionSpec {
+  NamedParameters parameters;  // on the session's device, identical in shape on every rank
+  // What checkpoints are of: a Qwen3 model (its config is stored) or a named model.
+  const model::ModelConfig* model = nullptr;
+  std::string model_name;  // when `model` is null
+  TrainingLength length;
+  ProgressConfig progress;
+  TrainingState initial;  // a fresh run's state
+  // What a checkpoint stores; state() when unset. A pipeline's drafters gather every
+  // stream's position here (a collective: every rank of the group saves alike).
+  std::function<TrainingState(const TrainingState&)> checkpoint_state;
+  // How failure messages name the model and the group's ranks: "the {subject}loss on rank
+  // R ...; no {member} applied it".
+  std::string subject;          // "" or "drafter "
+  std::string member = "rank";  // "rank" or "drafter"
+};
+
+class TrainingSession {
+ public:
+  // Open, collective over the role's group: parameters broadcast from its rank 0 (as DDP
+  // does, so that no rank trains another model), AdamW, the gradient reducer, and the
+  // resumed state (--resume) of the parameters, AdamW and state().
+  TrainingSession(JobContext& context, SessionSpec spec);
+  ~TrainingSession();
+  TrainingSession(const TrainingSession&) = delete;
+  TrainingSession& operator=(const TrainingSession&) = delete;
+
+  // Collective over the world (timings.h5 is one file of every rank's rows): call it on
+  // every rank of the job, at the same point of its protocol as the other roles do.
+  void start(TimingLogConfig timing);
+
+  TrainingState& state() { return state_; }
+  const TrainingLength& length() const { return spec_.length; }
+  // The length is reached (max_steps, max_tokens, or the epochs of the data position).
+  bool done() const { return spec_.length.done(state_); }
+  // The lead (the group's rank 0) prints progress and writes checkpoints.
+  bool lead() const { return lead_; }
+  std::int64_t step() const { return state_.step + 1; }  // the step being trained
+  int rank() const { return runtime_.rank(); }
+  comm::Watchdog& watchdog() { return *watchdog_; }
+  PhaseTimer& timer() { return timings_->timer(); }
+  const comm::GradReducer& reducer() const { return *reducer_; }
+  SampleLog& sample_log() { return sample_log_; }
+
+  // A phase of the open step, timed by the policy above.
+  [[nodiscard]] PhaseTimer::Scope scope(Phase phase);
+
+  void begin_step();
+  // Micro-batch m of `count`: runs `work` (forward and backward) unless this rank already
+  // ran out of memory in this step or `has_data` is false (the data ended within the step),
+  // walking the reducer either way. An out-of-memory error is caught and kept for agree().
+  void accumulate(int m, int count, bool has_data, const std::function<void()>& work);
+  bool out_of_memory() const { return oom_; }
+  // Finishes the gradient reduction, then reads this rank's sums (`read_sums`: device
+  // scalars are read here, after the last all-reduce was launched) and agrees.
+  comm::StepAgreement agree(const std::function<std::vector<double>()>& read_sums);
+
+  // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
+  // released, and the step's row is written. With train.oom = "shrink" and a budget above
+  // 1, returns half of `token_budget` (logged by the lead): the job retries the step from
+  // its data position with it. Otherwise the job ends (failure(): exit 3 with the resume
+  // command) and nullopt comes back.
+  std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget);
+  // Divides the reduced gradients by `divisor` (1 when the loss was already a mean), clips
+  // them (train.clip) and applies AdamW at the schedule's LR, unless the step is not
+  // finite. False when the job ends on it (failure(): exit 4); a skipped step returns true,
+  // with skipped() telling.
+  bool optimizer_step(const comm::StepAgreement& all, double divisor);
+  bool skipped() const { return skipped_; }  // the last optimizer_step skipped its step
+  std::int64_t skipped_steps() const { return skipped_steps_; }
+  double lr() const { return lr_; }
+  double grad_norm() const { return grad_norm_; }
+
+  // After the job moved state() past the step: its progress (the lead prints every
+  // log.every steps and after the last), its timings row, and its checkpoint at the
+  // checkpoint.every_steps cadence and after the last step (the length reached or a stop
+  // agreed). `report` and `metrics` are completed with what the session knows (lr, norm,
+  // memory, collectives, comm and wall time).
+  void end_step(StepReport report, StepMetrics metrics);
+  // The step's inputs turned out to be nothing to train: not a step.
+  void discard_step();
+
+  // The last step's line if not yet printed, the final checkpoint (unless
+  // checkpoint.every_steps = -1 or it is saved already), every checkpoint written, and
+  // timings.h5 complete (collective over the world). Call it once, also after a failure.
+  void finish();
+  // Exit code and message of the step that ended the job; code 0 when none did.
+  const Runtime::Outcome& failure() const { return failure_; }
+
+ private:
+  void save_checkpoint();
+  void end_failed_step();
+
+  JobContext& context_;
+  const RunConfig& config_;
+  Runtime& runtime_;
+  torch::Device device_;
+  SessionSpec spec_;
+  bool lead_ = false;
+  std::unique_ptr<comm::Backend> backend_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<comm::GradReducer> reducer_;
+  LrSchedule schedule_;
+  TrainingState state_;
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::int64_t saved_step_ = 0;
+  SampleLog sample_log_;
+  StepProfile profile_;
+  ProgressMeter progress_;
+  std::unique_ptr<comm::Watchdog> watchdog_;
+  std::unique_ptr<TimingLog> timings_;
+  std::size_t extra_fields_ = 0;  // TimingLogConfig::extra_fields of the timing log
+  std::int64_t first_step_ = 0;
+  std::optional<StepProfile::Scope> profiled_;
+  PhaseTimer::Clock::time_point started_;
+  bool stop_agreed_ = false;  // the last agreement's stop
+  bool oom_ = false;
+  std::int64_t oom_peak_ = 0;
+  bool skipped_ = false;
+  std::int64_t skipped_steps_ = 0;
+  double lr_ = 0, grad_norm_ = 0;
+  Runtime::Outcome failure_;
+};
+
+}  // namespace topotrain

@@ -1,0 +1,149 @@
+#include "topotrain/train/run_config.h"
+
+#include <sstream>
+
+#include "topotrain/core/error.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/train/training_checkpoint.h"
+
+#ifndef TOPOTRAIN_DEMO_DATASET
+#error "CMake defines TOPOTRAIN_DEMO_DATASET: the demo corpus built with topotrain"
+#endif
+
+namespace topotrain {
+namespace {
+
+// A topotrain checkpoint in model.weights gives the shape unless model.preset was set
+// (load_model_weights then refuses a checkpoint of another model, naming both). A
+// checkpoint that cannot be read gives nothing here: load_model_weights reads it again and
+// reports that on every rank at once, which an exception here could not.
+std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
+  if (!settings.has("model.weights") || settings.origin("model.preset") != "default") return std::nullopt;
+  const std::string& weights = settings.string("model.weights");
+  try {
+    if (auto checkpoint = CheckpointReader::checkpoint_at(weights)) {
+      if (auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint))) return stored;
+      log_info(cat("model.weights = \"", weights, "\": ", *checkpoint, " stores no model config (written by an "
+                   "older topotrain); building model.preset '", settings.string("model.preset"),
+                   "' (set model.preset or model.config to the model it holds)"));
+    }
+  } catch (const ConfigError&) {
+    // reported by load_model_weights, collectively (see above)
+  }
+  return std::nullopt;
+}
+
+model::DFlashConfig dflash_config_from(const Settings& settings, const model::ModelConfig& target) {
+  model::DFlashConfig config;
+  config.source = "settings";
+  config.target = target;
+  config.num_draft_layers = settings.integer("model.draft_layers");
+  config.block_size = settings.integer("model.block_size");
+  if (settings.has("model.taps")) {
+    std::stringstream list(settings.string("model.taps"));
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      try {
+        config.taps.push_back(std::stoll(item));
+      } catch (const std::exception&) {
+        throw ConfigError(cat("model.taps = \"", settings.string("model.taps"),
+                              "\": expected target layer numbers separated by commas, e.g. \"1,9,17\""));
+      }
+    }
+  }
+  const std::int64_t mask = settings.integer("model.mask_token_id");
+  // The last id of the vocabulary is unused by the byte tokenizer and by Qwen's padding
+  // rows, so it serves as the mask token unless one is named.
+  config.mask_token_id = mask >= 0 ? mask : config.target.vocab_size - 1;
+  config.gamma = settings.real("train.gamma");
+  config.max_anchors = settings.integer("train.anchors");
+  config.loss = model::parse_dflash_loss(settings.string("train.loss"), "train.loss");
+  config.validate();
+  return config;
+}
+
+// The schema admits only auto, bf16 and fp32.
+DtypeChoice dtype_from(const Settings& settings) {
+  const std::string& dtype = settings.string("model.dtype");
+  return dtype == "bf16" ? DtypeChoice::bf16 : dtype == "fp32" ? DtypeChoice::fp32 : DtypeChoice::auto_;
+}
+
+std::string run_directory(const RunFile& run) {
+  const Settings& s = run.settings;
+  return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
+}
+
+}  // namespace
+
+model::ModelConfig model_config_from(const Settings& settings) {
+  const double init_std = settings.real("model.init_std");
+  if (settings.has("model.config")) {
+    model::ModelConfig config = model::ModelConfig::from_json_file(settings.string("model.config"));
+    // As HF: a config.json's initializer_range is the model's, unless the run sets its own.
+    if (settings.origin("model.init_std") != "default") config.initializer_range = init_std;
+    return config;
+  }
+  if (auto stored = config_of_weights(settings)) return *stored;  // trained weights: their own init is moot
+  model::ModelConfig config = model::ModelConfig::preset(settings.string("model.preset"));
+  config.initializer_range = init_std;
+  return config;
+}
+
+LengthConfig length_config_from(const Settings& settings) {
+  LengthConfig length;
+  length.max_steps = settings.integer("train.max_steps");
+  length.max_tokens = settings.integer("train.max_tokens");
+  length.epochs = settings.integer("train.epochs");
+  if (settings.string("train.schedule") == "steps") {
+    if (length.max_steps == 0)
+      throw ConfigError(cat("train.schedule = \"steps\" (", settings.origin("train.schedule"),
+                            ") needs the schedule's length: set train.max_steps > 0, or use train.schedule = "
+                            "\"tokens\""));
+    length.clock = ScheduleClock::steps;
+  }
+  return length;
+}
+
+RunConfig read_run_config(const RunFile& run, const std::string& job) {
+  const Settings& s = run.settings;
+  RunConfig config;
+  config.run_dir = run_directory(run);
+  config.model = model_config_from(s);
+  if (job == "dflash_train") config.dflash = dflash_config_from(s, config.model);
+  if (s.has("model.weights")) config.weights = s.string("model.weights");
+  config.dtype = dtype_from(s);
+
+  config.data.path = s.has("data.path") ? s.string("data.path") : TOPOTRAIN_DEMO_DATASET;
+  config.data.long_samples = data::parse_long_sample_policy(s.string("data.long_samples"));
+  config.data.prefetch = static_cast<std::size_t>(s.integer("data.prefetch"));
+
+  config.length = length_config_from(s);
+  config.lr = LrConfig{s.real("train.lr"), s.real("train.min_lr_ratio"), s.real("train.warmup")};
+  config.adamw = AdamWConfig{s.real("train.beta1"), s.real("train.beta2"), s.real("train.eps"),
+                             s.real("train.weight_decay")};
+  config.reducer.bucket_mb = s.real("train.bucket_mb");
+
+  StepConfig& step = config.step;
+  step.token_budget = s.integer("train.token_budget");
+  step.grad_accum = static_cast<int>(s.integer("train.grad_accum"));
+  step.clip = s.real("train.clip");
+  step.skip_nonfinite = s.boolean("train.skip_nonfinite");
+  // train.oom is moe_train's (dflash_train has no in-process shrink); the schema admits
+  // only "fail" and "shrink".
+  step.shrink_on_oom = read_by_job(*find_setting("train.oom"), job) && s.string("train.oom") == "shrink";
+  step.hang_timeout_s = s.real("train.hang_timeout_s");
+  step.seed = static_cast<std::uint64_t>(s.integer("train.seed"));
+
+  Cadences& cadences = config.cadences;
+  cadences.log_every = s.integer("log.every");
+  cadences.checkpoint_every = s.integer("checkpoint.every_steps");
+  cadences.checkpoint_keep = s.integer("checkpoint.keep");
+  cadences.timings_every = static_cast<int>(s.integer("log.timings_every"));
+  cadences.profile_step = s.integer("log.profile_step");
+  cadences.log_samples = s.boolean("log.samples");
+  config.log_level = parse_log_level(s.string("log.level"));
+  config.log_all_ranks = s.boolean("log.all_ranks");
+  return config;
+}
+
+}  // namespace topotrain

@@ -1,0 +1,232 @@
+#include "topotrain/train/training_session.h"
+
+#include <cmath>
+
+#include "topotrain/core/error.h"
+#include "topotrain/core/fault_injection.h"
+#include "topotrain/core/log.h"
+#include "topotrain/core/stop_signal.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/torch_compat.h"
+#include "topotrain/train/grad_clip.h"
+#include "topotrain/train/out_of_memory.h"
+#include "topotrain/train/training_checkpoint.h"
+
+namespace topotrain {
+namespace {
+
+// Work the device does; the other phases are the host waiting (for data, peers, a queue,
+// the checkpoint snapshot), which only a host clock sees.
+bool is_device_work(Phase phase) {
+  return phase == Phase::h2d || phase == Phase::forward || phase == Phase::backward || phase == Phase::optimizer;
+}
+
+}  // namespace
+
+TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
+    : context_(context),
+      config_(context.config),
+      runtime_(context.runtime),
+      device_(torch_device(context.runtime.device())),
+      spec_(std::move(spec)),
+      lead_(context.runtime.role_rank() == 0),
+      schedule_(lr_schedule(context.config.lr, spec_.length)),
+      state_(spec_.initial),
+      sample_log_(context.config.cadences.log_samples, context.config.run_dir, context.runtime.rank()),
+      profile_(context.config.cadences.profile_step, context.config.run_dir, context.runtime.rank(), device_),
+      progress_(spec_.progress) {
+  backend_ = comm::make_backend(runtime_.role_comm(), runtime_.device());
+  for (auto& [name, p] : spec_.parameters) backend_->broadcast(p.data(), 0);
+  optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
+  const std::string model_name = spec_.model ? spec_.model->source : spec_.model_name;
+  if (auto path = CheckpointReader::resolve_resume(config_.run_dir, context.options.resume)) {
+    CheckpointState checkpoint =
+        CheckpointReader::load(*path, expectations_for(model_name, spec_.parameters, *optimizer_));
+    restore(checkpoint, spec_.parameters, *optimizer_, state_);
+    if (lead_)
+      log_info_here(cat("resumed from ", *path, " at step ", state_.step, ", ", state_.tokens, " tokens",
+                        state_.streams.empty() ? cat(", sample ", state_.data.consumed_samples, " of epoch ",
+                                                     state_.data.epoch)
+                                               : std::string()));
+  }
+  saved_step_ = state_.step;
+  first_step_ = state_.step + 1;
+  reducer_ = std::make_unique<comm::GradReducer>(spec_.parameters, *backend_, config_.reducer);
+  reducer_->zero_grad();
+  if (lead_) writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep);
+  watchdog_ = std::make_unique<comm::Watchdog>(runtime_, runtime_.role_comm(), config_.step.hang_timeout_s);
+}
+
+TrainingSession::~TrainingSession() = default;
+
+void TrainingSession::start(TimingLogConfig timing) {
+  extra_fields_ = timing.extra_fields.size();
+  timings_ = std::make_unique<TimingLog>(config_.run_dir, runtime_.world(), runtime_.role(), std::move(timing));
+}
+
+PhaseTimer::Scope TrainingSession::scope(Phase phase) {
+#ifdef TOPOTRAIN_CUDA
+  if (device_.is_cuda() && is_device_work(phase)) return timer().scope(phase, compat::current_stream(device_));
+#else
+  (void)is_device_work;
+#endif
+  return timer().scope(phase);
+}
+
+void TrainingSession::begin_step() {
+  const std::int64_t step = state_.step + 1;
+  started_ = PhaseTimer::Clock::now();
+  timer().begin_step(step);
+  watchdog_->begin_step(step, step == first_step_ || comm::near_checkpoint(step, config_.cadences.checkpoint_every));
+  fault_inject_stall(runtime_.rank(), step);
+  profiled_.emplace(profile_.step(step));
+  compat::reset_peak_allocated_bytes(device_);
+  oom_ = false;
+  oom_peak_ = 0;
+  skipped_ = false;
+}
+
+void TrainingSession::accumulate(int m, int count, bool has_data, const std::function<void()>& work) {
+  reducer_->begin_micro_batch(m + 1 == count);
+  if (oom_ || !has_data) return;
+  try {
+    fault_inject_out_of_memory(runtime_.rank(), step());
+    work();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    oom_ = true;
+    oom_peak_ = compat::peak_allocated_bytes(device_);
+    log_warn(cat("out of memory in micro-batch ", m, " of step ", step(), ": ", first_line(e.what())));
+  }
+}
+
+comm::StepAgreement TrainingSession::agree(const std::function<std::vector<double>()>& read_sums) {
+  {
+    auto t = timer().scope(Phase::comm_wait);
+    reducer_->finish();
+  }
+  comm::StepAgreement mine;
+  mine.sums = read_sums();
+  for (double sum : mine.sums)
+    if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();
+  if (oom_) {
+    mine.oom_rank = runtime_.rank();
+    mine.oom_peak = oom_peak_;
+  }
+  mine.stop = stop_requested();
+  auto t = timer().scope(Phase::comm_wait);
+  const comm::StepAgreement all = comm::agree_step(mine, runtime_.role_comm());
+  stop_agreed_ = all.stop;
+  return all;
+}
+
+void TrainingSession::end_failed_step() {
+  StepMetrics failed;
+  failed.extra.assign(extra_fields_, StepMetrics::kUnset);
+  timings_->end_step(failed);
+  profiled_.reset();
+}
+
+std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::StepAgreement& all,
+                                                                 std::int64_t token_budget) {
+  reducer_->zero_grad();
+  compat::release_cached_memory(device_);
+  end_failed_step();
+  if (!config_.step.shrink_on_oom || token_budget <= 1) {
+    failure_ = {3, out_of_memory_message(context_, all.oom_rank, step(), token_budget, all.oom_peak, config_.run_dir)};
+    return std::nullopt;
+  }
+  const std::int64_t halved = token_budget / 2;
+  if (lead_)
+    log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", step(),
+                 "; train.oom = \"shrink\": retrying the step with token_budget ", halved));
+  return halved;
+}
+
+bool TrainingSession::optimizer_step(const comm::StepAgreement& all, double divisor) {
+  lr_ = schedule_.at(spec_.length.schedule_position(state_));
+  bool finite = all.nonfinite_rank < 0;
+  {
+    auto t = scope(Phase::optimizer);
+    if (divisor != 1.0)
+      for (auto& [name, p] : spec_.parameters)
+        if (p.grad().defined()) p.grad().div_(divisor);
+    grad_norm_ = clip_gradients(spec_.parameters, config_.step.clip);
+    // The norm of the reduced gradients is the same on every rank, so every rank skips
+    // alike: a non-finite step never reaches the weights or the AdamW moments.
+    finite = finite && std::isfinite(grad_norm_);
+    if (finite) optimizer_->step(lr_);
+    reducer_->zero_grad();
+  }
+  if (finite) return true;
+  const std::string what =
+      cat(all.nonfinite_rank >= 0 ? cat("the ", spec_.subject, "loss on rank ", all.nonfinite_rank)
+                                  : cat("the ", spec_.subject, "gradient norm (", grad_norm_, ")"),
+          " is not finite at step ", step());
+  if (!config_.step.skip_nonfinite) {
+    end_failed_step();
+    failure_ = {4, cat(what, "; no ", spec_.member, " applied it. The last checkpoint in ", config_.run_dir,
+                       " holds the last good step: resume with --resume auto after lowering train.lr or checking "
+                       "the data, or set train.skip_nonfinite = true to skip such steps")};
+    return false;
+  }
+  skipped_ = true;
+  ++skipped_steps_;
+  if (lead_) log_warn(cat(what, "; train.skip_nonfinite: step skipped (", skipped_steps_, " so far)"));
+  return true;
+}
+
+void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
+  report.step = state_.step;
+  report.lr = lr_;
+  report.grad_norm = grad_norm_;
+  report.peak_memory = compat::peak_allocated_bytes(device_);
+  report.collectives = reducer_->collectives();
+  report.comm_seconds = timer().step_seconds(Phase::comm_wait);
+  report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started_).count();
+  progress_.record(report, state_.tokens);
+
+  metrics.loss = report.loss;
+  metrics.lr = lr_;
+  metrics.grad_norm = grad_norm_;
+  metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
+  metrics.collectives = static_cast<double>(report.collectives);
+  // The last step (the length reached, or a stop agreed) saves here, timed with its step;
+  // finish() saves what only turns out to be the last step after it.
+  const bool last = done() || stop_agreed_;
+  const std::int64_t every = config_.cadences.checkpoint_every;
+  if (every >= 0 && (last || (every > 0 && state_.step % every == 0))) {
+    auto t = timer().scope(Phase::checkpoint);
+    save_checkpoint();
+  }
+  timings_->end_step(std::move(metrics));
+  profiled_.reset();
+  if (lead_ && (state_.step % config_.cadences.log_every == 0 || last)) log_info_here(progress_.line());
+}
+
+void TrainingSession::discard_step() {
+  timer().discard_step();
+  profiled_.reset();
+}
+
+void TrainingSession::save_checkpoint() {
+  const TrainingState saved = spec_.checkpoint_state ? spec_.checkpoint_state(state_) : state_;
+  if (writer_)
+    writer_->save(spec_.model ? snapshot(context_.run, *spec_.model, spec_.parameters, *optimizer_, saved)
+                              : snapshot(context_.run, spec_.model_name, spec_.parameters, *optimizer_, saved));
+  saved_step_ = state_.step;
+}
+
+void TrainingSession::finish() {
+  // The last step's line, unless it was just printed (a pipeline's run ends when the next
+  // step finds no batches, so its loop cannot know the last step in advance).
+  if (lead_ && progress_.pending()) log_info_here(progress_.line());
+  // A failed step changed nothing (no optimizer step), so the state is the last good one
+  // and a resume repeats no trained sample.
+  compat::release_cached_memory(device_);
+  if (config_.cadences.checkpoint_every >= 0 && state_.step > saved_step_) save_checkpoint();
+  if (writer_) writer_->wait();
+  timings_->flush();
+}
+
+}  // namespace topotrain
