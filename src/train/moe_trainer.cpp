@@ -94,6 +94,7 @@ void train_moe(JobContext& context) {
   net->set_compute_dtype(compute_dtype_from(settings, device));
   const NamedParameters parameters = named_parameters_of(*net);
   auto backend = comm::make_backend(runtime.role_comm(), runtime.device());
+  backend->time_collectives(true);  // NCCL: each all-reduce's device time, for comm_wait
   for (auto& [name, p] : parameters) backend->broadcast(p.data(), 0);
   if (runtime.rank() == 0) {
     log_info(model::describe(model_config));
@@ -168,6 +169,7 @@ void train_moe(JobContext& context) {
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();
     }();
+    timer.add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());
     // The loss is a sum over the step's trained targets (loss mask 1) divided by their
     // global count, so that the summed gradient equals one process's mean over the union
     // of all micro-batches. A step without any (every token masked out) has no LM gradient:
@@ -188,7 +190,8 @@ void train_moe(JobContext& context) {
       try {
         fault_inject_out_of_memory(runtime.rank(), state.step + 1);
         model::PackedBatch batch = [&] {
-          auto t = timer.scope(Phase::h2d);
+          std::optional<PhaseTimer::Scope> t;  // on CUDA h2d is the prefetcher's copies, filed above
+          if (!device.is_cuda()) t.emplace(timer.scope(Phase::h2d));
           return to_model_batch(plan.micro_batches[m], device);
         }();
         torch::Tensor loss;
@@ -213,9 +216,11 @@ void train_moe(JobContext& context) {
       }
     }
     {
-      auto t = timer.scope(Phase::comm_wait);
+      std::optional<PhaseTimer::Scope> t;  // on CUDA the host waits for nothing here: the spans below
+      if (!device.is_cuda()) t.emplace(timer.scope(Phase::comm_wait));
       reducer.finish();
     }
+    timer.add_gpu_spans(Phase::comm_wait, reducer.take_device_spans());
     mine.loss_sum = loss_sum.item<double>();
     mine.aux_sum = aux_sum.item<double>();
     if (!std::isfinite(mine.loss_sum) || !std::isfinite(mine.aux_sum)) mine.nonfinite_rank = runtime.rank();
