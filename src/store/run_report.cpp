@@ -1,6 +1,7 @@
 #include "topotrain/store/run_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -132,17 +133,16 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     rows.erase(rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(skip_steps, rows.size()));
   }
 
-  // Ranks whose comm_wait is device time (spans timed on a stream), not a host wait.
-  std::vector<bool> comm_on_device(static_cast<std::size_t>(data.world_size), false);
-  const auto comm_phase = std::find(data.span_phases.begin(), data.span_phases.end(), phase_name(Phase::comm_wait));
+  // Ranks whose comm_wait and backward are both device time (spans timed on a stream):
+  // only there does comm_overlap say how much of the all-reduce backward hid.
+  std::vector<std::array<bool, kPhaseCount>> on_device(static_cast<std::size_t>(data.world_size));
   const int s_rank = data.spans.column("rank"), s_phase = data.spans.column("phase"), s_gpu = data.spans.column("gpu");
-  if (comm_phase != data.span_phases.end() && s_rank >= 0 && s_phase >= 0 && s_gpu >= 0) {
-    const double comm_index = static_cast<double>(comm_phase - data.span_phases.begin());
-    for (std::size_t row = 0; row < data.spans.rows; ++row) {
-      const auto rank = static_cast<std::size_t>(data.spans.at(row, s_rank));
-      if (rank < comm_on_device.size() && data.spans.at(row, s_phase) == comm_index && data.spans.at(row, s_gpu) != 0)
-        comm_on_device[rank] = true;
-    }
+  for (std::size_t row = 0; s_rank >= 0 && s_phase >= 0 && s_gpu >= 0 && row < data.spans.rows; ++row) {
+    const auto rank = static_cast<std::size_t>(data.spans.at(row, s_rank));
+    const auto index = static_cast<std::size_t>(data.spans.at(row, s_phase));
+    if (rank >= on_device.size() || index >= data.span_phases.size() || data.spans.at(row, s_gpu) == 0) continue;
+    for (std::size_t p = 0; p < kPhaseCount; ++p)
+      if (data.span_phases[index] == phase_names()[p]) on_device[rank][p] = true;
   }
 
   const int c_flops = data.ranks.column("flops_per_token");
@@ -168,7 +168,9 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     for (int rank = 0; rank < data.world_size; ++rank) {
       if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
       role.ranks.push_back(rank);
-      device_comm = device_comm || comm_on_device[static_cast<std::size_t>(rank)];
+      const auto& device_phases = on_device[static_cast<std::size_t>(rank)];
+      device_comm = device_comm || (device_phases[static_cast<std::size_t>(Phase::comm_wait)] &&
+                                    device_phases[static_cast<std::size_t>(Phase::backward)]);
       double rank_tokens = 0, rank_wall = 0, rank_flops = 0;
       for (std::size_t row : rows_of_rank[static_cast<std::size_t>(rank)]) {
         const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
@@ -247,7 +249,7 @@ std::string format_report(const RunReport& report) {
         row(p, "   <- wall minus what named phases cover (untimed code, idle device)");
       else if (p.total != 0)
         row(p, p.name == phase_name(Phase::comm_wait) ? hidden.c_str() : "");
-    if (role.overlap.total != 0) row(role.overlap, "   <- counted in two phases (device phases at once); not added");
+    if (role.overlap.share >= 0.0005) row(role.overlap, "   <- counted in two phases (device phases at once); not added");
     row(role.wall, "");
     out += cat("  tokens/s ", static_cast<long long>(std::llround(role.tokens_per_second)));
     if (role.ranks.size() > 1) out += cat(" (sum of ", role.ranks.size(), " ranks)");

@@ -38,7 +38,9 @@ struct RoleReport {
   double mfu = -1;               // mean over ranks with known FLOPs; -1 = unknown
   // Communication the step was not hiding, of wall: comm_wait - comm_overlap + send + recv.
   double comm_share = 0;
-  double comm_hidden = -1;       // comm_overlap / comm_wait: the all-reduce's share under backward; -1 = none measured
+  // comm_overlap / comm_wait, the all-reduce's share under backward; -1 = not measured (the
+  // role's comm_wait or backward is not device time)
+  double comm_hidden = -1;
   double wait_share = 0;         // data_wait + comm_wait - comm_overlap + queue_wait, of wall
   double queue_depth_mean = -1;  // -1 = not recorded
   double queue_depth_max = -1;
