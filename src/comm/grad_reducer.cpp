@@ -7,7 +7,9 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "mpi_types.h"
 #include "topotrain/core/error.h"
@@ -194,6 +196,7 @@ void GradReducer::begin_micro_batch(bool last) {
     step_open_ = true;
     collectives_ = 0;
     bytes_ = 0;
+    device_spans_.clear();
   }
   if (!last) return;
   reducing_ = true;
@@ -240,6 +243,11 @@ void GradReducer::launch_in_order() {
   }
 }
 
+DeviceSpans GradReducer::take_device_spans() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::exchange(device_spans_, {});
+}
+
 void GradReducer::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!reducing_) throw std::logic_error("GradReducer::finish without begin_micro_batch(last=true)");
@@ -249,6 +257,7 @@ void GradReducer::finish() {
     if (!parameters_[i].ready) mark_ready_locked(i);
   for (Bucket& bucket : buckets_) {
     bucket.work->wait();
+    if (std::optional<DeviceSpan> span = bucket.work->take_device_span()) device_spans_.push_back(std::move(*span));
     bucket.work.reset();
   }
   reducing_ = false;

@@ -7,7 +7,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "mpi_types.h"
 #include "topotrain/core/error.h"
@@ -39,11 +41,14 @@ namespace {
 // stream after the event, on the device.
 class NcclWork final : public Work {
  public:
-  explicit NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done) : done_(std::move(done)) {}
+  NcclWork(std::shared_ptr<at::cuda::CUDAEvent> done, std::optional<DeviceSpan> span)
+      : done_(std::move(done)), span_(std::move(span)) {}
   void wait() override { done_->block(c10::cuda::getCurrentCUDAStream(done_->device_index())); }
+  std::optional<DeviceSpan> take_device_span() override { return std::exchange(span_, std::nullopt); }
 
  private:
   std::shared_ptr<at::cuda::CUDAEvent> done_;
+  std::optional<DeviceSpan> span_;
 };
 
 }  // namespace
@@ -65,24 +70,28 @@ NcclBackend::~NcclBackend() {
 }
 
 template <typename Enqueue>
-std::unique_ptr<Work> NcclBackend::on_comm_stream(const at::Tensor& tensor, Enqueue enqueue) {
+std::unique_ptr<Work> NcclBackend::on_comm_stream(const at::Tensor& tensor, bool timed, Enqueue enqueue) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_));
   c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_));
   at::cuda::CUDAEvent inputs_ready;
   inputs_ready.record(current);
   inputs_ready.block(*stream_);
+  // Begins after the wait for the inputs: the span is the collective's own time.
+  std::optional<DeviceSpan> span;
+  if (timed) span.emplace(stream_->stream());
   enqueue(stream_->stream());
+  if (span) span->close();
   // The caching allocator may hand the memory to another tensor once the caller drops
   // this one; tell it the comm stream still uses it.
   c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), *stream_);
   auto done = std::make_shared<at::cuda::CUDAEvent>();
   done->record(*stream_);
-  return std::make_unique<NcclWork>(std::move(done));
+  return std::make_unique<NcclWork>(std::move(done), std::move(span));
 }
 
 std::unique_ptr<Work> NcclBackend::all_reduce_async(const at::Tensor& tensor, ReduceOp op) {
   check_tensor(tensor, "all_reduce");
-  return on_comm_stream(tensor, [&](cudaStream_t stream) {
+  return on_comm_stream(tensor, timing_collectives(), [&](cudaStream_t stream) {
     nccl_check(ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor.scalar_type()),
                              op == ReduceOp::sum ? ncclSum : ncclAvg, comm_, stream),
                "ncclAllReduce");
@@ -91,7 +100,7 @@ std::unique_ptr<Work> NcclBackend::all_reduce_async(const at::Tensor& tensor, Re
 
 void NcclBackend::broadcast(const at::Tensor& tensor, int root) {
   check_tensor(tensor, "broadcast");
-  on_comm_stream(tensor, [&](cudaStream_t stream) {
+  on_comm_stream(tensor, false, [&](cudaStream_t stream) {
     nccl_check(ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(), nccl_type(tensor.scalar_type()),
                              root, comm_, stream),
                "ncclBroadcast");
@@ -100,14 +109,14 @@ void NcclBackend::broadcast(const at::Tensor& tensor, int root) {
 
 void NcclBackend::send(const at::Tensor& tensor, int peer) {
   check_tensor(tensor, "send");
-  on_comm_stream(tensor, [&](cudaStream_t stream) {
+  on_comm_stream(tensor, false, [&](cudaStream_t stream) {
     nccl_check(ncclSend(tensor.data_ptr(), tensor.nbytes(), ncclUint8, peer, comm_, stream), "ncclSend");
   })->wait();
 }
 
 void NcclBackend::recv(const at::Tensor& tensor, int peer) {
   check_tensor(tensor, "recv");
-  on_comm_stream(tensor, [&](cudaStream_t stream) {
+  on_comm_stream(tensor, false, [&](cudaStream_t stream) {
     nccl_check(ncclRecv(tensor.data_ptr(), tensor.nbytes(), ncclUint8, peer, comm_, stream), "ncclRecv");
   })->wait();
 }

@@ -76,9 +76,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.bucket_mb", T::real, 25.0, above(0),
        "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)"},
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
-       "moe_train: on CUDA out-of-memory, fail (print the resume command) or shrink (halve token_budget and go on); "
-       "dflash_train always fails with the resume command",
-       "moe_train"},
+       "on CUDA out-of-memory, fail (print the resume command) or shrink (halve token_budget and go on; "
+       "dflash_train: every stream restarts where its last trained batch ended)"},
       {"train.skip_nonfinite", T::boolean, false, any(),
        "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
        "(false: the job stops, exit 4)"},

@@ -4,6 +4,8 @@
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <optional>
 #endif
 
 #include "topotrain/core/error.h"
@@ -15,6 +17,7 @@ struct Prefetcher::Ready {
   StepPlan plan;
 #ifdef TOPOTRAIN_CUDA
   std::unique_ptr<at::cuda::CUDAEvent> copied;  // recorded on the copy stream after the last H2D
+  std::optional<DeviceSpan> copy_time;          // brackets the step's copies on the copy stream
 #endif
 };
 
@@ -57,9 +60,11 @@ Prefetcher::Ready Prefetcher::build() {
     c10::cuda::CUDAGuard device_guard(config_.device);
     static thread_local c10::cuda::CUDAStream copy_stream = c10::cuda::getStreamFromPool(false, config_.device.index());
     c10::cuda::CUDAStreamGuard stream_guard(copy_stream);
+    ready.copy_time.emplace(copy_stream.stream());
     for (PackedBatch& batch : ready.plan.micro_batches) {
       for_each_tensor(batch, [&](torch::Tensor& t) { t = t.to(config_.device, /*non_blocking=*/true); });
     }
+    ready.copy_time->close();
     ready.copied = std::make_unique<at::cuda::CUDAEvent>();
     ready.copied->record(copy_stream);
   }
@@ -98,7 +103,9 @@ StepPlan Prefetcher::next() {
     queue_.pop_front();
   }
   changed_.notify_all();
+  copy_spans_.clear();
 #ifdef TOPOTRAIN_CUDA
+  if (ready->copy_time) copy_spans_.push_back(std::move(*ready->copy_time));
   if (ready->copied) {
     // The batches were allocated on the copy stream: the caching allocator must not hand
     // their memory out again before the trainer's stream is done with them.

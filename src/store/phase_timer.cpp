@@ -1,5 +1,6 @@
 #include "topotrain/store/phase_timer.h"
 
+#include <algorithm>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -16,6 +17,54 @@ void cuda_check(cudaError_t status, const char* what) {
 }
 #endif
 
+using Pieces = std::vector<std::pair<double, double>>;  // [begin, end) in seconds
+
+// Sorted, disjoint pieces covering the same time as `pieces`.
+Pieces merged(Pieces pieces) {
+  std::sort(pieces.begin(), pieces.end());
+  Pieces out;
+  for (const auto& piece : pieces) {
+    if (!out.empty() && piece.first <= out.back().second)
+      out.back().second = std::max(out.back().second, piece.second);
+    else
+      out.push_back(piece);
+  }
+  return out;
+}
+
+double length(const Pieces& pieces) {
+  double sum = 0;
+  for (const auto& [begin, end] : pieces) sum += end - begin;
+  return sum;
+}
+
+// Time covered by both; each argument sorted and disjoint.
+double intersection(const Pieces& a, const Pieces& b) {
+  double sum = 0;
+  for (std::size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    sum += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
+    (a[i].second < b[j].second ? i : j) += 1;
+  }
+  return sum;
+}
+
+// Files a step's device spans (all read on one timeline) into its record.
+void add_device_spans(StepRecord& record, const std::vector<PhaseSpan>& spans) {
+  Pieces all, comm, backward;
+  double total = 0;
+  for (const PhaseSpan& span : spans) {
+    record.phase_seconds[static_cast<std::size_t>(span.phase)] += span.seconds;
+    record.spans.push_back(span);
+    const std::pair<double, double> piece{span.start, span.start + span.seconds};
+    all.push_back(piece);
+    if (span.phase == Phase::comm_wait) comm.push_back(piece);
+    if (span.phase == Phase::backward) backward.push_back(piece);
+    total += span.seconds;
+  }
+  record.overlap_seconds += std::max(0.0, total - length(merged(std::move(all))));
+  record.comm_overlap_seconds += intersection(merged(std::move(comm)), merged(std::move(backward)));
+}
+
 }  // namespace
 
 double StepRecord::named_seconds() const { return std::accumulate(phase_seconds.begin(), phase_seconds.end(), 0.0); }
@@ -23,11 +72,16 @@ double StepRecord::named_seconds() const { return std::accumulate(phase_seconds.
 PhaseTimer::~PhaseTimer() {
 #ifdef TOPOTRAIN_CUDA
   for (auto& step : pending_) {
-    for (auto& anchor : step.anchors) free_events_.push_back(anchor.event);
+    free_events_.push_back(step.anchor.event);
     for (auto& scope : step.scopes) {
       free_events_.push_back(scope.begin);
       free_events_.push_back(scope.end);
     }
+  }
+  if (anchor_.event) free_events_.push_back(anchor_.event);
+  for (auto& scope : gpu_scopes_) {
+    free_events_.push_back(scope.begin);
+    free_events_.push_back(scope.end);
   }
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
 #endif
@@ -52,6 +106,16 @@ PhaseTimer::Scope PhaseTimer::scope(Phase phase) {
   }
   open_.push_back({phase, now, now});
   return Scope(this, static_cast<int>(open_.size()) - 1);
+}
+
+void PhaseTimer::add_gpu_spans(Phase phase, DeviceSpans spans) {
+  if (!in_step_) throw std::logic_error(std::string("PhaseTimer::add_gpu_spans(") + phase_name(phase) + ") outside a step");
+  for (DeviceSpan& span : spans) {
+#ifdef TOPOTRAIN_CUDA
+    anchor_on(span.stream());
+#endif
+    added_.push_back({phase, std::move(span)});
+  }
 }
 
 void PhaseTimer::close(int index) {
@@ -84,12 +148,21 @@ void PhaseTimer::end_step(StepMetrics metrics) {
   // The previous steps' kernels are done (or nearly) by now: reading their events here
   // costs at most a short wait, never a stall of the stream.
   finish();
-  if (!gpu_scopes_.empty()) {
-    pending_.push_back({std::move(current_), std::move(anchors_), std::move(gpu_scopes_)});
-    anchors_.clear();
+  if (anchor_.event) {
+    pending_.push_back({std::move(current_), anchor_, std::move(gpu_scopes_), std::move(added_)});
+    anchor_ = Anchor{};
     gpu_scopes_.clear();
+    added_.clear();
     return;
   }
+#else
+  // Host-clock spans are known at once.
+  std::vector<PhaseSpan> spans;
+  for (const AddedSpan& added : added_)
+    spans.push_back({added.phase, seconds_since_epoch(added.span.begin_time()),
+                     seconds(added.span.end_time() - added.span.begin_time()), true});
+  add_device_spans(current_, spans);
+  added_.clear();
 #endif
   finished_.push_back(std::move(current_));
 }
@@ -101,14 +174,15 @@ void PhaseTimer::discard_step() {
                            " is still open");
   in_step_ = false;
   current_ = StepRecord{};
+  added_.clear();
 #ifdef TOPOTRAIN_CUDA
   // Its GPU scopes were recorded on their streams; the events are reused once those are done.
-  for (const StreamAnchor& anchor : anchors_) free_events_.push_back(anchor.event);
+  if (anchor_.event) free_events_.push_back(anchor_.event);
   for (const GpuScope& scope : gpu_scopes_) {
     free_events_.push_back(scope.begin);
     free_events_.push_back(scope.end);
   }
-  anchors_.clear();
+  anchor_ = Anchor{};
   gpu_scopes_.clear();
 #endif
 }
@@ -141,37 +215,44 @@ cudaEvent_t PhaseTimer::take_event() {
   return event;
 }
 
+void PhaseTimer::anchor_on(cudaStream_t stream) {
+  if (anchor_.event) return;
+  anchor_ = Anchor{take_event(), seconds_since_epoch(Clock::now())};
+  cuda_check(cudaEventRecord(anchor_.event, stream), "cudaEventRecord");
+}
+
 PhaseTimer::Scope PhaseTimer::scope(Phase phase, cudaStream_t stream) {
   if (!in_step_) throw std::logic_error(std::string("PhaseTimer::scope(") + phase_name(phase) + ") outside a step");
-  std::size_t anchor = 0;
-  while (anchor < anchors_.size() && anchors_[anchor].stream != stream) ++anchor;
-  if (anchor == anchors_.size()) {
-    // Maps this stream's event clock onto the CPU clock for the trace's span starts.
-    StreamAnchor a{stream, take_event(), seconds_since_epoch(Clock::now())};
-    cuda_check(cudaEventRecord(a.event, stream), "cudaEventRecord");
-    anchors_.push_back(a);
-  }
-  GpuScope scope{phase, stream, take_event(), take_event(), anchor};
+  anchor_on(stream);
+  GpuScope scope{phase, stream, take_event(), take_event()};
   cuda_check(cudaEventRecord(scope.begin, stream), "cudaEventRecord");
   gpu_scopes_.push_back(scope);
   return Scope(this, -static_cast<int>(gpu_scopes_.size()));
 }
 
 void PhaseTimer::resolve(PendingStep& step) {
-  for (const GpuScope& scope : step.scopes) {
-    cuda_check(cudaEventSynchronize(scope.end), "cudaEventSynchronize");
+  // Offsets from the anchor are negative for work enqueued before it on another stream
+  // (a step's batch copies).
+  cuda_check(cudaEventSynchronize(step.anchor.event), "cudaEventSynchronize");
+  std::vector<PhaseSpan> spans;
+  auto read = [&](Phase phase, cudaEvent_t begin, cudaEvent_t end) {
+    cuda_check(cudaEventSynchronize(end), "cudaEventSynchronize");
     float ms = 0, offset_ms = 0;
-    cuda_check(cudaEventElapsedTime(&ms, scope.begin, scope.end), "cudaEventElapsedTime");
-    const StreamAnchor& anchor = step.anchors[scope.anchor];
-    cuda_check(cudaEventElapsedTime(&offset_ms, anchor.event, scope.begin), "cudaEventElapsedTime");
-    step.record.phase_seconds[static_cast<std::size_t>(scope.phase)] += ms * 1e-3;
-    step.record.spans.push_back({scope.phase, anchor.time + offset_ms * 1e-3, ms * 1e-3, true});
+    cuda_check(cudaEventElapsedTime(&ms, begin, end), "cudaEventElapsedTime");
+    cuda_check(cudaEventElapsedTime(&offset_ms, step.anchor.event, begin), "cudaEventElapsedTime");
+    spans.push_back({phase, step.anchor.time + offset_ms * 1e-3, ms * 1e-3, true});
+  };
+  for (const GpuScope& scope : step.scopes) {
+    read(scope.phase, scope.begin, scope.end);
     free_events_.push_back(scope.begin);
     free_events_.push_back(scope.end);
   }
-  for (const StreamAnchor& anchor : step.anchors) free_events_.push_back(anchor.event);
+  for (const AddedSpan& added : step.added) read(added.phase, added.span.begin_event(), added.span.end_event());
+  free_events_.push_back(step.anchor.event);
   step.scopes.clear();
-  step.anchors.clear();
+  step.added.clear();
+  step.anchor = Anchor{};
+  add_device_spans(step.record, spans);
 }
 #endif
 

@@ -1,6 +1,7 @@
 #include "topotrain/store/run_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -46,7 +47,12 @@ void name_bottleneck(RunReport& report) {
     report.bottleneck = "no steps recorded";
     return;
   }
-  // The role that waits least is the one the others wait for.
+  // The role that waits least is the one the others wait for. Comm waited for is what
+  // the device did not hide under backward.
+  auto waited = [](const RoleReport& role, std::size_t phase) {
+    const PhaseStats& p = role.phases[phase];
+    return static_cast<Phase>(phase) == Phase::comm_wait ? p.share - role.comm_overlap.share : p.share;
+  };
   const RoleReport* slowest = &roles.front();
   for (const RoleReport& role : roles)
     if (role.wait_share < slowest->wait_share) slowest = &role;
@@ -60,11 +66,11 @@ void name_bottleneck(RunReport& report) {
                          percent(top->share), " of step");
   for (const RoleReport& role : roles) {
     if (role.wait_share < 0.10) continue;
-    const PhaseStats* wait = nullptr;
+    std::size_t wait = kPhaseCount;
     for (std::size_t i = 0; i < kPhaseCount; ++i)
-      if (is_wait_phase(static_cast<Phase>(i)) && (!wait || role.phases[i].share > wait->share)) wait = &role.phases[i];
+      if (is_wait_phase(static_cast<Phase>(i)) && (wait == kPhaseCount || waited(role, i) > waited(role, wait))) wait = i;
     const std::string who = &role == slowest ? "it" : role.role;
-    line += cat("; ", who, " waits on ", wait_object(wait->name), ' ', percent(wait->share));
+    line += cat("; ", who, " waits on ", wait_object(role.phases[wait].name), ' ', percent(waited(role, wait)));
   }
   report.bottleneck = line;
   report.bottleneck_phase = top->name;
@@ -101,6 +107,8 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
   const int c_step_flops = steps.column("flops");  // -1: an older log
   std::vector<int> c_phase;
   for (const char* name : phase_names()) c_phase.push_back(steps.column(name));  // -1: an older log
+  const int c_overlap = steps.column("overlap");            // -1: an older log
+  const int c_comm_overlap = steps.column("comm_overlap");  // -1: an older log
 
   // A row without tokens and without compute is an iteration that trained nothing (logs
   // of older builds end each dflash rank with one), not a step.
@@ -125,6 +133,18 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     rows.erase(rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(skip_steps, rows.size()));
   }
 
+  // Ranks whose comm_wait and backward are both device time (spans timed on a stream):
+  // only there does comm_overlap say how much of the all-reduce backward hid.
+  std::vector<std::array<bool, kPhaseCount>> on_device(static_cast<std::size_t>(data.world_size));
+  const int s_rank = data.spans.column("rank"), s_phase = data.spans.column("phase"), s_gpu = data.spans.column("gpu");
+  for (std::size_t row = 0; s_rank >= 0 && s_phase >= 0 && s_gpu >= 0 && row < data.spans.rows; ++row) {
+    const auto rank = static_cast<std::size_t>(data.spans.at(row, s_rank));
+    const auto index = static_cast<std::size_t>(data.spans.at(row, s_phase));
+    if (rank >= on_device.size() || index >= data.span_phases.size() || data.spans.at(row, s_gpu) == 0) continue;
+    for (std::size_t p = 0; p < kPhaseCount; ++p)
+      if (data.span_phases[index] == phase_names()[p]) on_device[rank][p] = true;
+  }
+
   const int c_flops = data.ranks.column("flops_per_token");
   const int c_peak = data.ranks.column("peak_flops");
   std::map<int, std::pair<double, double>> flops_of_rank;  // rank -> (flops/token, peak)
@@ -140,13 +160,17 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     RoleReport role;
     role.role = role_name;
     std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
-    std::vector<double> walls, queue;
+    std::vector<double> walls, queue, overlaps, comm_overlaps;
     double mfu_sum = 0;
     int mfu_ranks = 0;
     bool any_row = false;
+    bool device_comm = false;
     for (int rank = 0; rank < data.world_size; ++rank) {
       if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
       role.ranks.push_back(rank);
+      const auto& device_phases = on_device[static_cast<std::size_t>(rank)];
+      device_comm = device_comm || (device_phases[static_cast<std::size_t>(Phase::comm_wait)] &&
+                                    device_phases[static_cast<std::size_t>(Phase::backward)]);
       double rank_tokens = 0, rank_wall = 0, rank_flops = 0;
       for (std::size_t row : rows_of_rank[static_cast<std::size_t>(rank)]) {
         const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
@@ -158,6 +182,8 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
           phase_values[p].push_back(c_phase[p] >= 0 ? steps.at(row, c_phase[p]) : 0);
         phase_values[kPhaseCount].push_back(steps.at(row, c_other));
         walls.push_back(steps.at(row, c_wall));
+        overlaps.push_back(c_overlap >= 0 ? steps.at(row, c_overlap) : 0);
+        comm_overlaps.push_back(c_comm_overlap >= 0 ? steps.at(row, c_comm_overlap) : 0);
         rank_tokens += steps.at(row, c_tokens);
         rank_wall += steps.at(row, c_wall);
         if (c_queue >= 0 && !std::isnan(steps.at(row, c_queue))) queue.push_back(steps.at(row, c_queue));
@@ -175,11 +201,17 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     double wall_total = 0;
     for (double w : walls) wall_total += w;
     role.wall = stats_of("wall", walls, wall_total);
+    role.overlap = stats_of("overlap", overlaps, wall_total);
+    role.comm_overlap = stats_of("comm_overlap", comm_overlaps, wall_total);
     for (std::size_t p = 0; p <= kPhaseCount; ++p) {
       role.phases.push_back(stats_of(p < kPhaseCount ? phase_names()[p] : "other", phase_values[p], wall_total));
       if (p < kPhaseCount && is_comm_phase(static_cast<Phase>(p))) role.comm_share += role.phases.back().share;
       if (p < kPhaseCount && is_wait_phase(static_cast<Phase>(p))) role.wait_share += role.phases.back().share;
     }
+    role.comm_share -= role.comm_overlap.share;
+    role.wait_share -= role.comm_overlap.share;
+    const double comm_wait = role.phase(phase_name(Phase::comm_wait)).total;
+    if (comm_wait > 0 && device_comm) role.comm_hidden = role.comm_overlap.total / comm_wait;
     if (mfu_ranks > 0) role.mfu = mfu_sum / mfu_ranks;
     if (!queue.empty()) {
       double sum = 0;
@@ -210,11 +242,14 @@ std::string format_report(const RunReport& report) {
                     p.mean * 1e3, p.p50 * 1e3, p.p95 * 1e3, note);
       out += line;
     };
+    const std::string hidden =
+        role.comm_hidden >= 0 ? cat("   <- device time; ", percent(role.comm_hidden), " of it under backward") : "";
     for (const PhaseStats& p : role.phases)
       if (p.name == "other")
-        row(p, "   <- wall minus named phases (untimed code)");
+        row(p, "   <- wall minus what named phases cover (untimed code, idle device)");
       else if (p.total != 0)
-        row(p, "");
+        row(p, p.name == phase_name(Phase::comm_wait) ? hidden.c_str() : "");
+    if (role.overlap.share >= 0.0005) row(role.overlap, "   <- counted in two phases (device phases at once); not added");
     row(role.wall, "");
     out += cat("  tokens/s ", static_cast<long long>(std::llround(role.tokens_per_second)));
     if (role.ranks.size() > 1) out += cat(" (sum of ", role.ranks.size(), " ranks)");
@@ -224,7 +259,8 @@ std::string format_report(const RunReport& report) {
     } else {
       out += "   MFU n/a (no FLOPs per token recorded)";
     }
-    std::snprintf(line, sizeof line, "   comm %.1f%% of step", role.comm_share * 100);
+    std::snprintf(line, sizeof line, "   comm %.1f%% of step%s", role.comm_share * 100,
+                  role.comm_hidden >= 0 ? " not under backward" : "");
     out += line;
     if (role.queue_depth_mean >= 0) {
       std::snprintf(line, sizeof line, "   queue depth mean %.1f max %.0f", role.queue_depth_mean, role.queue_depth_max);

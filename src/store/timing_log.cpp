@@ -245,7 +245,8 @@ void TimingLog::collect_finished() {
     step_rows_.insert(step_rows_.end(), {double(record.step), double(rank_), record.start, record.wall});
     step_rows_.insert(step_rows_.end(), record.phase_seconds.begin(), record.phase_seconds.end());
     step_rows_.insert(step_rows_.end(), {record.other_seconds(), m.tokens, m.loss, m.lr, m.grad_norm,
-                                         m.peak_memory_bytes, m.queue_depth, m.collectives, m.flops});
+                                         m.peak_memory_bytes, m.queue_depth, m.collectives, m.flops,
+                                         record.overlap_seconds, record.comm_overlap_seconds});
     step_rows_.insert(step_rows_.end(), m.extra.begin(), m.extra.end());
     for (const PhaseSpan& span : record.spans)
       span_rows_.insert(span_rows_.end(), {double(rank_), double(record.step), double(static_cast<int>(span.phase)),

@@ -24,7 +24,8 @@ std::vector<std::string> step_fields(const std::vector<std::string>& extra_field
   std::vector<std::string> fields = {"step", "rank", "start", "wall"};
   for (const char* phase : phase_names()) fields.push_back(phase);
   for (const char* field :
-       {"other", "tokens", "loss", "lr", "grad_norm", "peak_memory_bytes", "queue_depth", "collectives", "flops"})
+       {"other", "tokens", "loss", "lr", "grad_norm", "peak_memory_bytes", "queue_depth", "collectives", "flops",
+        "overlap", "comm_overlap"})
     fields.push_back(field);
   fields.insert(fields.end(), extra_fields.begin(), extra_fields.end());
   return fields;

@@ -37,11 +37,22 @@ struct DataAmount {
     tokens += batch.tokens();
   }
   std::string str() const { return cat(samples, " samples (", tokens, " tokens)"); }
+  DataAmount& operator+=(const DataAmount& other) {
+    samples += other.samples;
+    tokens += other.tokens;
+    return *this;
+  }
 };
 
 // Where this drafter's batches went: every batch a target sent lands in one of them.
+// Discarded batches are left to a resume, unless the streams restart (train.oom =
+// "shrink"), which sends them again: then they were recomputed.
 struct BatchFates {
-  DataAmount trained, skipped, discarded;
+  DataAmount trained, skipped, discarded, recomputed;
+  void restart() {
+    recomputed += discarded;
+    discarded = {};
+  }
   void discard(const std::vector<comm::PackedHiddenBatch>& batches) {
     for (const auto& batch : batches) discarded.add(batch);
   }
@@ -96,6 +107,11 @@ class Drafting {
   Outcome run();
 
  private:
+  // Trains from one start of the streams until they end, the drafters stop or a step fails.
+  // With train.oom = "shrink", after an out-of-memory here or on a target: the budget every
+  // stream restarts with (half the current one).
+  std::optional<std::int64_t> train_streams();
+  void open_link();
   // The step's batches: as they arrive, or from the targets in a rotation that depends only
   // on the step (so that a resumed run takes the same batches); a target whose stream has
   // ended leaves its turns to the next ones. Fewer arrive only once all of this drafter's
@@ -103,9 +119,13 @@ class Drafting {
   std::vector<comm::PackedHiddenBatch> take_inputs();
   // Drafters step together (their gradients are reduced) over as many micro-batches as the
   // one with the most batches has: at the end of the data a last partial step trains what
-  // there is, a drafter whose streams ended walking empty micro-batches. None goes on (0)
-  // when one was asked to stop or a target closed early.
-  std::size_t agree_on_rounds(std::size_t mine);
+  // there is, a drafter whose streams ended walking empty micro-batches. None goes on
+  // (rounds 0) when one was asked to stop or a target closed early.
+  struct Rounds {
+    std::size_t rounds = 0;
+    bool early_close = false;  // a target of some drafter closed its stream early
+  };
+  Rounds agree_on_rounds(std::size_t mine);
   void train_micro_batch(const comm::PackedHiddenBatch& in, const StreamCursor& cursor, DraftSums& sums);
 
   JobContext& context_;
@@ -118,6 +138,7 @@ class Drafting {
   std::vector<std::uint64_t> my_streams_;
   std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<comm::HiddenStateReceiver> receiver_;
+  std::int64_t token_budget_;  // what the targets pack with: train.token_budget, halved by each shrink
   BatchFates fates_;
 };
 
@@ -129,7 +150,8 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
       dflash_(dflash),
       device_(device),
       me_(context.runtime.rank()),
-      drafter_(dflash) {
+      drafter_(dflash),
+      token_budget_(context.config.step.token_budget) {
   Runtime& runtime = context.runtime;
   // The first drafter prints the drafters' news (progress, checkpoints): the run's log too.
   if (runtime.role_rank() == 0 && me_ != 0) log_run_to_file(config_.run_dir);
@@ -158,10 +180,10 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   session_ = std::make_unique<TrainingSession>(context, std::move(spec));
   const std::size_t streams = session_->state().streams.size();
   if (streams != target_count(topology_))
-    throw ConfigError(cat("the checkpoint resumed holds the data positions of ", streams, " target streams; ",
+    throw ConfigError(cat(session_->resumed_from(), " holds the data positions of ", streams, " target streams; ",
                           topology_.source, " has ", target_count(topology_),
                           " targets: resume with the number of targets the checkpoint was trained with"));
-  send_start_positions(topology_, me_, session_->state().streams);
+  send_stream_starts(topology_, me_, session_->state().streams, token_budget_);
   if (session_->lead())
     log_info_here(cat("drafter: ", model::count_drafter_parameters(dflash_), " trainable parameters, ",
                       dflash_.num_draft_layers, " layers, block ", dflash_.block_size, ", taps of target layers ",
@@ -171,8 +193,12 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                       model::to_string(drafter_->attention_options().backend), "; training ",
                       session_->length().describe()));
   session_->start(pipeline_timing_config(config_, device_));
+  open_link();
+}
+
+void Drafting::open_link() {
   receiver_ = std::make_unique<comm::HiddenStateReceiver>(MPI_COMM_WORLD, comm::LinkEnds{me_, topology_.targets_of(me_)},
-                                                          link_config(topology_, runtime.device()));
+                                                          link_config(topology_, context_.runtime.device()));
   receiver_->set_wait_check(
       [this](double waited, const std::vector<int>& silent) { session_->watchdog().check_feed(waited, silent); });
 }
@@ -195,11 +221,11 @@ std::vector<comm::PackedHiddenBatch> Drafting::take_inputs() {
   return inputs;
 }
 
-std::size_t Drafting::agree_on_rounds(std::size_t mine) {
+Drafting::Rounds Drafting::agree_on_rounds(std::size_t mine) {
   int go[3] = {-static_cast<int>(mine), receiver_->early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
   comm::all_reduce_in_place(go, 3, MPI_INT, MPI_MIN, context_.runtime.role_comm(), "MPI_Iallreduce (drafters' go)");
   if (!go[2] && session_->lead()) log_info_here(cat("stopping on request after step ", session_->state().step));
-  return go[1] && go[2] ? static_cast<std::size_t>(-go[0]) : 0;
+  return {go[1] && go[2] ? static_cast<std::size_t>(-go[0]) : 0, go[1] == 0};
 }
 
 void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const StreamCursor& cursor, DraftSums& sums) {
@@ -230,18 +256,24 @@ void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const Stream
   for (std::size_t k = 0; k < sums.slot_valid.size(); ++k) sums.slot_valid[k] += out.slot_valid[k];
 }
 
-Outcome Drafting::run() {
+std::optional<std::int64_t> Drafting::train_streams() {
   TrainingSession& session = *session_;
   TrainingState& state = session.state();
   const std::size_t slots = static_cast<std::size_t>(dflash_.block_size);
+  std::optional<std::int64_t> restart;
   while (true) {
     session.begin_step();
     std::vector<comm::PackedHiddenBatch> inputs = take_inputs();
     const double waited = session.timer().step_seconds(Phase::queue_wait);
-    const std::size_t rounds = agree_on_rounds(inputs.size());
+    const auto [rounds, early_close] = agree_on_rounds(inputs.size());
     if (rounds == 0) {  // trained nothing: not a step; what was taken is left to a resume
       session.discard_step();
       fates_.discard(inputs);
+      // A target that ran out of memory closed early (the only reason one does).
+      if (early_close && config_.step.shrink_on_oom && token_budget_ > 1) restart = token_budget_ / 2;
+      if (restart && !receiver_->early_close_reason().empty())
+        log_warn(cat(receiver_->early_close_reason(), "; train.oom = \"shrink\": restarting every stream with "
+                     "token_budget ", *restart));
       break;
     }
     DraftSums sums;
@@ -262,9 +294,9 @@ Outcome Drafting::run() {
       return std::vector<double>{sums.weight, sums.tokens, sums.loss.defined() ? sums.loss.item<double>() : 0.0,
                                  sums.flops};
     });
-    if (all.out_of_memory()) {  // dflash_train has no in-process shrink (train.oom is moe_train's)
+    if (all.out_of_memory()) {
       fates_.discard(inputs);
-      session.after_out_of_memory(all, config_.step.token_budget);
+      restart = session.after_out_of_memory(all, token_budget_);
       break;
     }
     // The summed gradient of every drafter's loss sum over the weight of all their valid
@@ -289,21 +321,42 @@ Outcome Drafting::run() {
     session.end_step(report, metrics);
   }
   // Whatever is still in flight was never trained on: ask the targets to end their
-  // streams and discard it (the checkpoint's positions make a resume recompute it).
+  // streams and discard it (the streams' positions make a restart or a resume recompute it).
   receiver_->request_stop();
   while (auto in = receiver_->next()) fates_.discarded.add(*in);
+  return restart;
+}
+
+Outcome Drafting::run() {
+  TrainingSession& session = *session_;
+  TrainingState& state = session.state();
+  // A restart starts every stream again where the last completed step left it.
+  while (const std::optional<std::int64_t> restart = train_streams()) {
+    token_budget_ = *restart;
+    fates_.restart();
+    send_stream_starts(topology_, me_, state.streams, token_budget_);
+    open_link();
+  }
+  send_stream_end(topology_, me_);
   session.finish();
-  // Every batch the targets sent, over all drafters: trained, skipped (not finite) or
-  // discarded (in flight when the drafters stopped early; a resume trains it).
-  std::int64_t amounts[6] = {fates_.trained.samples, fates_.trained.tokens,   fates_.skipped.samples,
-                             fates_.skipped.tokens,  fates_.discarded.samples, fates_.discarded.tokens};
-  comm::all_reduce_in_place(amounts, 6, MPI_INT64_T, MPI_SUM, context_.runtime.role_comm(),
+  // Every batch the targets sent, over all drafters: trained, skipped (not finite),
+  // recomputed after a restart, or discarded (in flight when the drafters stopped early; a
+  // resume trains it).
+  const DataAmount* fates[4] = {&fates_.trained, &fates_.skipped, &fates_.recomputed, &fates_.discarded};
+  std::int64_t amounts[8];
+  for (int i = 0; i < 4; ++i) {
+    amounts[2 * i] = fates[i]->samples;
+    amounts[2 * i + 1] = fates[i]->tokens;
+  }
+  comm::all_reduce_in_place(amounts, 8, MPI_INT64_T, MPI_SUM, context_.runtime.role_comm(),
                             "MPI_Iallreduce (end of data)");
+  auto amount = [&](int i) { return DataAmount{amounts[2 * i], amounts[2 * i + 1]}.str(); };
   if (session.lead())
-    log_info_here(cat("drafter done: ", state.step, " steps, ", state.tokens, " tokens; trained ",
-                      DataAmount{amounts[0], amounts[1]}.str(), ", skipped as not finite ",
-                      DataAmount{amounts[2], amounts[3]}.str(), " in ", session.skipped_steps(), " steps, discarded ",
-                      DataAmount{amounts[4], amounts[5]}.str(), "; checkpoints and timings.h5 in ", config_.run_dir));
+    log_info_here(cat("drafter done: ", state.step, " steps, ", state.tokens, " tokens; trained ", amount(0),
+                      ", skipped as not finite ", amount(1), " in ", session.skipped_steps(), " steps, ",
+                      amounts[4] > 0 || amounts[5] > 0 ? cat("recomputed after a restart ", amount(2), ", ")
+                                                        : std::string(),
+                      "discarded ", amount(3), "; checkpoints and timings.h5 in ", config_.run_dir));
   return session.failure();
 }
 

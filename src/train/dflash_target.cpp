@@ -17,45 +17,75 @@
 #include "topotrain/train/stream_cursor.h"
 
 namespace topotrain {
+namespace {
 
-Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
-                                   const model::DFlashConfig& config, const torch::Device& device) {
-  Runtime& runtime = context.runtime;
-  const RunConfig& run = context.config;
-  const Topology& topology = context.run.topology;
-  torch::NoGradGuard frozen;
+class Target {
+ public:
+  Target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+         const torch::Device& device);
+  Runtime::Outcome run();
+
+ private:
+  // One stream, from `start` until it ends.
+  void send_stream(const StreamStart& start);
+
+  JobContext& context_;
+  const RunConfig& run_;
+  const Topology& topology_;
+  model::Qwen3CausalLM& target_;
+  torch::Device device_;
+  int rank_;
+  int drafter_;
+  std::vector<std::int64_t> taps_;
+  bool send_final_hidden_;
+  data::SampleStream stream_;
+  std::shared_ptr<const data::TokenDataset> dataset_;
+  std::optional<StreamStart> start_;
+  std::unique_ptr<TimingLog> timings_;
+  SampleLog sample_log_;  // what this target sent
+  StepProfile profile_;
+  Runtime::Outcome outcome_;
+  double forward_seconds_ = 0, blocked_seconds_ = 0;
+  std::int64_t sent_ = 0, tokens_ = 0;
+};
+
+Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+               const torch::Device& device)
+    : context_(context),
+      run_(context.config),
+      topology_(context.run.topology),
+      target_(target),
+      device_(device),
+      rank_(context.runtime.rank()),
+      drafter_(topology_.drafter_of(rank_)),
+      taps_(config.resolved_taps()),
+      send_final_hidden_(config.loss == model::DFlashLoss::kl),
+      stream_(stream_of(topology_, rank_)),
+      sample_log_(run_.cadences.log_samples, run_.run_dir, rank_),
+      profile_(run_.cadences.profile_step, run_.run_dir, rank_, device) {
   // Frozen: the weights are kept in the compute dtype itself (no fp32 masters, no casts).
-  const torch::ScalarType dtype = compute_dtype(run.dtype, device);
-  target->to(device, dtype);
-  target->set_compute_dtype(dtype);
-  const std::vector<std::int64_t> taps = config.resolved_taps();
-  const bool send_final_hidden = config.loss == model::DFlashLoss::kl;
+  const torch::ScalarType dtype = compute_dtype(run_.dtype, device_);
+  target_->to(device_, dtype);
+  target_->set_compute_dtype(dtype);
+  dataset_ = load_dataset(run_);
+  start_ = receive_stream_start(topology_, rank_);
+  TimingLogConfig timing = pipeline_timing_config(run_, device_);
+  timing.flops_per_token = model::forward_flops_per_token(
+      config.target, attention_context(run_.data, *dataset_, run_.step.token_budget));
+  timings_ = std::make_unique<TimingLog>(run_.run_dir, context.runtime.world(), context.runtime.role(), timing);
+}
 
-  auto dataset = load_dataset(run);
-  const int drafter = topology.drafter_of(runtime.rank());
-  const data::SampleStream stream = stream_of(topology, runtime.rank());
-  const data::DataPosition start = receive_start_position(topology, runtime.rank());
-  const std::int64_t token_budget = run.step.token_budget;
-  auto prefetcher = make_step_prefetcher(dataset, run, token_budget, 0, 1, 1, start, device, stream);
-
-  TimingLogConfig timing_config = pipeline_timing_config(run, device);
-  timing_config.flops_per_token =
-      model::forward_flops_per_token(config.target, attention_context(run.data, *dataset, token_budget));
-  const std::string& run_dir = run.run_dir;
-  TimingLog timings(run_dir, runtime.world(), runtime.role(), timing_config);
-  PhaseTimer& timer = timings.timer();
-  comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)},
-                                 link_config(topology, runtime.device()));
-  SampleLog sample_log(run.cadences.log_samples, run_dir, runtime.rank());  // what this target sent
-  StepProfile profile(run.cadences.profile_step, run_dir, runtime.rank(), device);
-
-  Runtime::Outcome outcome;
-  double forward_seconds = 0, blocked_seconds = 0;
-  std::int64_t sent = 0, tokens = 0;
+void Target::send_stream(const StreamStart& start) {
+  torch::NoGradGuard frozen;
+  auto prefetcher = make_step_prefetcher(dataset_, run_, start.token_budget, 0, 1, 1, start.position, device_, stream_);
+  comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter_, topology_.targets_of(drafter_)},
+                                 link_config(topology_, context_.runtime.device()));
+  PhaseTimer& timer = timings_->timer();
+  std::string reason;
   while (!sender.stop_requested() && !stop_requested()) {
-    timer.begin_step(sent + 1);
-    fault_inject_stall(runtime.rank(), sent + 1);
-    auto profiled = profile.step(sent + 1);
+    timer.begin_step(sent_ + 1);
+    fault_inject_stall(rank_, sent_ + 1);
+    auto profiled = profile_.step(sent_ + 1);
     data::StepPlan plan = [&] {
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();
@@ -65,23 +95,25 @@ Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& ta
       break;
     }
     const data::PackedBatch& batch = plan.micro_batches.front();
-    const data::DataPosition& after = plan.position_after;
     comm::PackedHiddenBatch packed;
     try {
-      fault_inject_out_of_memory(runtime.rank(), sent + 1);
+      fault_inject_out_of_memory(rank_, sent_ + 1);
       auto t = timer.scope(Phase::forward);
       const auto started = PipelineClock::now();
-      model::BackboneOutput out = target->forward_backbone(to_model_batch(batch, device), taps);
-      if (send_final_hidden) out.taps.push_back(out.hidden);
+      model::BackboneOutput out = target_->forward_backbone(to_model_batch(batch, device_), taps_);
+      if (send_final_hidden_) out.taps.push_back(out.hidden);
       packed.hidden = torch::cat(out.taps, -1).contiguous();
-      compat::synchronize(device);  // phases are CPU-timed: end this one with its kernels
-      forward_seconds += seconds_since(started);
+      compat::synchronize(device_);  // phases are CPU-timed: end this one with its kernels
+      forward_seconds_ += seconds_since(started);
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
-      log_warn(cat("out of memory in the forward of batch ", sent + 1, ": ", first_line(e.what())));
-      outcome = {3, out_of_memory_message(context, runtime.rank(), sent + 1, token_budget,
-                                          compat::peak_allocated_bytes(device), run_dir)};
-      timings.end_step(row_of(0));
+      log_warn(cat("out of memory in the forward of batch ", sent_ + 1, ": ", first_line(e.what())));
+      timings_->end_step(row_of(0));
+      reason = cat("target rank ", rank_, " ran out of memory in batch ", sent_ + 1);
+      // The drafters restart every stream with half the budget, or the job ends here.
+      if (!run_.step.shrink_on_oom || start.token_budget <= 1)
+        outcome_ = {3, out_of_memory_message(context_, rank_, sent_ + 1, start.token_budget,
+                                             compat::peak_allocated_bytes(device_), run_.run_dir)};
       break;
     }
     packed.cu_seqlens = batch.cu_seqlens;
@@ -89,25 +121,39 @@ Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& ta
     packed.loss_mask = batch.loss_mask;
     packed.positions = batch.positions.to(torch::kInt32);
     packed.sample_ids = batch.sample_ids;
-    packed.cursor = encode_cursor({stream.index, after});
+    packed.cursor = encode_cursor({stream_.index, plan.position_after});
     {
       auto t = timer.scope(Phase::queue_wait);  // blocks while the drafter's queue is full
       const auto started = PipelineClock::now();
       sender.send(packed);
-      blocked_seconds += seconds_since(started);
+      blocked_seconds_ += seconds_since(started);
     }
-    sample_log.record(batch);
-    ++sent;
-    tokens += batch.num_tokens;
-    timings.end_step(row_of(static_cast<double>(batch.num_tokens)));
+    sample_log_.record(batch);
+    ++sent_;
+    tokens_ += batch.num_tokens;
+    timings_->end_step(row_of(static_cast<double>(batch.num_tokens)));
   }
-  sender.close(outcome.code != 0 ? "a target ran out of memory" : "");
-  const double busy = forward_seconds + blocked_seconds;
-  log_info_here(cat("target stream ", stream.index, " done: ", sent, " batches, ", tokens, " tokens, ",
-                    tokens / std::max(forward_seconds, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
-                    static_cast<int>(100 * blocked_seconds / std::max(busy, 1e-9)), "%"));
-  timings.flush();
-  return outcome;
+  sender.close(reason);
+}
+
+Runtime::Outcome Target::run() {
+  while (start_) {
+    send_stream(*start_);
+    start_ = receive_stream_start(topology_, rank_);
+  }
+  const double busy = forward_seconds_ + blocked_seconds_;
+  log_info_here(cat("target stream ", stream_.index, " done: ", sent_, " batches, ", tokens_, " tokens, ",
+                    tokens_ / std::max(forward_seconds_, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
+                    static_cast<int>(100 * blocked_seconds_ / std::max(busy, 1e-9)), "%"));
+  timings_->flush();
+  return outcome_;
+}
+
+}  // namespace
+
+Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
+                                   const model::DFlashConfig& config, const torch::Device& device) {
+  return Target(context, target, config, device).run();
 }
 
 }  // namespace topotrain

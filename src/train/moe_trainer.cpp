@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
@@ -51,8 +52,11 @@ struct LossSums {
 
 void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const data::PackedBatch& micro_batch,
                        const torch::Device& device, LossSums& sums) {
+  // On CUDA the prefetcher copied the batch on its own stream (its spans are the step's
+  // h2d); here it only changes hands.
   model::PackedBatch batch = [&] {
-    auto t = session.scope(Phase::h2d);
+    std::optional<PhaseTimer::Scope> t;
+    if (!device.is_cuda()) t.emplace(session.scope(Phase::h2d));
     return to_model_batch(micro_batch, device);
   }();
   torch::Tensor loss;
@@ -118,6 +122,7 @@ void train_moe(JobContext& context) {
     for (int m = 0; m < grad_accum; ++m)
       session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens > 0,
                          [&] { train_micro_batch(session, *net, plan.micro_batches[m], device, sums); });
+    session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
     const comm::StepAgreement all =
         session.agree([&] { return std::vector<double>{sums.lm.item<double>(), sums.aux.item<double>()}; });
     if (all.out_of_memory()) {

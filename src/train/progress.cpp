@@ -26,7 +26,7 @@ void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
   ++window_steps_;
   window_tokens_ += report.tokens;
   window_seconds_ += report.seconds;
-  window_comm_ += report.comm_seconds;
+  window_comm_ += report.comm_seconds.value_or(0);
   window_flops_ += report.flops > 0 ? report.flops : static_cast<double>(report.tokens) * config_.flops_per_token;
   window_starved_ += report.starved_seconds.value_or(0);
   window_loss_ += report.loss * report.loss_weight;
@@ -58,7 +58,8 @@ std::string ProgressMeter::line() {
   if (config_.peak_flops > 0 && window_flops_ > 0 && seconds > 0)
     add(out, std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%",
                            100.0 * window_flops_ / seconds / (config_.peak_flops * config_.ranks)));
-  add(out, std::snprintf(buffer, sizeof buffer, " | comm %.0f%%", seconds > 0 ? 100.0 * window_comm_ / seconds : 0.0));
+  if (last_.comm_seconds)
+    add(out, std::snprintf(buffer, sizeof buffer, " | comm %.0f%%", seconds > 0 ? 100.0 * window_comm_ / seconds : 0.0));
   if (last_.starved_seconds)
     add(out, std::snprintf(buffer, sizeof buffer, " | starved %.0f%%",
                            seconds > 0 ? 100.0 * window_starved_ / seconds : 0.0));

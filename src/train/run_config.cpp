@@ -128,9 +128,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   step.grad_accum = static_cast<int>(s.integer("train.grad_accum"));
   step.clip = s.real("train.clip");
   step.skip_nonfinite = s.boolean("train.skip_nonfinite");
-  // train.oom is moe_train's (dflash_train has no in-process shrink); the schema admits
-  // only "fail" and "shrink".
-  step.shrink_on_oom = read_by_job(*find_setting("train.oom"), job) && s.string("train.oom") == "shrink";
+  step.shrink_on_oom = s.string("train.oom") == "shrink";  // the schema admits only fail and shrink
   step.hang_timeout_s = s.real("train.hang_timeout_s");
   step.seed = static_cast<std::uint64_t>(s.integer("train.seed"));
 

@@ -56,17 +56,40 @@ std::uint64_t anchor_seed(std::uint64_t seed, const StreamCursor& c) {
   return h;
 }
 
-void send_start_positions(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams) {
+namespace {
+
+// A start message: [1 (start) or 0 (end), token budget, the position's words].
+constexpr int kStartWords = 2 + kPositionWords;
+
+void send_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>* streams,
+                 std::int64_t token_budget) {
   const comm::LinkEnds ends{drafter_rank, topology.targets_of(drafter_rank)};
   std::vector<std::vector<std::uint64_t>> per_target;
-  for (int t : ends.senders) per_target.push_back(words_of(streams[stream_of(topology, t).index]));
+  for (int t : ends.senders) {
+    std::vector<std::uint64_t> words{streams ? 1u : 0u, static_cast<std::uint64_t>(token_budget)};
+    const std::vector<std::uint64_t> position =
+        streams ? words_of((*streams)[stream_of(topology, t).index]) : std::vector<std::uint64_t>(kPositionWords, 0);
+    words.insert(words.end(), position.begin(), position.end());
+    per_target.push_back(std::move(words));
+  }
   comm::send_link_start(MPI_COMM_WORLD, ends, per_target);
 }
 
-data::DataPosition receive_start_position(const Topology& topology, int target_rank) {
+}  // namespace
+
+void send_stream_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams,
+                        std::int64_t token_budget) {
+  send_starts(topology, drafter_rank, &streams, token_budget);
+}
+
+void send_stream_end(const Topology& topology, int drafter_rank) { send_starts(topology, drafter_rank, nullptr, 0); }
+
+std::optional<StreamStart> receive_stream_start(const Topology& topology, int target_rank) {
   const int drafter = topology.drafter_of(target_rank);
-  return position_of(
-      comm::receive_link_start(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)}, kPositionWords).data());
+  const std::vector<std::uint64_t> words =
+      comm::receive_link_start(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)}, kStartWords);
+  if (words[0] == 0) return std::nullopt;
+  return StreamStart{position_of(&words[2]), static_cast<std::int64_t>(words[1])};
 }
 
 std::vector<data::DataPosition> gather_stream_positions(const std::vector<data::DataPosition>& streams,

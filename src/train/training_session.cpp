@@ -36,6 +36,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
       profile_(context.config.cadences.profile_step, context.config.run_dir, context.runtime.rank(), device_),
       progress_(spec_.progress) {
   backend_ = comm::make_backend(runtime_.role_comm(), runtime_.device());
+  backend_->time_collectives(true);  // their device time is comm_wait's on CUDA
   for (auto& [name, p] : spec_.parameters) backend_->broadcast(p.data(), 0);
   optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
   const std::string model_name = spec_.model ? spec_.model->source : spec_.model_name;
@@ -43,6 +44,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
     CheckpointState checkpoint =
         CheckpointReader::load(*path, expectations_for(model_name, spec_.parameters, *optimizer_));
     restore(checkpoint, spec_.parameters, *optimizer_, state_);
+    resumed_from_ = *path;
     if (lead_)
       log_info_here(cat("resumed from ", *path, " at step ", state_.step, ", ", state_.tokens, " tokens",
                         state_.streams.empty() ? cat(", sample ", state_.data.consumed_samples, " of epoch ",
@@ -101,10 +103,13 @@ void TrainingSession::accumulate(int m, int count, bool has_data, const std::fun
 }
 
 comm::StepAgreement TrainingSession::agree(const std::function<std::vector<double>()>& read_sums) {
-  {
-    auto t = timer().scope(Phase::comm_wait);
-    reducer_->finish();
-  }
+  // comm_wait is the host's wait for the reduction and the agreement on CPU; on CUDA the
+  // host does not wait for NCCL, and comm_wait is the all-reduces' device time instead.
+  std::optional<PhaseTimer::Scope> host_wait;
+  if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
+  reducer_->finish();
+  if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
+  host_wait.reset();
   comm::StepAgreement mine;
   mine.sums = read_sums();
   for (double sum : mine.sums)
@@ -114,7 +119,7 @@ comm::StepAgreement TrainingSession::agree(const std::function<std::vector<doubl
     mine.oom_peak = oom_peak_;
   }
   mine.stop = stop_requested();
-  auto t = timer().scope(Phase::comm_wait);
+  if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
   const comm::StepAgreement all = comm::agree_step(mine, runtime_.role_comm());
   stop_agreed_ = all.stop;
   return all;
@@ -182,7 +187,7 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   report.grad_norm = grad_norm_;
   report.peak_memory = compat::peak_allocated_bytes(device_);
   report.collectives = reducer_->collectives();
-  report.comm_seconds = timer().step_seconds(Phase::comm_wait);
+  if (!device_.is_cuda()) report.comm_seconds = timer().step_seconds(Phase::comm_wait);
   report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started_).count();
   progress_.record(report, state_.tokens);
 

@@ -39,6 +39,14 @@ TEST(PrefetcherGpu, PinnedBatchesReachTheDeviceIntact) {
   for (int step = 0; step < 50; ++step) {
     const StepPlan expected = reference.next_step();
     const StepPlan got = prefetcher.next();
+    // The step's copies were timed on the copy stream: one span, handed out once.
+    const DeviceSpans copies = prefetcher.take_device_spans();
+    ASSERT_EQ(copies.size(), 1u);
+    EXPECT_TRUE(prefetcher.take_device_spans().empty());
+    float copy_ms = -1;
+    ASSERT_EQ(cudaEventSynchronize(copies[0].end_event()), cudaSuccess);
+    ASSERT_EQ(cudaEventElapsedTime(&copy_ms, copies[0].begin_event(), copies[0].end_event()), cudaSuccess);
+    EXPECT_GE(copy_ms, 0);
     ASSERT_EQ(got.micro_batches.size(), expected.micro_batches.size());
     EXPECT_EQ(got.position_after, expected.position_after);
     for (size_t k = 0; k < got.micro_batches.size(); ++k) {

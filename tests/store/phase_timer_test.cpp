@@ -100,3 +100,88 @@ TEST(NvmlSampler, WithoutTheLibraryIsInactive) {
   EXPECT_FALSE(sampler.active());
   EXPECT_TRUE(sampler.drain().empty());
 }
+
+#ifndef TOPOTRAIN_CUDA
+// In a CPU build a DeviceSpan brackets host time, so the filing of spans recorded outside
+// the timer is checked here against the spans' own time points (a CUDA build checks it
+// with events: tests/train/phase_timer_gpu_test.cpp).
+namespace {
+
+double between(DeviceSpan::Clock::time_point a, DeviceSpan::Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+DeviceSpans one(DeviceSpan span) {
+  DeviceSpans spans;
+  spans.push_back(std::move(span));
+  return spans;
+}
+
+}  // namespace
+
+TEST(PhaseTimer, AddedSpansKeepTheirTimesAndTheirOverlapIsCountedOnce) {
+  const auto epoch = PhaseTimer::Clock::now();
+  PhaseTimer timer(epoch);
+  timer.begin_step(4);
+  { auto t = timer.scope(Phase::data_wait); pause_ms(1); }
+  // backward [b0, b1), a first all-reduce [c0, c1) that starts under it and ends after it,
+  // a second [d0, d1) after backward.
+  DeviceSpan backward;
+  pause_ms(3);
+  DeviceSpan comm;
+  pause_ms(4);
+  backward.close();
+  pause_ms(2);
+  comm.close();
+  pause_ms(1);
+  DeviceSpan late_comm;
+  pause_ms(2);
+  late_comm.close();
+  const double b = between(backward.begin_time(), backward.end_time());
+  const double c = between(comm.begin_time(), comm.end_time());
+  const double d = between(late_comm.begin_time(), late_comm.end_time());
+  const double under_backward = between(comm.begin_time(), backward.end_time());
+  const double backward_start = between(epoch, backward.begin_time());
+  timer.add_gpu_spans(Phase::backward, one(std::move(backward)));
+  DeviceSpans comms;
+  comms.push_back(std::move(comm));
+  comms.push_back(std::move(late_comm));
+  timer.add_gpu_spans(Phase::comm_wait, std::move(comms));
+  timer.end_step({});
+
+  const auto records = timer.take_finished();
+  ASSERT_EQ(records.size(), 1u);
+  const StepRecord& r = records[0];
+  EXPECT_NEAR(r.phase_seconds[static_cast<int>(Phase::backward)], b, 1e-9);
+  EXPECT_NEAR(r.phase_seconds[static_cast<int>(Phase::comm_wait)], c + d, 1e-9);
+  EXPECT_GE(under_backward, 0.003);
+  EXPECT_NEAR(r.comm_overlap_seconds, under_backward, 1e-9);
+  EXPECT_NEAR(r.overlap_seconds, under_backward, 1e-9);
+  // The phases together exceed what they cover by the overlap; `other` is the rest of the wall.
+  EXPECT_GT(r.named_seconds() + r.other_seconds(), r.wall);
+  EXPECT_NEAR(r.other_seconds(), r.wall - (r.named_seconds() - under_backward), 1e-9);
+  EXPECT_GE(r.other_seconds(), 0);
+  ASSERT_EQ(r.spans.size(), 4u);  // data_wait (CPU), then the added ones in order
+  EXPECT_FALSE(r.spans[0].gpu);
+  EXPECT_EQ(r.spans[1].phase, Phase::backward);
+  EXPECT_TRUE(r.spans[1].gpu);
+  EXPECT_NEAR(r.spans[1].start, backward_start, 1e-9);
+  EXPECT_EQ(r.spans[3].phase, Phase::comm_wait);
+  EXPECT_NEAR(r.spans[3].seconds, d, 1e-9);
+}
+
+TEST(PhaseTimer, AddedSpansNeedAStepAndGoWithADiscardedOne) {
+  PhaseTimer timer;
+  EXPECT_THROW(timer.add_gpu_spans(Phase::comm_wait, one(DeviceSpan())), std::logic_error);
+  timer.begin_step(1);
+  timer.add_gpu_spans(Phase::comm_wait, one(DeviceSpan()));
+  timer.discard_step();
+  timer.begin_step(2);
+  timer.end_step({});
+  const auto records = timer.take_finished();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].step, 2);
+  EXPECT_EQ(records[0].phase_seconds[static_cast<int>(Phase::comm_wait)], 0);
+  EXPECT_TRUE(records[0].spans.empty());
+}
+#endif

@@ -226,3 +226,71 @@ TEST_F(ReportTest, LaunchSummaryCountsTrainingRanks) {
   EXPECT_NE(text.find("0..9"), std::string::npos) << text;
   EXPECT_NE(text.find(" 10000"), std::string::npos) << text;  // the total of both
 }
+
+namespace {
+
+// One trainer whose phases are device time (a CUDA build): of a 100 ms step, forward 30,
+// backward 50, an all-reduce of 20 that ran 15 under backward, optimizer 5; so the named
+// phases (105) cover 90 ms and 10 ms is untimed. `device_spans`: the spans say backward
+// and comm_wait were timed on streams (else backward reads as host time, and nothing says
+// how much of the all-reduce it hid).
+std::string write_overlapping(const std::string& dir, bool device_spans) {
+  const std::string path = join_path(dir, kTimingsFileName);
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
+  write_attribute(file, "format", std::string("topotrain-timings"));
+  write_attribute(file, "world_size", std::int64_t{1});
+  write_attribute(file, "roles", std::string("trainer"));
+  H5Table ranks(file, "ranks", rank_fields());
+  ranks.append({0, 0, 0, 0});
+  const auto fields = step_fields({});
+  H5Table steps(file, "steps", fields);
+  H5Table spans(file, "spans", span_fields());
+  std::string phases;
+  for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
+  write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
+  H5Table nvml(file, "nvml", nvml_fields());
+  std::vector<double> rows, span_rows;
+  for (int step = 0; step < kSteps; ++step) {
+    std::map<std::string, double> values = {
+        {"step", step},        {"rank", 0},          {"start", 0.1 * step},  {"wall", 0.100},
+        {"forward", 0.030},    {"backward", 0.050},  {"comm_wait", 0.020},   {"optimizer", 0.005},
+        {"overlap", 0.015},    {"comm_overlap", 0.015}, {"other", 0.010},   {"tokens", 1000}};
+    for (const auto& field : fields) rows.push_back(values.count(field) ? values[field] : unset(field));
+    span_rows.insert(span_rows.end(),
+                     {0, double(step), double(int(Phase::backward)), 0.1 * step + 0.03, 0.05, device_spans ? 1.0 : 0.0});
+    span_rows.insert(span_rows.end(), {0, double(step), double(int(Phase::comm_wait)), 0.1 * step + 0.065, 0.02, 1});
+  }
+  steps.append(rows);
+  spans.append(span_rows);
+  return path;
+}
+
+}  // namespace
+
+TEST(ReportOverlap, CommUnderBackwardIsReportedAsHiddenNotAsShare) {
+  const std::string dir = make_temp_directory("topotrain-report-overlap-");
+  const RunReport report = analyse_timings(read_timings(write_overlapping(dir, true)), 0);
+  ASSERT_EQ(report.roles.size(), 1u);
+  const RoleReport& role = report.roles[0];
+  // The shares of the phases add up to more than the step; less the overlap, with other, to all of it.
+  double shares = role.phase("other").share;
+  for (const char* name : phase_names()) shares += role.phase(name).share;
+  EXPECT_NEAR(shares - role.overlap.share, 1.0, 1e-12);
+  EXPECT_NEAR(role.phase("other").share, 0.10, 1e-12);
+  EXPECT_NEAR(role.phase("comm_wait").share, 0.20, 1e-12);
+  EXPECT_NEAR(role.comm_overlap.mean, 0.015, 1e-12);
+  EXPECT_NEAR(role.comm_hidden, 0.75, 1e-12);
+  EXPECT_NEAR(role.comm_share, 0.05, 1e-12);  // what backward did not hide
+  EXPECT_NEAR(role.wait_share, 0.05, 1e-12);
+  EXPECT_EQ(report.bottleneck, "trainer backward is 50% of step");
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("75% of it under backward"), std::string::npos) << text;
+  EXPECT_NE(text.find("comm 5.0% of step not under backward"), std::string::npos) << text;
+  EXPECT_NE(text.find("overlap"), std::string::npos) << text;
+
+  // backward timed on the host: no share under backward is claimed.
+  const RunReport host = analyse_timings(read_timings(write_overlapping(dir, false)), 0);
+  EXPECT_EQ(host.roles[0].comm_hidden, -1);
+  EXPECT_EQ(format_report(host).find("under backward"), std::string::npos);
+  remove_tree(dir);
+}

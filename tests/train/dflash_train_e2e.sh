@@ -10,7 +10,9 @@
 #                                        every token of the epoch trained exactly once
 #   dflash_train_e2e.sh BIN_DIR oom      an out-of-memory on a target, then on the drafter: every rank
 #                                        exits 3 with the resume command, which resumes and finishes
-#                                        the epoch with every token trained exactly once
+#                                        the epoch with every token trained exactly once; with
+#                                        train.oom = "shrink" the run restarts every stream with half
+#                                        the budget itself and still trains every token exactly once
 #   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
 #                                        checkpoint of its last step
 #   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state;
@@ -122,13 +124,21 @@ oom)
     fi
     grep -q "out of memory on rank ${fault%:*} at step ${fault#*:} with train.token_budget = 256" "$work/$run.log" ||
       { cat "$work/$run.log"; exit 1; }
-    # dflash_train has no in-process shrink: the message must not recommend train.oom.
-    ! grep -q "train.oom" "$work/$run.log" || { cat "$work/$run.log"; echo "recommends train.oom"; exit 1; }
+    grep -q 'or set train.oom = "shrink" to halve the budget in-process' "$work/$run.log" ||
+      { cat "$work/$run.log"; echo "does not say train.oom"; exit 1; }
     command=$(grep -Eo "mpirun -np 4 dflash_train .*--set train.token_budget=128 --resume auto" "$work/$run.log")
     command=${command#mpirun }
     eval "timeout 300 ${mpirun[*]} ${command/dflash_train/$bin/dflash_train}" >>"$work/$run.log" 2>&1 ||
       { cat "$work/$run.log"; exit 1; }
     grep -q "resumed from .*step-" "$work/$run.log"
+    covers_epoch_once "$run" 3
+    # train.oom = "shrink": every stream restarts with half the budget, in the same run.
+    run=shrink-${fault/:/-}
+    TOPOTRAIN_FAULT_OOM=$fault train 3 "$run" --set train.oom=shrink || { cat "$work/$run.log"; exit 1; }
+    grep -Eq "(retrying the step|restarting every stream) with token_budget 128" "$work/$run.log" ||
+      { cat "$work/$run.log"; echo "no shrink to 128"; exit 1; }
+    grep -q "drafter done: .*, recomputed after a restart [0-9]* samples" "$work/$run.log" ||
+      { grep "drafter done" "$work/$run.log"; exit 1; }
     covers_epoch_once "$run" 3
   done
   ;;

@@ -75,7 +75,7 @@ TEST(RunConfig, SettingsReachTheirConfigs) {
   EXPECT_FALSE(config.dflash.has_value());
   const RunConfig dflash = run_config_of(settings, "dflash_train");
   EXPECT_TRUE(dflash.dflash.has_value());
-  EXPECT_FALSE(dflash.step.shrink_on_oom);  // train.oom is moe_train's
+  EXPECT_TRUE(dflash.step.shrink_on_oom);
 }
 
 // 512 x 64 embedding values: the sample std is within a percent or two of the true one.

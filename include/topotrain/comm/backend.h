@@ -16,7 +16,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 
+#include "topotrain/core/device_span.h"
 #include "topotrain/core/topology.h"
 
 namespace topotrain::comm {
@@ -31,6 +33,10 @@ class Work {
   // CPU: blocks until the result is in the tensor. CUDA: orders the current stream after
   // the collective (no host synchronisation).
   virtual void wait() = 0;
+  // The operation's device time on the stream it ran on, from when its inputs were ready
+  // to its end (waiting for slower ranks included), moved out; empty unless the backend
+  // runs on a device stream and was asked to time collectives (Backend::time_collectives).
+  virtual std::optional<DeviceSpan> take_device_span() { return std::nullopt; }
 };
 
 class Backend {
@@ -47,6 +53,10 @@ class Backend {
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
 
+  // all_reduce_async then also records each operation's device time, for
+  // Work::take_device_span (two events per collective; backends on a device stream only).
+  void time_collectives(bool on) { time_collectives_ = on; }
+
   // In place, over every rank of the group. The tensor must be contiguous and on
   // device(); it must not be touched until the Work has been waited for.
   virtual std::unique_ptr<Work> all_reduce_async(const at::Tensor& tensor, ReduceOp op) = 0;
@@ -62,11 +72,13 @@ class Backend {
   explicit Backend(MPI_Comm group);
   // Throws std::invalid_argument unless `tensor` is contiguous and on device().
   void check_tensor(const at::Tensor& tensor, const char* operation) const;
+  bool timing_collectives() const { return time_collectives_; }
 
  private:
   MPI_Comm control_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  bool time_collectives_ = false;
 };
 
 // Collective over `group`: MPI on the CPU, NCCL on a CUDA device (NCCL only in CUDA

@@ -9,6 +9,7 @@
 //     (loss_m / global_tokens).backward();   // global_tokens: over all ranks and micro-batches
 //   }
 //   reducer.finish();                        // every rank now holds the summed gradient
+//   timer.add_gpu_spans(Phase::comm_wait, reducer.take_device_spans());  // optional
 //   optimizer.step();
 //
 // The reducer SUMS. Dividing each rank's loss by the token count of the whole optimizer
@@ -74,6 +75,10 @@ class GradReducer {
   // Of the current (or just finished) optimizer step.
   std::int64_t collectives() const { return collectives_; }
   std::int64_t bytes() const { return bytes_; }
+  // The device time of the just finished step's all-reduces, one span per bucket on the
+  // stream it ran on, moved out; empty unless the backend times collectives
+  // (Backend::time_collectives: NCCL). Spans not taken are dropped when the next step begins.
+  DeviceSpans take_device_spans();
 
   std::size_t bucket_count() const { return buckets_.size(); }
   // Parameter names per bucket, in launch order.
@@ -115,6 +120,7 @@ class GradReducer {
   std::size_t next_bucket_ = 0;
   std::int64_t collectives_ = 0;
   std::int64_t bytes_ = 0;
+  DeviceSpans device_spans_;
 };
 
 }  // namespace topotrain::comm

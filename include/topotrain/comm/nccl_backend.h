@@ -3,7 +3,8 @@
 // Every operation runs on the backend's own communication stream, which first waits for
 // an event recorded on the caller's current stream; completion is another event that the
 // caller's stream waits on. The host never synchronises on the hot path, and the caching
-// allocator is told (recordStream) that the comm stream uses the tensor.
+// allocator is told (recordStream) that the comm stream uses the tensor. With
+// time_collectives on, each all-reduce is bracketed by two more events on the comm stream.
 #pragma once
 
 #ifdef TOPOTRAIN_CUDA
@@ -37,9 +38,9 @@ class NcclBackend final : public Backend {
 
  private:
   // Runs `enqueue` on the comm stream ordered after the current stream, and returns the
-  // work whose wait() orders the current stream after it.
+  // work whose wait() orders the current stream after it (`timed`: and its device span).
   template <typename Enqueue>
-  std::unique_ptr<Work> on_comm_stream(const at::Tensor& tensor, Enqueue enqueue);
+  std::unique_ptr<Work> on_comm_stream(const at::Tensor& tensor, bool timed, Enqueue enqueue);
 
   int device_;
   ncclComm_t comm_ = nullptr;

@@ -3,6 +3,7 @@
 //   timer.begin_step(step);
 //   { auto t = timer.scope(Phase::forward); ... }            // CPU time (steady_clock)
 //   { auto t = timer.scope(Phase::backward, stream); ... }   // GPU time of `stream` (CUDA builds)
+//   timer.add_gpu_spans(Phase::comm_wait, reducer.take_device_spans());  // others' streams
 //   timer.end_step(metrics);
 //   for (auto& record : timer.take_finished()) ...
 //
@@ -15,6 +16,14 @@
 // stalling: a step's events are resolved when the next step ends (by then its kernels
 // have finished in a training loop that synchronises at least once a step), and by
 // finish() at the end. GPU scopes measure device time and do not pause CPU scopes.
+//
+// Work that other code enqueues on streams of its own (the gradient all-reduce on the NCCL
+// stream, the batch copies on the prefetch stream) comes as DeviceSpans
+// (core/device_span.h), which add_gpu_spans files under a phase and reads like a GPU scope.
+// Device phases on different streams may run at once (the all-reduce under backward):
+// each keeps its full device time, and the record says how much was counted twice
+// (overlap_seconds) and how much of comm_wait ran under backward (comm_overlap_seconds),
+// both read from the events on one device timeline.
 #pragma once
 
 #include <array>
@@ -28,6 +37,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "topotrain/core/device_span.h"
 #include "topotrain/store/phase.h"
 
 namespace topotrain {
@@ -55,7 +65,7 @@ struct PhaseSpan {
   Phase phase;
   double start;
   double seconds;
-  bool gpu;  // timed on a CUDA stream (device time), not on the CPU
+  bool gpu;  // device time (a GPU scope or an added DeviceSpan), not a CPU scope
 };
 
 struct StepRecord {
@@ -65,10 +75,18 @@ struct StepRecord {
   std::array<double, kPhaseCount> phase_seconds{};
   StepMetrics metrics;
   std::vector<PhaseSpan> spans;
+  // Device time counted in two named phases at once: device phases that ran at the same
+  // time on different streams. The named phases cover named_seconds() - overlap_seconds.
+  double overlap_seconds = 0;
+  // Of comm_wait's device time, the part during which backward ran too (the all-reduce
+  // hidden under backward); comm_wait minus it is what the step waited for.
+  double comm_overlap_seconds = 0;
 
   double named_seconds() const;
-  // wall - named phases; negative only when GPU-timed phases overlapped CPU ones.
-  double other_seconds() const { return wall - named_seconds(); }
+  // Wall minus the time the named phases cover: time nobody timed, or the device idle.
+  // Negative only where device time filed in this step ran outside its wall (the host runs
+  // ahead of the device; the prefetcher copies a step's batches under the step before).
+  double other_seconds() const { return wall - named_seconds() + overlap_seconds; }
 };
 
 class PhaseTimer {
@@ -106,6 +124,10 @@ class PhaseTimer {
 #ifdef TOPOTRAIN_CUDA
   [[nodiscard]] Scope scope(Phase phase, cudaStream_t stream);
 #endif
+  // Files device time that other code recorded on its own streams under `phase` of the
+  // open step (like a GPU scope: not exclusive of CPU scopes, read a step later on CUDA);
+  // the timer owns the spans from here on.
+  void add_gpu_spans(Phase phase, DeviceSpans spans);
   // Closes the step (every scope of it must be closed). Resolves the GPU times of
   // earlier steps, which may wait for their last kernels.
   void end_step(StepMetrics metrics);
@@ -129,31 +151,39 @@ class PhaseTimer {
     Clock::time_point opened;
     Clock::time_point resumed;  // last time this scope became the innermost one
   };
-#ifdef TOPOTRAIN_CUDA
-  struct StreamAnchor {
-    cudaStream_t stream;
-    cudaEvent_t event;
-    double time;  // CPU time when the event was recorded
+  struct AddedSpan {
+    Phase phase;
+    DeviceSpan span;
   };
+#ifdef TOPOTRAIN_CUDA
   struct GpuScope {
     Phase phase;
     cudaStream_t stream;
     cudaEvent_t begin = nullptr;
     cudaEvent_t end = nullptr;
-    std::size_t anchor = 0;  // index into the step's anchors
+  };
+  // The step's reference on the device timeline: every event of the step is read against
+  // it, so that spans of different streams line up (overlaps), and its CPU time places
+  // them in the trace.
+  struct Anchor {
+    cudaEvent_t event = nullptr;
+    double time = 0;  // CPU time when the event was recorded
   };
   struct PendingStep {
     StepRecord record;
-    std::vector<StreamAnchor> anchors;
+    Anchor anchor;
     std::vector<GpuScope> scopes;
+    std::vector<AddedSpan> added;
   };
   cudaEvent_t take_event();
+  void anchor_on(cudaStream_t stream);
   void resolve(PendingStep& step);
   std::vector<cudaEvent_t> free_events_;
-  std::vector<StreamAnchor> anchors_;    // of the open step, one per stream used
+  Anchor anchor_;                        // of the open step; null event until its first device time
   std::vector<GpuScope> gpu_scopes_;     // of the open step
   std::deque<PendingStep> pending_;      // ended, GPU times not yet read
 #endif
+  std::vector<AddedSpan> added_;         // of the open step
   void close(int index);
   double seconds_since_epoch(Clock::time_point t) const {
     return std::chrono::duration<double>(t - epoch_).count();

@@ -30,10 +30,18 @@ struct RoleReport {
   std::int64_t last_step = 0;
   std::vector<PhaseStats> phases;  // every Phase in order, then "other"
   PhaseStats wall;
+  // Device phases that ran at once on different streams (StepRecord::overlap_seconds):
+  // the phases' shares minus this one's, plus other's, make the whole step.
+  PhaseStats overlap;
+  PhaseStats comm_overlap;       // comm_wait's device time under backward; zero on CPU
   double tokens_per_second = 0;  // summed over the role's ranks
   double mfu = -1;               // mean over ranks with known FLOPs; -1 = unknown
-  double comm_share = 0;         // comm_wait + send + recv, of wall
-  double wait_share = 0;         // data_wait + comm_wait + queue_wait, of wall
+  // Communication the step was not hiding, of wall: comm_wait - comm_overlap + send + recv.
+  double comm_share = 0;
+  // comm_overlap / comm_wait, the all-reduce's share under backward; -1 = not measured (the
+  // role's comm_wait or backward is not device time)
+  double comm_hidden = -1;
+  double wait_share = 0;         // data_wait + comm_wait - comm_overlap + queue_wait, of wall
   double queue_depth_mean = -1;  // -1 = not recorded
   double queue_depth_max = -1;
 

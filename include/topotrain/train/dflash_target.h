@@ -4,9 +4,12 @@
 // concatenated taps (+ the final hidden state for train.loss = "kl") with the batch's
 // cursor to its drafter, blocking while the drafter's queue is full (back-pressure).
 //
-// It ends when its stream ends (after train.epochs), when its drafter asks it to stop, on a
-// stop signal (stop_signal.h), or on an out-of-memory in a forward, which closes its stream with a reason so
-// the drafters stop too (exit 3 with the resume command).
+// A stream ends when the data does (after train.epochs), when its drafter asks it to stop,
+// on a stop signal (stop_signal.h), or on an out-of-memory in a forward, which closes the
+// stream with a reason so that the drafters stop too: with train.oom = "shrink" every
+// stream then restarts with half the budget, else the job ends (exit 3 with the resume
+// command). After each stream the target waits for its drafter's next start; it returns
+// when the drafter says the run's streams are over.
 #pragma once
 
 #include <torch/torch.h>

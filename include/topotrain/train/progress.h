@@ -1,8 +1,10 @@
 // The progress line a job's lead rank prints every log.every steps and after its last
 // step, the same for every job; fields a job does not report are left out:
 //   step 120 | loss 3.2104 aux 0.0102 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 per GPU)
-//   | MFU 38.1% | comm 12% | 1 coll | mem 14.10 GiB | ETA 2h13m
-// A DFlash drafter adds its draft quality after the loss and its starvation after comm:
+//   | MFU 38.1% | 1 coll | mem 14.10 GiB | ETA 2h13m
+// CPU ranks add their wait on collectives after MFU ("comm 12%"); on GPUs that is device
+// time, in timings.h5 and the report.
+// A DFlash drafter adds its draft quality after the loss and its starvation after MFU (and comm):
 //   step 120 | loss 2.1034 | tau 2.41 | acc@1 0.612 | lr ... | comm 4% | starved 3% | ...
 // On CPU ranks the rate is "per rank" and memory is the resident set ("rss 1.20 GiB").
 // Everything but lr, gnorm, coll and memory (the last step's) is over the window of steps
@@ -26,7 +28,10 @@ struct StepReport {
   double lr = 0;
   double grad_norm = 0;
   double seconds = 0;              // wall time of the step
-  double comm_seconds = 0;         // this rank's wait on collectives (Phase::comm_wait)
+  // This rank's host wait on collectives (Phase::comm_wait on CPU ranks). Unset on GPUs,
+  // where the host does not wait for NCCL and comm_wait is device time known a step
+  // later (timings.h5 has it): the line then leaves comm out.
+  std::optional<double> comm_seconds;
   double flops = 0;                // the step's model FLOPs over all ranks where they vary per
                                    // step; 0: tokens x ProgressConfig::flops_per_token
   std::int64_t peak_memory = 0;    // bytes, this rank's device (not shown on CPU)

@@ -4,9 +4,11 @@
 //
 // Invariants (together they make "nothing lost, nothing repeated" true):
 // 1. Stream k (data::SampleStream k of n) is read by the k-th target rank only
-//    (stream_of), and only from the position its drafter sends it at start
-//    (send_start_positions / receive_start_position): the checkpoint's position of that
-//    stream, or the run's initial one. Targets never read checkpoints.
+//    (stream_of), and only from the position its drafter sends it at each start
+//    (send_stream_starts / receive_stream_start): at the run's start the checkpoint's
+//    position of that stream or the run's initial one; at a restart (train.oom =
+//    "shrink": every stream restarts with half the token budget) the position as of the
+//    last completed step. Targets never read checkpoints.
 // 2. Every batch a target sends carries its cursor: its stream and the stream's position
 //    after it (encode_cursor / decode_cursor). A stream's batches reach its one drafter in
 //    the order they were sent.
@@ -15,8 +17,8 @@
 //    in flight when the drafters stop are discarded and leave the position where it was.
 // 4. A checkpoint holds every stream's position, each from the one drafter fed by that
 //    stream (gather_stream_positions), as of the step it saves.
-// So a resumed target starts right after the last batch a step took: what was in flight
-// is recomputed, nothing taken is sent again. A position counts samples and tokens of a
+// So a resumed or restarted target starts right after the last batch a step took: what
+// was in flight is recomputed, nothing taken is sent again. A position counts samples and tokens of a
 // sample, not batches, so this holds also with another train.token_budget.
 // 5. A batch's anchors are drawn from a generator seeded by the run seed and its cursor
 //    (anchor_seed), so the same batch gets the same anchors after a resume, on any drafter.
@@ -27,6 +29,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "topotrain/core/topology.h"
@@ -52,11 +55,21 @@ StreamCursor decode_cursor(const at::Tensor& cursor);
 
 std::uint64_t anchor_seed(std::uint64_t seed, const StreamCursor& cursor);
 
-// On a drafter, before its link is built: each of its targets learns where its stream
-// starts, streams[stream_of(target)].
-void send_start_positions(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams);
-// On a target, before its link is built: where its stream starts.
-data::DataPosition receive_start_position(const Topology& topology, int target_rank);
+// Where a target's stream starts, and the token budget it packs its batches with.
+struct StreamStart {
+  data::DataPosition position;
+  std::int64_t token_budget = 0;
+};
+
+// On a drafter, before each link it builds to its targets: each target learns where its
+// stream starts, streams[stream_of(target)], and the budget.
+void send_stream_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams,
+                        std::int64_t token_budget);
+// On a drafter whose links are closed for good: its targets start no more streams.
+void send_stream_end(const Topology& topology, int drafter_rank);
+// On a target, before each link it builds and after each one closed: where its stream
+// starts next, or nullopt when the run's streams are over.
+std::optional<StreamStart> receive_stream_start(const Topology& topology, int target_rank);
 
 // Collective over `drafters` (the drafters' role communicator): `streams` with every
 // stream's position taken from the drafter that feeds on it (`mine`: this drafter's streams).

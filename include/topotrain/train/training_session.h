@@ -31,10 +31,12 @@
 // * A failed step still gets its row in timings.h5 on every rank. A job that ends on it
 //   keeps what it trained: finish() saves the last good step (a failed one changed no
 //   weight), and the failure (failure()) is the job's to report.
-// * Timing (phase.h): work phases (h2d, forward, backward, optimizer) are timed on the
-//   device's stream with CUDA events where the device is a GPU, read back a step later,
-//   and never synchronise the device; waits (data_wait, queue_wait, comm_wait,
-//   checkpoint) are host time. On CPU every phase is host time.
+// * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
+//   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
+//   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
+//   read back a step later, never synchronising the device; waits (data_wait, queue_wait,
+//   checkpoint) are host time. On CPU every phase is host time, comm_wait the host's wait
+//   for the reduction and the agreement.
 #pragma once
 
 #include <torch/torch.h>
@@ -94,6 +96,8 @@ class TrainingSession {
   void start(TimingLogConfig timing);
 
   TrainingState& state() { return state_; }
+  // The checkpoint resumed from; empty for a fresh run.
+  const std::string& resumed_from() const { return resumed_from_; }
   const TrainingLength& length() const { return spec_.length; }
   // The length is reached (max_steps, max_tokens, or the epochs of the data position).
   bool done() const { return spec_.length.done(state_); }
@@ -168,6 +172,7 @@ class TrainingSession {
   TrainingState state_;
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t saved_step_ = 0;
+  std::string resumed_from_;
   SampleLog sample_log_;
   StepProfile profile_;
   ProgressMeter progress_;
