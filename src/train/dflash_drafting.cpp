@@ -49,8 +49,8 @@ struct DataAmount {
   std::int64_t samples = 0;
   std::int64_t tokens = 0;
   void add(const comm::PackedHiddenBatch& batch) {
-    const at::Tensor starts = batch.cu_seqlens.slice(0, 0, -1).to(at::kLong);
-    samples += batch.positions.index_select(0, starts).eq(0).sum().item<std::int64_t>();
+    const at::Tensor starts = batch.packed.cu_seqlens.slice(0, 0, -1).to(at::kLong);
+    samples += batch.packed.positions.index_select(0, starts).eq(0).sum().item<std::int64_t>();
     tokens += batch.tokens();
   }
   std::string str() const { return cat(samples, " samples (", tokens, " tokens)"); }
@@ -246,18 +246,13 @@ Outcome Drafting::run() {
       model::DFlashBatch batch;
       {
         auto t = timer.scope(Phase::h2d);
-        batch.packed.tokens = in.token_ids.to(device_, torch::kInt64);
-        batch.packed.positions = in.positions.to(device_, torch::kInt64);
-        batch.packed.cu_seqlens = in.cu_seqlens.to(device_);
-        auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
-        batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
-        batch.loss_mask = in.loss_mask.to(device_);
+        batch.packed = in.packed.to(device_);
         batch.taps = in.hidden.narrow(1, 0, tap_columns);
         if (kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config_.target.hidden_size);
       }
       auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(seed, cursors.back()));
-      const model::DFlashBlocks blocks =
-          model::sample_anchors(in.cu_seqlens, in.loss_mask, config_.block_size, config_.max_anchors, generator);
+      const model::DFlashBlocks blocks = model::sample_anchors(in.packed.cu_seqlens, in.packed.loss_mask,
+                                                               config_.block_size, config_.max_anchors, generator);
       try {
         fault_inject_out_of_memory(me, state_.step + 1);
         model::DFlashStepOutput out;
@@ -349,7 +344,7 @@ Outcome Drafting::run() {
     state_.tokens += static_cast<std::int64_t>(sums[1]);
     for (std::size_t m = 0; m < inputs.size(); ++m) {
       state_.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
-      sample_log.record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
+      sample_log.record(inputs[m].packed);
       (finite ? trained_ : skipped_).add(inputs[m]);
     }
     StepReport report;

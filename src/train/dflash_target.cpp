@@ -64,14 +64,15 @@ Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& ta
       timer.discard_step();  // the stream ended after train.epochs: nothing sent, not a step
       break;
     }
-    const data::PackedBatch& batch = plan.micro_batches.front();
     const data::DataPosition& after = plan.position_after;
     comm::PackedHiddenBatch packed;
+    packed.packed = std::move(plan.micro_batches.front());
+    const PackedBatch& batch = packed.packed;
     try {
       fault_inject_out_of_memory(runtime.rank(), sent + 1);
       auto t = timer.scope(Phase::forward);
       const auto started = PipelineClock::now();
-      model::BackboneOutput out = target->forward_backbone(to_model_batch(batch, device), taps);
+      model::BackboneOutput out = target->forward_backbone(batch, taps);
       if (send_final_hidden) out.taps.push_back(out.hidden);
       packed.hidden = torch::cat(out.taps, -1).contiguous();
       compat::synchronize(device);  // phases are CPU-timed: end this one with its kernels
@@ -84,11 +85,6 @@ Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& ta
       timings.end_step(row_of(0));
       break;
     }
-    packed.cu_seqlens = batch.cu_seqlens;
-    packed.token_ids = batch.tokens.to(torch::kInt32);
-    packed.loss_mask = batch.loss_mask;
-    packed.positions = batch.positions.to(torch::kInt32);
-    packed.sample_ids = batch.sample_ids;
     packed.cursor = encode_cursor({stream.index, after});
     {
       auto t = timer.scope(Phase::queue_wait);  // blocks while the drafter's queue is full
@@ -98,8 +94,8 @@ Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& ta
     }
     sample_log.record(batch);
     ++sent;
-    tokens += batch.num_tokens;
-    timings.end_step(row_of(static_cast<double>(batch.num_tokens)));
+    tokens += batch.num_tokens();
+    timings.end_step(row_of(static_cast<double>(batch.num_tokens())));
   }
   sender.close(outcome.code != 0 ? "a target ran out of memory" : "");
   const double busy = forward_seconds + blocked_seconds;

@@ -184,12 +184,12 @@ void train_moe(JobContext& context) {
       const bool last = m == grad_accum - 1;
       reducer.begin_micro_batch(last);
       if (mine.oom_rank >= 0) continue;  // still walk the schedule: the reducer must stay in step
-      if (plan.micro_batches[m].num_tokens == 0) continue;  // the data ended within the last step
+      if (plan.micro_batches[m].num_tokens() == 0) continue;  // the data ended within the last step
       try {
         fault_inject_out_of_memory(runtime.rank(), state.step + 1);
-        model::PackedBatch batch = [&] {
+        PackedBatch batch = [&] {
           auto t = timer.scope(Phase::h2d);
-          return to_model_batch(plan.micro_batches[m], device);
+          return plan.micro_batches[m].to(device, /*non_blocking=*/true);
         }();
         torch::Tensor loss;
         {
@@ -295,7 +295,7 @@ void train_moe(JobContext& context) {
     // The timing log holds one row per rank; the report sums rows, so each rank records
     // its own tokens, not the step's global count.
     std::int64_t my_tokens = 0;
-    for (const auto& batch : plan.micro_batches) my_tokens += batch.num_tokens;
+    for (const auto& batch : plan.micro_batches) my_tokens += batch.num_tokens();
     StepMetrics metrics;
     metrics.tokens = static_cast<double>(my_tokens);
     metrics.loss = report.loss;

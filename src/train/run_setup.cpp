@@ -325,15 +325,4 @@ double attention_context_from(const Settings& settings, const data::TokenDataset
   return data::mean_attention_context(dataset, static_cast<std::uint64_t>(token_budget), long_samples_from(settings));
 }
 
-model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device) {
-  model::PackedBatch out;
-  out.tokens = batch.tokens.to(device, /*non_blocking=*/true);
-  out.positions = batch.positions.to(device, true);
-  out.cu_seqlens = batch.cu_seqlens.to(device, true);
-  out.max_seqlen = batch.max_seqlen;
-  out.document_lengths = batch.sequence_lengths;
-  out.loss_mask = batch.loss_mask.to(device, true);
-  return out;
-}
-
 }  // namespace topotrain
