@@ -97,11 +97,11 @@ void bench_link(const Device& device, LinkTransport transport) {
   if (rank == 0) {
     HiddenStateSender sender(MPI_COMM_WORLD, ends, config);
     PackedHiddenBatch batch;
-    batch.cu_seqlens = at::tensor({0, static_cast<int>(tokens)}, at::kInt);
-    batch.token_ids = at::zeros({tokens}, at::kInt);
-    batch.loss_mask = at::ones({tokens}, at::kByte);
-    batch.positions = at::arange(tokens, at::kInt);
-    batch.sample_ids = at::zeros({1}, at::kLong);
+    batch.packed.cu_seqlens = at::tensor({0, static_cast<int>(tokens)}, at::kInt);
+    batch.packed.tokens = at::zeros({tokens}, at::kLong);
+    batch.packed.loss_mask = at::ones({tokens}, at::kByte);
+    batch.packed.positions = at::arange(tokens, at::kLong);
+    batch.packed.sample_ids = at::zeros({1}, at::kLong);
     batch.hidden = at::ones({tokens, columns}, at::TensorOptions(at::kBFloat16).device(at::kCUDA, device.index));
     for (int i = 0; i < batches; ++i) sender.send(batch);
     sender.close();

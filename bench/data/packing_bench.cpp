@@ -9,6 +9,7 @@
 #include "topotrain/data/prefetcher.h"
 
 using namespace topotrain::data;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   uint64_t tokens = 0, steps = 0;
   auto start = std::chrono::steady_clock::now();
   while (direct.position().epoch == 0) {
-    for (const PackedBatch& b : direct.next_step().micro_batches) tokens += b.num_tokens;
+    for (const PackedBatch& b : direct.next_step().micro_batches) tokens += b.num_tokens();
     ++steps;
   }
   const double direct_s = seconds_since(start);
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   {
     Prefetcher prefetcher([planner] { return planner->next_step(); }, PrefetchConfig{4, torch::kCPU});
     for (uint64_t s = 0; s < steps; ++s) {
-      for (const PackedBatch& b : prefetcher.next().micro_batches) prefetched += b.num_tokens;
+      for (const PackedBatch& b : prefetcher.next().micro_batches) prefetched += b.num_tokens();
     }
   }
   const double prefetch_s = seconds_since(start);

@@ -24,6 +24,7 @@
 #include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -58,13 +59,12 @@ int main(int argc, char** argv) {
     auto t = torch::randint(config.target.vocab_size, {std::min(doc_len, tokens - begin)}, torch::kInt64);
     docs.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
   }
-  auto host = mdl::PackedBatch::from_documents(docs);
+  auto host = PackedBatch::from_documents(docs);
   batch.packed = host.to(device);
-  batch.loss_mask = torch::ones({tokens}, torch::kUInt8);
   batch.taps = torch::randn({tokens, static_cast<int64_t>(drafter->taps().size()) * config.target.hidden_size},
                             torch::TensorOptions().dtype(torch::kBFloat16).device(device));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
-  const auto blocks = mdl::sample_anchors(host.cu_seqlens, batch.loss_mask, config.block_size, anchors, gen);
+  const auto blocks = mdl::sample_anchors(host.cu_seqlens, host.loss_mask, config.block_size, anchors, gen);
   std::printf("drafter: %lld layers of qwen3-8b shape, %.2fB trainable parameters, taps",
               static_cast<long long>(config.num_draft_layers), mdl::count_drafter_parameters(config) / 1e9);
   for (int64_t t : drafter->taps()) std::printf(" %lld", static_cast<long long>(t));

@@ -26,6 +26,7 @@
 #include "topotrain/train/training_checkpoint.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -71,13 +72,11 @@ bool compare(const std::string& dir, const std::string& checkpoint, const std::s
     model->force_attention_backend(mdl::AttentionBackend::math_per_document);
     model->force_expert_backend(mdl::ExpertBackend::sorted_loop);
   }
-  mdl::PackedBatch batch;
+  PackedBatch batch;
   batch.tokens = ref.load("tokens");
   batch.positions = ref.load("positions");
   batch.cu_seqlens = ref.load("cu_seqlens");
-  auto lengths = batch.cu_seqlens.slice(0, 1).to(torch::kInt64) - batch.cu_seqlens.slice(0, 0, -1);
-  batch.document_lengths.assign(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
-  batch.max_seqlen = lengths.max().item<int64_t>();
+  batch.summarize();
   batch = batch.to(device);
 
   auto out = model->forward_backbone(batch);

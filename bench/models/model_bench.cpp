@@ -24,6 +24,7 @@
 #include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
     square_sum += static_cast<double>(len) * static_cast<double>(len);
     begin += len;
   }
-  const auto batch = mdl::PackedBatch::from_documents(docs).to(device);
+  const auto batch = PackedBatch::from_documents(docs).to(device);
   // What this batch's attention runs (the model lays it out the same way in every forward).
   const std::string attention = mdl::describe(model->layer_context(batch).documents);
 

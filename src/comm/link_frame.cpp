@@ -12,22 +12,10 @@ namespace {
 
 constexpr std::size_t kFieldCount = 7;  // kind, tokens, sequences, columns, dtype, cursor, extra bytes
 
-// The header arrays in wire order, with their wire types.
-struct Array {
-  at::Tensor PackedHiddenBatch::*member;
-  at::ScalarType type;
-  const char* name;
-};
-const Array kArrays[] = {
-    {&PackedHiddenBatch::cu_seqlens, at::kInt, "cu_seqlens"}, {&PackedHiddenBatch::token_ids, at::kInt, "token_ids"},
-    {&PackedHiddenBatch::loss_mask, at::kByte, "loss_mask"},  {&PackedHiddenBatch::positions, at::kInt, "positions"},
-    {&PackedHiddenBatch::sample_ids, at::kLong, "sample_ids"},
-};
-
-std::int64_t expected_numel(const Array& array, std::int64_t tokens, std::int64_t sequences) {
-  if (array.member == &PackedHiddenBatch::cu_seqlens) return sequences + 1;
-  if (array.member == &PackedHiddenBatch::sample_ids) return sequences;
-  return tokens;
+// The sequences of a batch as the sender counts them: its sample ids (-1 when it has none,
+// which check_batch then refuses).
+std::int64_t sequences_of(const PackedHiddenBatch& batch) {
+  return batch.packed.sample_ids.defined() ? batch.packed.sample_ids.numel() : -1;
 }
 
 }  // namespace
@@ -39,19 +27,20 @@ void check_batch(const PackedHiddenBatch& batch) {
   bool cpu_float = hidden.is_cpu() && hidden.scalar_type() == at::kFloat;
   if (hidden.scalar_type() != at::kBFloat16 && !cpu_float)
     throw std::invalid_argument(cat("hidden-state link: the payload must be bf16 (fp32 on CPU), got ", hidden.scalar_type()));
-  std::int64_t sequences = batch.sample_ids.defined() ? batch.sample_ids.numel() : -1;
-  for (const Array& array : kArrays) {
-    const at::Tensor& t = batch.*array.member;
-    if (!t.defined() || t.dim() != 1 || t.numel() != expected_numel(array, batch.tokens(), sequences) ||
-        !(at::isIntegralType(t.scalar_type(), /*includeBool=*/true)))
-      throw std::invalid_argument(cat("hidden-state link: ", array.name, " must be a 1-D integer tensor of ",
-                                      expected_numel(array, batch.tokens(), sequences), " elements for a batch of ",
-                                      batch.tokens(), " tokens and ", sequences, " sequences"));
+  const std::int64_t sequences = sequences_of(batch);
+  for (const PackedBatchField& field : kPackedBatchFields) {
+    const at::Tensor& t = batch.packed.*field.member;
+    const std::int64_t want = field_length(field.length, batch.tokens(), sequences);
+    if (!t.defined() || t.dim() != 1 || t.numel() != want || !(at::isIntegralType(t.scalar_type(), /*includeBool=*/true)))
+      throw std::invalid_argument(cat("hidden-state link: ", field.name, " must be a 1-D integer tensor of ", want,
+                                      " elements for a batch of ", batch.tokens(), " tokens and ", sequences,
+                                      " sequences"));
   }
   if (batch.cursor.defined() && (batch.cursor.dim() != 1 || batch.cursor.scalar_type() != at::kLong))
     throw std::invalid_argument("hidden-state link: cursor must be a 1-D int64 tensor (or undefined)");
-  at::Tensor cu = batch.cu_seqlens.to(at::kCPU, at::kLong);
-  if (cu[0].item<std::int64_t>() != 0 || cu[-1].item<std::int64_t>() != batch.tokens())
+  at::Tensor cu = batch.packed.cu_seqlens.to(at::kCPU, at::kLong);
+  if (cu[0].item<std::int64_t>() != 0 || cu[-1].item<std::int64_t>() != batch.tokens() ||
+      (cu.slice(0, 1) < cu.slice(0, 0, -1)).any().item<bool>())
     throw std::invalid_argument(cat("hidden-state link: cu_seqlens must run from 0 to the token count ", batch.tokens()));
 }
 
@@ -61,10 +50,11 @@ std::vector<char> encode_frame(FrameKind kind, const PackedHiddenBatch* batch, c
   std::vector<at::Tensor> arrays;
   if (batch) {
     fields[1] = batch->tokens();
-    fields[2] = batch->sequences();
+    fields[2] = sequences_of(*batch);
     fields[3] = batch->hidden.size(1);
     fields[4] = static_cast<std::int64_t>(batch->hidden.scalar_type());
-    for (const Array& array : kArrays) arrays.push_back((batch->*array.member).to(at::kCPU, array.type).contiguous());
+    for (const PackedBatchField& field : kPackedBatchFields)
+      arrays.push_back((batch->packed.*field.member).to(at::kCPU, field.dtype).contiguous());
     if (batch->cursor.defined()) {
       fields[5] = batch->cursor.numel();
       arrays.push_back(batch->cursor.to(at::kCPU).contiguous());
@@ -100,10 +90,10 @@ DecodedFrame decode_frame(const std::vector<char>& bytes) {
     return from;
   };
   if (frame.fields.kind == FrameKind::data) {
-    for (const Array& array : kArrays) {
-      at::Tensor t = at::empty({expected_numel(array, frame.fields.tokens, frame.fields.sequences)}, array.type);
+    for (const PackedBatchField& field : kPackedBatchFields) {
+      at::Tensor t = at::empty({field_length(field.length, frame.fields.tokens, frame.fields.sequences)}, field.dtype);
       std::memcpy(t.data_ptr(), take(t.nbytes()), t.nbytes());
-      frame.header.*array.member = t;
+      frame.header.packed.*field.member = t;
     }
     if (frame.fields.cursor > 0) {
       at::Tensor cursor = at::empty({frame.fields.cursor}, at::kLong);
@@ -114,6 +104,7 @@ DecodedFrame decode_frame(const std::vector<char>& bytes) {
   std::size_t extra = static_cast<std::size_t>(fields[6]);
   frame.extra.assign(take(extra), extra);
   if (left != 0) throw std::runtime_error("hidden-state link: frame longer than its fields say");
+  if (frame.fields.kind == FrameKind::data) frame.header.packed.summarize();
   return frame;
 }
 

@@ -1,6 +1,7 @@
 // The wire format of the hidden-state link's MPI messages (internal header).
 //
-// One header message per batch: fixed fields, then the header arrays, then transport
+// One header message per batch: fixed fields, then the header arrays (the tensor fields of the
+// batch's PackedBatch, in kPackedBatchFields' order and dtypes, then the cursor), then transport
 // bytes (IPC slot and handles) or, for an error frame, the reason. Tags keep data frames
 // (accepted only while the receiver's queue has room) apart from control frames (close,
 // error: always accepted).
@@ -30,14 +31,15 @@ struct FrameFields {
 
 struct DecodedFrame {
   FrameFields fields;
-  PackedHiddenBatch header;  // all but hidden, on the CPU
+  PackedHiddenBatch header;  // all but hidden, on the CPU, summarized
   std::string extra;         // transport bytes, or an error or early close frame's reason
 };
 
 // Checks the batch's shapes and types; throws std::invalid_argument naming what is wrong.
 void check_batch(const PackedHiddenBatch& batch);
 std::vector<char> encode_frame(FrameKind kind, const PackedHiddenBatch* batch, const std::string& extra);
-// Throws std::runtime_error when the bytes are not a well-formed frame.
+// Throws std::runtime_error when the bytes are not a well-formed frame, std::invalid_argument
+// when its cu_seqlens does not run from 0 up to the token count.
 DecodedFrame decode_frame(const std::vector<char>& bytes);
 
 }  // namespace topotrain::comm::detail

@@ -21,17 +21,6 @@ struct Prefetcher::Ready {
 #endif
 };
 
-namespace {
-
-template <typename Fn>
-void for_each_tensor(PackedBatch& batch, Fn fn) {
-  for (torch::Tensor* t : {&batch.tokens, &batch.positions, &batch.cu_seqlens, &batch.loss_mask, &batch.sample_ids}) {
-    fn(*t);
-  }
-}
-
-}  // namespace
-
 Prefetcher::Prefetcher(std::function<StepPlan()> produce, PrefetchConfig config)
     : produce_(std::move(produce)), config_(config) {
   if (config_.depth == 0) throw ConfigError("data.prefetch_depth must be at least 1");
@@ -61,9 +50,7 @@ Prefetcher::Ready Prefetcher::build() {
     static thread_local c10::cuda::CUDAStream copy_stream = c10::cuda::getStreamFromPool(false, config_.device.index());
     c10::cuda::CUDAStreamGuard stream_guard(copy_stream);
     ready.copy_time.emplace(copy_stream.stream());
-    for (PackedBatch& batch : ready.plan.micro_batches) {
-      for_each_tensor(batch, [&](torch::Tensor& t) { t = t.to(config_.device, /*non_blocking=*/true); });
-    }
+    for (PackedBatch& batch : ready.plan.micro_batches) batch = batch.to(config_.device, /*non_blocking=*/true);
     ready.copy_time->close();
     ready.copied = std::make_unique<at::cuda::CUDAEvent>();
     ready.copied->record(copy_stream);
@@ -112,7 +99,7 @@ StepPlan Prefetcher::next() {
     const c10::cuda::CUDAStream compute = c10::cuda::getCurrentCUDAStream(config_.device.index());
     ready->copied->block(compute);
     for (PackedBatch& batch : ready->plan.micro_batches) {
-      for_each_tensor(batch, [&](torch::Tensor& t) { t.record_stream(compute); });
+      for (const PackedBatchField& field : kPackedBatchFields) (batch.*field.member).record_stream(compute);
     }
   }
 #endif

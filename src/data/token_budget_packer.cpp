@@ -120,9 +120,6 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
   batch.cu_seqlens = torch::empty({n + 1}, i64.dtype(torch::kInt32));
   batch.loss_mask = torch::empty({total}, i64.dtype(torch::kUInt8));
   batch.sample_ids = torch::empty({n}, i64);
-  batch.sequence_lengths.reserve(static_cast<size_t>(n));
-  batch.num_tokens = total;
-  batch.num_loss_targets = static_cast<int64_t>(layout.num_loss_targets);
 
   int64_t* tokens = batch.tokens.data_ptr<int64_t>();
   int64_t* positions = batch.positions.data_ptr<int64_t>();
@@ -145,11 +142,10 @@ PackedBatch TokenBudgetPacker::materialize(const MicroBatchLayout& layout) const
       std::memcpy(mask + at, data.loss_mask.data() + first, static_cast<size_t>(len));
     }
     ids[p] = static_cast<int64_t>(piece.sample);
-    batch.max_seqlen = std::max(batch.max_seqlen, len);
-    batch.sequence_lengths.push_back(len);
     at += len;
     cu[p + 1] = static_cast<int32_t>(at);
   }
+  batch.summarize();
   return batch;
 }
 

@@ -114,10 +114,10 @@ void DFlashDrafterImpl::check_batch(const DFlashBatch& batch, const DFlashBlocks
     throw std::invalid_argument(cat("DFlash batch: loss kl needs the target's final hidden state [", tokens, ", ", h,
                                     "] in final_hidden"));
   }
-  if (blocks.block_size != config_.block_size || blocks.num_documents() != batch.packed.num_documents()) {
+  if (blocks.block_size != config_.block_size || blocks.num_documents() != batch.packed.num_sequences()) {
     throw std::invalid_argument(cat("DFlash batch: the blocks were built for block size ", blocks.block_size, " and ",
                                     blocks.num_documents(), " documents; the drafter has block size ",
-                                    config_.block_size, " and the batch ", batch.packed.num_documents(), " documents"));
+                                    config_.block_size, " and the batch ", batch.packed.num_sequences(), " documents"));
   }
 }
 

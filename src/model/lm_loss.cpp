@@ -12,6 +12,26 @@
 namespace topotrain::model {
 namespace {
 
+// Rows of a packed batch that have a next-token target the loss trains on (every token
+// but the last of its sequence, whose next token has loss mask 1) and those targets.
+struct NextTokenTargets {
+  torch::Tensor rows;     // int64 [N]
+  torch::Tensor targets;  // int64 [N]
+};
+
+NextTokenTargets next_token_targets(const PackedBatch& batch) {
+  const auto opts = batch.tokens.options();
+  auto has_target = torch::ones({batch.num_tokens()}, opts.dtype(torch::kBool));
+  auto last_of_sequence = batch.cu_seqlens.slice(0, 1).to(torch::kInt64) - 1;
+  has_target.index_fill_(0, last_of_sequence, false);
+  const int64_t n = batch.num_tokens();
+  if (batch.loss_mask.defined() && n > 1) {
+    has_target.narrow(0, 0, n - 1).logical_and_(batch.loss_mask.narrow(0, 1, n - 1));
+  }
+  auto rows = has_target.nonzero().squeeze(1);
+  return {rows, batch.tokens.index_select(0, rows + 1)};
+}
+
 // sum = (first ? 0 : sum) + d^T h for one chunk: d [n, V] and h [n, H] in the compute dtype,
 // sum [V, H] fp32. For bf16 on CUDA the GEMM writes into the fp32 sum itself (beta = 1), where
 // a bf16 product and a mixed-dtype add made two more passes over [V, H] per chunk.

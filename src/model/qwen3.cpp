@@ -80,7 +80,7 @@ LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {
   LayerContext context;
   context.rotary = rotary_tables(batch.positions, config_.head_dim, config_.rope_theta, compute_dtype_);
   context.documents =
-      layout_documents(batch.cu_seqlens, batch.max_seqlen, batch.document_lengths, attention_backend());
+      layout_documents(batch.cu_seqlens, batch.max_seqlen, batch.sequence_lengths, attention_backend());
   return context;
 }
 

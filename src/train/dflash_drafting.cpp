@@ -32,8 +32,8 @@ struct DataAmount {
   std::int64_t samples = 0;
   std::int64_t tokens = 0;
   void add(const comm::PackedHiddenBatch& batch) {
-    const at::Tensor starts = batch.cu_seqlens.slice(0, 0, -1).to(at::kLong);
-    samples += batch.positions.index_select(0, starts).eq(0).sum().item<std::int64_t>();
+    const at::Tensor starts = batch.packed.cu_seqlens.slice(0, 0, -1).to(at::kLong);
+    samples += batch.packed.positions.index_select(0, starts).eq(0).sum().item<std::int64_t>();
     tokens += batch.tokens();
   }
   std::string str() const { return cat(samples, " samples (", tokens, " tokens)"); }
@@ -71,12 +71,7 @@ model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model:
                                  const torch::Device& device) {
   const std::int64_t tap_columns = static_cast<std::int64_t>(config.resolved_taps().size()) * config.target.hidden_size;
   model::DFlashBatch batch;
-  batch.packed.tokens = in.token_ids.to(device, torch::kInt64);
-  batch.packed.positions = in.positions.to(device, torch::kInt64);
-  batch.packed.cu_seqlens = in.cu_seqlens.to(device);
-  auto lengths = in.cu_seqlens.slice(0, 1) - in.cu_seqlens.slice(0, 0, -1);
-  batch.packed.max_seqlen = lengths.max().item<std::int64_t>();
-  batch.loss_mask = in.loss_mask.to(device);
+  batch.packed = in.packed.to(device);
   batch.taps = in.hidden.narrow(1, 0, tap_columns);
   if (config.loss == model::DFlashLoss::kl) batch.final_hidden = in.hidden.narrow(1, tap_columns, config.target.hidden_size);
   return batch;
@@ -237,7 +232,7 @@ void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const Stream
   // The same batch gets the same anchors after a resume, on any drafter (stream_cursor.h).
   auto generator = at::make_generator<at::CPUGeneratorImpl>(anchor_seed(config_.step.seed, cursor));
   const model::DFlashBlocks blocks =
-      model::sample_anchors(in.cu_seqlens, in.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);
+      model::sample_anchors(in.packed.cu_seqlens, in.packed.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);
   model::DFlashStepOutput out;
   {
     auto t = session_->scope(Phase::forward);
@@ -310,7 +305,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
     state.tokens += static_cast<std::int64_t>(all.sums[1]);
     for (std::size_t m = 0; m < inputs.size(); ++m) {
       state.streams[cursors[m].stream] = cursors[m].after;  // a stream's batches arrive in order
-      session.sample_log().record(inputs[m].sample_ids, inputs[m].cu_seqlens, inputs[m].positions);
+      session.sample_log().record(inputs[m].packed);
       (session.skipped() ? fates_.skipped : fates_.trained).add(inputs[m]);
     }
     StepReport report = step_report(all, sums, waited);

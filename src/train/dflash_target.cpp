@@ -94,13 +94,14 @@ void Target::send_stream(const StreamStart& start) {
       timer.discard_step();  // the stream ended after train.epochs: nothing sent, not a step
       break;
     }
-    const data::PackedBatch& batch = plan.micro_batches.front();
     comm::PackedHiddenBatch packed;
+    packed.packed = std::move(plan.micro_batches.front());
+    const PackedBatch& batch = packed.packed;
     try {
       fault_inject_out_of_memory(rank_, sent_ + 1);
       auto t = timer.scope(Phase::forward);
       const auto started = PipelineClock::now();
-      model::BackboneOutput out = target_->forward_backbone(to_model_batch(batch, device_), taps_);
+      model::BackboneOutput out = target_->forward_backbone(batch, taps_);
       if (send_final_hidden_) out.taps.push_back(out.hidden);
       packed.hidden = torch::cat(out.taps, -1).contiguous();
       compat::synchronize(device_);  // phases are CPU-timed: end this one with its kernels
@@ -116,11 +117,6 @@ void Target::send_stream(const StreamStart& start) {
                                              compat::peak_allocated_bytes(device_), run_.run_dir)};
       break;
     }
-    packed.cu_seqlens = batch.cu_seqlens;
-    packed.token_ids = batch.tokens.to(torch::kInt32);
-    packed.loss_mask = batch.loss_mask;
-    packed.positions = batch.positions.to(torch::kInt32);
-    packed.sample_ids = batch.sample_ids;
     packed.cursor = encode_cursor({stream_.index, plan.position_after});
     {
       auto t = timer.scope(Phase::queue_wait);  // blocks while the drafter's queue is full
@@ -130,8 +126,8 @@ void Target::send_stream(const StreamStart& start) {
     }
     sample_log_.record(batch);
     ++sent_;
-    tokens_ += batch.num_tokens;
-    timings_->end_step(row_of(static_cast<double>(batch.num_tokens)));
+    tokens_ += batch.num_tokens();
+    timings_->end_step(row_of(static_cast<double>(batch.num_tokens())));
   }
   sender.close(reason);
 }

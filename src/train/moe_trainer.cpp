@@ -50,14 +50,14 @@ struct LossSums {
   torch::Tensor lm, aux;
 };
 
-void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const data::PackedBatch& micro_batch,
+void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const PackedBatch& micro_batch,
                        const torch::Device& device, LossSums& sums) {
   // On CUDA the prefetcher copied the batch on its own stream (its spans are the step's
   // h2d); here it only changes hands.
-  model::PackedBatch batch = [&] {
+  PackedBatch batch = [&] {
     std::optional<PhaseTimer::Scope> t;
     if (!device.is_cuda()) t.emplace(session.scope(Phase::h2d));
-    return to_model_batch(micro_batch, device);
+    return micro_batch.to(device, /*non_blocking=*/true);
   }();
   torch::Tensor loss;
   {
@@ -120,7 +120,7 @@ void train_moe(JobContext& context) {
     }();
     LossSums sums(plan, device);
     for (int m = 0; m < grad_accum; ++m)
-      session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens > 0,
+      session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens() > 0,
                          [&] { train_micro_batch(session, *net, plan.micro_batches[m], device, sums); });
     session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
     const comm::StepAgreement all =
@@ -147,7 +147,7 @@ void train_moe(JobContext& context) {
     report.aux_loss = all.sums[1];
     // The timing log holds one row per rank and the report sums rows: this rank's tokens.
     StepMetrics metrics;
-    for (const auto& batch : plan.micro_batches) metrics.tokens += static_cast<double>(batch.num_tokens);
+    for (const auto& batch : plan.micro_batches) metrics.tokens += static_cast<double>(batch.num_tokens());
     metrics.extra = {all.sums[1]};
     session.end_step(report, metrics);
     if (all.stop) {

@@ -241,15 +241,4 @@ double attention_context(const DataConfig& config, const data::TokenDataset& dat
   return data::mean_attention_context(dataset, static_cast<std::uint64_t>(token_budget), config.long_samples);
 }
 
-model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device) {
-  model::PackedBatch out;
-  out.tokens = batch.tokens.to(device, /*non_blocking=*/true);
-  out.positions = batch.positions.to(device, true);
-  out.cu_seqlens = batch.cu_seqlens.to(device, true);
-  out.max_seqlen = batch.max_seqlen;
-  out.document_lengths = batch.sequence_lengths;
-  out.loss_mask = batch.loss_mask.to(device, true);
-  return out;
-}
-
 }  // namespace topotrain

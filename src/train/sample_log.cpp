@@ -19,13 +19,11 @@ SampleLog::~SampleLog() {
   if (file_) std::fclose(file_);
 }
 
-void SampleLog::record(const data::PackedBatch& batch) { record(batch.sample_ids, batch.cu_seqlens, batch.positions); }
-
-void SampleLog::record(const at::Tensor& sample_ids, const at::Tensor& cu_seqlens, const at::Tensor& token_positions) {
+void SampleLog::record(const PackedBatch& batch) {
   if (!file_) return;
-  auto ids = sample_ids.to(at::kCPU, at::kLong);
-  auto cu = cu_seqlens.to(at::kCPU, at::kLong);
-  auto positions = token_positions.to(at::kCPU, at::kLong);
+  auto ids = batch.sample_ids.to(at::kCPU, at::kLong);
+  auto cu = batch.cu_seqlens.to(at::kCPU, at::kLong);
+  auto positions = batch.positions.to(at::kCPU, at::kLong);
   for (int64_t i = 0; i < ids.size(0); ++i) {
     const int64_t begin = cu[i].item<int64_t>(), end = cu[i + 1].item<int64_t>();
     const int64_t first = positions[begin].item<int64_t>();

@@ -103,11 +103,11 @@ TEST_P(GpuLink, BatchesArriveBitExact) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(seq);
     std::int64_t tokens = 100 + 37 * seq;  // grows: IPC slots must be re-shared
     PackedHiddenBatch batch;
-    batch.cu_seqlens = at::tensor({0, static_cast<int>(tokens)}, at::kInt);
-    batch.token_ids = at::randint(1000, {tokens}, generator, at::kInt);
-    batch.loss_mask = at::ones({tokens}, at::kByte);
-    batch.positions = at::arange(tokens, at::kInt);
-    batch.sample_ids = at::tensor({static_cast<std::int64_t>(seq)}, at::kLong);
+    batch.packed.cu_seqlens = at::tensor({0, static_cast<int>(tokens)}, at::kInt);
+    batch.packed.tokens = at::randint(1000, {tokens}, generator, at::kLong);
+    batch.packed.loss_mask = at::ones({tokens}, at::kByte);
+    batch.packed.positions = at::arange(tokens, at::kLong);
+    batch.packed.sample_ids = at::tensor({static_cast<std::int64_t>(seq)}, at::kLong);
     batch.hidden = at::randn({tokens, 5 * 128}, generator, at::kFloat).to(at::kBFloat16);
     return batch;
   };
@@ -127,7 +127,7 @@ TEST_P(GpuLink, BatchesArriveBitExact) {
       PackedHiddenBatch want = make(seq++);
       EXPECT_TRUE(batch->hidden.is_cuda());
       EXPECT_TRUE(at::equal(batch->hidden.cpu(), want.hidden));
-      EXPECT_TRUE(at::equal(batch->token_ids, want.token_ids));
+      EXPECT_TRUE(at::equal(batch->packed.tokens, want.packed.tokens));
     }
     EXPECT_EQ(seq, batches);
   }

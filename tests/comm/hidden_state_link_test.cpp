@@ -52,13 +52,15 @@ PackedHiddenBatch make_batch(int rank, int seq) {
   std::int64_t sequences = 1 + at::randint(4, {1}, generator).item<std::int64_t>();
   at::Tensor lengths = 1 + at::randint(12, {sequences}, generator, at::kInt);
   PackedHiddenBatch batch;
-  batch.cu_seqlens = at::cat({at::zeros({1}, at::kInt), lengths.cumsum(0, at::kInt)});
-  std::int64_t tokens = batch.cu_seqlens[-1].item<std::int64_t>();
-  batch.token_ids = at::randint(151000, {tokens}, generator, at::kInt);
-  batch.loss_mask = at::randint(2, {tokens}, generator, at::kByte);
-  batch.positions = at::randint(4096, {tokens}, generator, at::kInt);
-  batch.sample_ids = at::randint(1000, {sequences}, generator, at::kLong);
-  batch.sample_ids[0] = rank * 1000000 + seq;
+  PackedBatch& packed = batch.packed;
+  packed.cu_seqlens = at::cat({at::zeros({1}, at::kInt), lengths.cumsum(0, at::kInt)});
+  std::int64_t tokens = packed.cu_seqlens[-1].item<std::int64_t>();
+  packed.tokens = at::randint(151000, {tokens}, generator, at::kLong);
+  packed.loss_mask = at::randint(2, {tokens}, generator, at::kByte);
+  packed.positions = at::randint(4096, {tokens}, generator, at::kLong);
+  packed.sample_ids = at::randint(1000, {sequences}, generator, at::kLong);
+  packed.sample_ids[0] = rank * 1000000 + seq;
+  packed.summarize();
   at::ScalarType type = seq % 2 == 0 ? at::kBFloat16 : at::kFloat;
   batch.hidden = at::randn({tokens, 3 * 8}, generator, at::kFloat).to(type);
   if (seq % 3 != 0) batch.cursor = at::tensor({std::int64_t{rank}, std::int64_t{seq}, std::int64_t{-7}});
@@ -66,13 +68,16 @@ PackedHiddenBatch make_batch(int rank, int seq) {
 }
 
 void expect_identical(const PackedHiddenBatch& got, const PackedHiddenBatch& want) {
-  for (auto member : {&PackedHiddenBatch::cu_seqlens, &PackedHiddenBatch::token_ids, &PackedHiddenBatch::loss_mask,
-                      &PackedHiddenBatch::positions, &PackedHiddenBatch::sample_ids, &PackedHiddenBatch::hidden}) {
-    const at::Tensor& g = got.*member;
-    const at::Tensor& w = want.*member;
+  std::vector<std::pair<at::Tensor, at::Tensor>> tensors{{got.hidden, want.hidden}};
+  for (const PackedBatchField& field : kPackedBatchFields)
+    tensors.emplace_back(got.packed.*field.member, want.packed.*field.member);
+  for (const auto& [g, w] : tensors) {
     ASSERT_EQ(g.scalar_type(), w.scalar_type());
     ASSERT_TRUE(at::equal(g, w));  // bit-exact, bf16 included
   }
+  ASSERT_EQ(got.packed.sequence_lengths, want.packed.sequence_lengths);
+  ASSERT_EQ(got.packed.max_seqlen, want.packed.max_seqlen);
+  ASSERT_EQ(got.packed.num_loss_targets, want.packed.num_loss_targets);
   ASSERT_EQ(got.cursor.defined(), want.cursor.defined());
   if (want.cursor.defined()) {
     ASSERT_TRUE(at::equal(got.cursor, want.cursor));
@@ -116,7 +121,7 @@ TEST_F(HiddenStateLink, FanInDeliversEveryBatchOnceBitExact) {
   std::map<int, int> next_seq;  // per sender: batches arrive in the order sent
   int received = 0;
   while (auto batch = receiver.next()) {
-    std::int64_t id = batch->sample_ids[0].item<std::int64_t>();
+    std::int64_t id = batch->packed.sample_ids[0].item<std::int64_t>();
     int rank = static_cast<int>(id / 1000000), seq = static_cast<int>(id % 1000000);
     ASSERT_EQ(seq, next_seq[rank]++) << "from rank " << rank;
     ASSERT_EQ(batch->sender, rank);
@@ -226,10 +231,10 @@ TEST_F(HiddenStateLink, MalformedBatchesAreRejectedBeforeSending) {
   if (!is_receiver()) {
     HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
     PackedHiddenBatch batch = make_batch(world_rank(), 0);
-    batch.cu_seqlens[-1] = 0;
+    batch.packed.cu_seqlens[-1] = 0;
     EXPECT_THROW(sender.send(batch), std::invalid_argument);
     batch = make_batch(world_rank(), 0);
-    batch.positions = batch.positions.narrow(0, 0, 1);
+    batch.packed.positions = batch.packed.positions.narrow(0, 0, 1);
     EXPECT_THROW(sender.send(batch), std::invalid_argument);
     batch = make_batch(world_rank(), 0);
     batch.hidden = batch.hidden.to(at::kDouble);
@@ -257,12 +262,12 @@ TEST_F(HiddenStateLink, RequestStopEndsEveryStream) {
   for (int trained = 0; trained < 5; ++trained) {
     auto batch = receiver.next();
     ASSERT_TRUE(batch.has_value());
-    ASSERT_EQ(batch->sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
+    ASSERT_EQ(batch->packed.sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
   }
   receiver.request_stop();
   receiver.request_stop();  // idempotent
   while (auto batch = receiver.next())
-    ASSERT_EQ(batch->sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
+    ASSERT_EQ(batch->packed.sample_ids[0].item<std::int64_t>() % 1000000, next_seq[batch->sender]++);
   EXPECT_TRUE(receiver.early_close_reason().empty());
 }
 
@@ -329,7 +334,7 @@ TEST_F(HiddenStateLink, ASenderStalledMidSendHoldsUpNoOtherSender) {
   HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(20));
   std::vector<int> order;
   while (auto batch = receiver.next()) {
-    const std::int64_t id = batch->sample_ids[0].item<std::int64_t>();
+    const std::int64_t id = batch->packed.sample_ids[0].item<std::int64_t>();
     const int rank = static_cast<int>(id / 1000000), seq = static_cast<int>(id % 1000000);
     expect_identical(*batch, make_batch(rank, seq));
     order.push_back(rank);

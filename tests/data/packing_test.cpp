@@ -49,7 +49,7 @@ TEST_F(PackerTest, SplitRuleByHand) {
   PackedBatch b = packer.next();
   EXPECT_EQ(vec(b.tokens), (I64{0, 1, 2}));
   EXPECT_EQ(vec(b.cu_seqlens), (I64{0, 3}));
-  EXPECT_EQ(b.num_tokens, 3);
+  EXPECT_EQ(b.num_tokens(), 3);
   b = packer.next();
   EXPECT_EQ(vec(b.sample_ids), (I64{1}));
   b = packer.next();
@@ -178,7 +178,7 @@ TEST_F(PackerTest, MicroBatchesEndAtTheEpochBoundary) {
   EXPECT_EQ(first.sequence_lengths, (I64{3, 5, 2}));
   const PackedBatch last = packer.next();  // s3, s4 (10 tokens): s0 of epoch 1 would fit, but is not taken
   EXPECT_EQ(vec(last.sample_ids), (I64{3, 4}));
-  EXPECT_EQ(last.num_tokens, 10);
+  EXPECT_EQ(last.num_tokens(), 10);
   EXPECT_EQ(packer.position(), (DataPosition{0, 1, 0, 0}));
 
   TokenBudgetPacker huge(dataset_of({3, 5, 2, 9, 1}, false),
@@ -188,7 +188,7 @@ TEST_F(PackerTest, MicroBatchesEndAtTheEpochBoundary) {
     std::vector<int64_t> ids = vec(pass.sample_ids);
     std::sort(ids.begin(), ids.end());
     EXPECT_EQ(ids, (I64{0, 1, 2, 3, 4})) << "each micro-batch holds one pass over the data";
-    EXPECT_EQ(pass.num_tokens, 20);
+    EXPECT_EQ(pass.num_tokens(), 20);
     EXPECT_EQ(huge.position(), (DataPosition{0, epoch, 0, 0}));
   }
 }
@@ -201,13 +201,13 @@ TEST_F(PackerTest, StreamEndsAtEndEpoch) {
   uint64_t tokens = 0;
   int batches = 0;
   while (!packer.ended()) {
-    tokens += packer.next().num_tokens;
+    tokens += packer.next().num_tokens();
     ASSERT_LT(++batches, 100) << "the stream never ended";
   }
   EXPECT_EQ(tokens, 2u * 20u);
   EXPECT_EQ(packer.position(), (DataPosition{0, 2, 0, 0}));
   const PackedBatch after = packer.next();
-  EXPECT_EQ(after.num_tokens, 0);
+  EXPECT_EQ(after.num_tokens(), 0);
   EXPECT_EQ(after.num_sequences(), 0);
   EXPECT_EQ(packer.position(), (DataPosition{0, 2, 0, 0}));
 }

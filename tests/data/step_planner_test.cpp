@@ -81,7 +81,7 @@ std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, co
       EXPECT_EQ(p.global.size(), size_t(s.world * s.accum));
       EXPECT_EQ(p.micro_batches.size(), size_t(s.accum));
       for (const PackedBatch& b : p.micro_batches) {
-        tokens += b.num_tokens;
+        tokens += b.num_tokens();
         loss_targets += masked_targets(b);
       }
     }
@@ -89,8 +89,8 @@ std::vector<Range> run_steps(const std::shared_ptr<const TokenDataset>& data, co
     EXPECT_EQ(loss_targets, plans[0].global_loss_targets) << "the loss's normaliser must count the ranks' targets";
     for (int g = 0; g < s.world * s.accum; ++g) {
       const PackedBatch& b = plans[g % s.world].micro_batches[g / s.world];
-      EXPECT_EQ(uint64_t(b.num_tokens), plans[0].global[g].num_tokens);
-      EXPECT_LE(uint64_t(b.num_tokens), s.budget);
+      EXPECT_EQ(uint64_t(b.num_tokens()), plans[0].global[g].num_tokens);
+      EXPECT_LE(uint64_t(b.num_tokens()), s.budget);
       for (const Range& r : ranges_of(b)) stream.push_back(r);
     }
     position = plans[0].position_after;
@@ -173,8 +173,8 @@ TEST(StepPlanner, EndsAfterExactlyTheEpochsWithoutSpilling) {
         position = plans[0].position_after;
         for (int g = 0; g < s.world * s.accum; ++g) {
           const PackedBatch& b = plans[g % s.world].micro_batches[g / s.world];
-          if (b.num_tokens == 0) continue;
-          const uint64_t n = static_cast<uint64_t>(b.num_tokens);
+          if (b.num_tokens() == 0) continue;
+          const uint64_t n = static_cast<uint64_t>(b.num_tokens());
           EXPECT_EQ(at / dataset_tokens, (at + n - 1) / dataset_tokens) << "a micro-batch crossed an epoch boundary";
           at += n;
           for (const Range& r : ranges_of(b)) trained[r.sample] += static_cast<uint64_t>(r.end - r.begin);

@@ -9,6 +9,7 @@
 #include "topotrain/model/qwen3.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -68,7 +69,7 @@ TEST_F(ComputeWeightTest, ModelAfterAParameterUpdateComputesWhatAFreshModelDoes)
     mdl::Qwen3CausalLM model(config), fresh(config);
     model->set_compute_dtype(torch::kBFloat16);
     fresh->set_compute_dtype(torch::kBFloat16);
-    const auto batch = mdl::PackedBatch::from_documents({{1, 5, 9, 2, 7}, {3, 3, 8}});
+    const auto batch = PackedBatch::from_documents({{1, 5, 9, 2, 7}, {3, 3, 8}});
     auto loss = [&](mdl::Qwen3CausalLMImpl& m) {
       auto out = m.forward_backbone(batch);
       return mdl::lm_loss(m, out.hidden, batch).loss_sum;

@@ -12,6 +12,7 @@
 #include "topotrain/model/dflash_metrics.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -42,9 +43,9 @@ mdl::DFlashBatch tiny_batch(const mdl::DFlashConfig& c) {
   for (int64_t i = 0; i < 10; ++i) docs[0].push_back((7 * i + 3) % 60);
   for (int64_t i = 0; i < 6; ++i) docs[1].push_back((5 * i + 1) % 60);
   mdl::DFlashBatch b;
-  b.packed = mdl::PackedBatch::from_documents(docs);
-  b.loss_mask = torch::ones({16}, torch::kUInt8);
-  b.loss_mask[4] = 0;
+  b.packed = PackedBatch::from_documents(docs);
+  b.packed.loss_mask = torch::ones({16}, torch::kUInt8);
+  b.packed.loss_mask[4] = 0;
   b.taps = torch::randn({16, 2 * c.target.hidden_size});
   b.final_hidden = torch::randn({16, c.target.hidden_size});
   return b;
@@ -110,7 +111,7 @@ TEST_F(DFlashDrafterTest, WeightedCrossEntropyAndMetricsMatchTheDefinition) {
   const auto batch = tiny_batch(d->config());
   // Anchor 2: labels 3, 4 (loss mask 0), 5 -> slots 1 and 3. Anchor 7: labels 8, 9, then
   // the next document -> slots 1, 2. Anchor 11: labels 12..14 -> slots 1..3.
-  const auto blocks = mdl::blocks_at(batch.packed.cu_seqlens, batch.loss_mask, 4, {2, 7, 11});
+  const auto blocks = mdl::blocks_at(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, {2, 7, 11});
   auto out = d->forward(batch, blocks);
   const double e = std::exp(-0.5), e2 = std::exp(-1.0);
   EXPECT_NEAR(out.weight_sum, (1 + e2) + (1 + e) + (1 + e + e2), 1e-12);
@@ -136,7 +137,7 @@ TEST_F(DFlashDrafterTest, WeightedCrossEntropyAndMetricsMatchTheDefinition) {
 TEST_F(DFlashDrafterTest, KlLossAgainstTheTargetsNextTokenDistribution) {
   mdl::DFlashDrafter d(tiny_config(mdl::DFlashLoss::kl));
   const auto batch = tiny_batch(d->config());
-  const auto blocks = mdl::blocks_at(batch.packed.cu_seqlens, batch.loss_mask, 4, {0, 5, 8, 10, 13});
+  const auto blocks = mdl::blocks_at(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, {0, 5, 8, 10, 13});
   auto out = d->forward(batch, blocks);
   auto ref = reference_loss(*d, batch, blocks);
   EXPECT_NEAR(out.loss_sum.item<double>(), ref.loss_sum.item<double>(), 1e-4);
@@ -154,12 +155,13 @@ TEST_F(DFlashDrafterTest, BlocksSeeOnlyTheirDocumentsContextBeforeTheAnchorAndTh
   mdl::DFlashDrafter d(tiny_config());
   torch::NoGradGuard no_grad;
   const auto batch = tiny_batch(d->config());
-  const auto all = mdl::blocks_at(batch.packed.cu_seqlens, batch.loss_mask, 4, {2, 6, 11});
+  const auto all = mdl::blocks_at(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, {2, 6, 11});
   auto together = d->forward_blocks(batch, all);
   // Each block alone gives the same slots: blocks never see each other.
   const std::vector<int64_t> anchors{2, 6, 11};
   for (size_t i = 0; i < anchors.size(); ++i) {
-    auto alone = d->forward_blocks(batch, mdl::blocks_at(batch.packed.cu_seqlens, batch.loss_mask, 4, {anchors[i]}));
+    auto alone =
+        d->forward_blocks(batch, mdl::blocks_at(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, {anchors[i]}));
     EXPECT_LE((alone - together.narrow(0, 4 * i, 4)).abs().max().item<double>(), 1e-5) << "block " << i;
   }
   // Changing the context at and after anchor 6 of document 0, and all of document 1,
@@ -167,7 +169,7 @@ TEST_F(DFlashDrafterTest, BlocksSeeOnlyTheirDocumentsContextBeforeTheAnchorAndTh
   auto changed = batch;
   changed.taps = batch.taps.clone();
   changed.taps.narrow(0, 6, 10).normal_();
-  auto block6 = mdl::blocks_at(batch.packed.cu_seqlens, batch.loss_mask, 4, {6});
+  auto block6 = mdl::blocks_at(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, {6});
   EXPECT_LE((d->forward_blocks(changed, block6) - together.narrow(0, 4, 4)).abs().max().item<double>(), 1e-5);
   changed.taps[5].normal_();
   EXPECT_GT((d->forward_blocks(changed, block6) - together.narrow(0, 4, 4)).abs().max().item<double>(), 1e-4);
@@ -200,7 +202,7 @@ TEST_F(DFlashDrafterTest, TrainingOnAFixedBatchLowersTheLossAndRaisesTau) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(99);
   torch::optim::Adam opt(d->parameters(), torch::optim::AdamOptions(3e-3));
   auto step = [&](bool train) {
-    auto blocks = mdl::sample_anchors(batch.packed.cu_seqlens, batch.loss_mask, 4, config.max_anchors, gen);
+    auto blocks = mdl::sample_anchors(batch.packed.cu_seqlens, batch.packed.loss_mask, 4, config.max_anchors, gen);
     auto out = d->forward(batch, blocks);
     auto loss = out.loss_sum / out.weight_sum;
     if (train) {

@@ -10,6 +10,7 @@
 #include "topotrain/model/qwen3.h"
 
 namespace mdl = topotrain::model;
+using topotrain::PackedBatch;
 
 namespace {
 
@@ -96,15 +97,15 @@ TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {
     mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
     const auto docs = random_documents({5, 9, 1, 7}, model->config().vocab_size);
-    const auto packed = model->forward_backbone(mdl::PackedBatch::from_documents(docs));
+    const auto packed = model->forward_backbone(PackedBatch::from_documents(docs));
     std::vector<torch::Tensor> single;
-    for (const auto& doc : docs) single.push_back(model->forward_backbone(mdl::PackedBatch::from_documents({doc})).hidden);
+    for (const auto& doc : docs) single.push_back(model->forward_backbone(PackedBatch::from_documents({doc})).hidden);
     expect_close(packed.hidden, torch::cat(single, 0), 1e-5, name);
     // Documents of one length: the packed batch as a dense grid (what cuDNN's kernel gets on a GPU).
     const auto rows = random_documents({6, 6, 6}, model->config().vocab_size);
-    const auto per_document = model->forward_backbone(mdl::PackedBatch::from_documents(rows)).hidden;
+    const auto per_document = model->forward_backbone(PackedBatch::from_documents(rows)).hidden;
     model->force_attention_backend(mdl::AttentionBackend::dense_grid);
-    expect_close(model->forward_backbone(mdl::PackedBatch::from_documents(rows)).hidden, per_document, 1e-5,
+    expect_close(model->forward_backbone(PackedBatch::from_documents(rows)).hidden, per_document, 1e-5,
                  std::string(name) + " as a grid");
     model->force_attention_backend(std::nullopt);
   }
@@ -115,7 +116,7 @@ TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
 TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {
     mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
-    const auto batch = mdl::PackedBatch::from_documents(random_documents({5, 3}, 512));
+    const auto batch = PackedBatch::from_documents(random_documents({5, 3}, 512));
     const auto context = model->layer_context(batch);
     const int64_t last = model->config().num_hidden_layers - 1;  // an MoE layer in tiny-moe
     auto& layer = *model->layer(last);
@@ -136,7 +137,7 @@ TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
 
 TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
   mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
-  const auto batch = mdl::PackedBatch::from_documents(random_documents({6, 4}, 512));
+  const auto batch = PackedBatch::from_documents(random_documents({6, 4}, 512));
   const auto out = model->forward_backbone(batch, {2, 0});
   ASSERT_EQ(out.taps.size(), 2u);
 
@@ -157,7 +158,7 @@ TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
 TEST_F(ModelTest, LogitsAtEqualsFullLogitsAtThoseRows) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {  // tied and untied lm_head
     mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
-    const auto out = model->forward_backbone(mdl::PackedBatch::from_documents(random_documents({8, 5}, 512)));
+    const auto out = model->forward_backbone(PackedBatch::from_documents(random_documents({8, 5}, 512)));
     const auto& weight = model->config().tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight;
     const auto full = torch::matmul(out.hidden, weight.t());
     const auto rows = torch::tensor({0, 3, 12, 7}, torch::kInt64);
@@ -187,7 +188,7 @@ TEST_F(ModelTest, ChunkedCrossEntropyEqualsNaive) {
 TEST_F(ModelTest, LmLossPredictsNextTokenWithinDocumentsOnly) {
   mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
   const auto docs = random_documents({4, 1, 6}, 512);
-  const auto batch = mdl::PackedBatch::from_documents(docs);
+  const auto batch = PackedBatch::from_documents(docs);
   const auto out = model->forward_backbone(batch);
   const auto loss = mdl::lm_loss(*model, out.hidden, batch, /*chunk_rows=*/2);
   EXPECT_EQ(loss.num_targets, 3 + 0 + 5);
@@ -210,7 +211,7 @@ TEST_F(ModelTest, LmLossPredictsNextTokenWithinDocumentsOnly) {
 TEST_F(ModelTest, LmLossTrainsOnlyTargetsWithLossMaskOne) {
   mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   const auto docs = random_documents({5, 2, 7}, 512);
-  auto batch = mdl::PackedBatch::from_documents(docs);
+  auto batch = PackedBatch::from_documents(docs);
   // 1 on every other token; a document's first token (mask 1 in the second document) is
   // no target of anything.
   batch.loss_mask = (torch::arange(batch.num_tokens()) % 2).to(torch::kUInt8);
@@ -305,7 +306,7 @@ TEST_F(ModelTest, LoadBalancingLossMatchesHandComputedCase) {
 
 TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
   mdl::Qwen3CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
-  const auto batch = mdl::PackedBatch::from_documents(random_documents({10, 6}, 512));
+  const auto batch = PackedBatch::from_documents(random_documents({10, 6}, 512));
   const auto aux = moe->forward_backbone(batch).aux_loss;
   // Perfectly balanced routing gives exactly top_k = 2 (E * sum_e (k/E) * (1/E)); random
   // routing of a freshly initialised router stays near it.
@@ -317,15 +318,15 @@ TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
 }
 
 TEST_F(ModelTest, BadPackedBatchIsRefused) {
-  auto batch = mdl::PackedBatch::from_documents({{1, 2, 3}, {4, 5}});
-  EXPECT_EQ(batch.document_lengths, (std::vector<int64_t>{3, 2}));
+  auto batch = PackedBatch::from_documents({{1, 2, 3}, {4, 5}});
+  EXPECT_EQ(batch.sequence_lengths, (std::vector<int64_t>{3, 2}));
   EXPECT_NO_THROW(batch.check());
   auto wrong_lengths = batch;
-  wrong_lengths.document_lengths = {2, 3};  // right sum and longest, wrong order
+  wrong_lengths.sequence_lengths = {2, 3};  // right sum and longest, wrong order
   EXPECT_THROW(wrong_lengths.check(), std::invalid_argument);
-  wrong_lengths.document_lengths = {5};
+  wrong_lengths.sequence_lengths = {5};
   EXPECT_THROW(wrong_lengths.check(), std::invalid_argument);
   batch.max_seqlen = 2;
   EXPECT_THROW(batch.check(), std::invalid_argument);
-  EXPECT_THROW(mdl::PackedBatch::from_documents({{1}, {}}), std::invalid_argument);
+  EXPECT_THROW(PackedBatch::from_documents({{1}, {}}), std::invalid_argument);
 }

@@ -50,17 +50,17 @@ model::ModelConfig device_bound_config() {
   return c;
 }
 
-model::PackedBatch random_batch(const model::ModelConfig& config, int documents, std::int64_t length) {
+PackedBatch random_batch(const model::ModelConfig& config, int documents, std::int64_t length) {
   const torch::Tensor tokens = torch::randint(config.vocab_size, {documents, length}, torch::kInt64).contiguous();
   std::vector<std::vector<std::int64_t>> docs;
   for (int d = 0; d < documents; ++d) {
     const std::int64_t* row = tokens[d].data_ptr<std::int64_t>();
     docs.emplace_back(row, row + length);
   }
-  return model::PackedBatch::from_documents(docs).to(kGpu);
+  return PackedBatch::from_documents(docs).to(kGpu);
 }
 
-void train_step(model::Qwen3CausalLMImpl& net, AdamW& optimizer, const model::PackedBatch& batch, PhaseTimer& timer) {
+void train_step(model::Qwen3CausalLMImpl& net, AdamW& optimizer, const PackedBatch& batch, PhaseTimer& timer) {
   torch::Tensor loss;
   {
     auto t = timer.scope(Phase::forward, compute_stream());
@@ -93,7 +93,7 @@ TEST(PhaseTimerGpu, PhasesOfAProfiledStepAgreeWithTheProfilersKernelTotals) {
   net->set_compute_dtype(torch::kBFloat16);
   const NamedParameters parameters = named_parameters_of(*net);
   AdamW optimizer(parameters, AdamWConfig{});
-  const model::PackedBatch batch = random_batch(config, 8, 2048);
+  const PackedBatch batch = random_batch(config, 8, 2048);
   const std::string dir = make_temp_directory("phase_timer_gpu");
   const std::int64_t profiled_step = 3;  // after two warm-up steps
   StepProfile profile(profiled_step, dir, 0, kGpu);

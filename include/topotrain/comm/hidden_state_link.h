@@ -1,9 +1,9 @@
 // The hidden-state link: target ranks stream packed batches of captured hidden states
 // to a drafter rank (fan-in N -> 1), with back-pressure and a clean end of stream.
 //
-// A batch is a small header (cu_seqlens, token ids, loss mask, positions, sample ids),
-// which always travels over MPI, and one payload tensor [tokens, taps * hidden] (bf16;
-// fp32 allowed on CPU), which travels by the link's transport:
+// A batch is a small header, every tensor field of its PackedBatch (kPackedBatchFields, in
+// their dtypes), which always travels over MPI, and one payload tensor [tokens, taps * hidden]
+// (bf16; fp32 allowed on CPU), which travels by the link's transport:
 //   mpi   host-staged through MPI (CPU runs; works everywhere)
 //   nccl  ncclSend/ncclRecv over one 2-rank communicator per (target, drafter) pair
 //   ipc   same node: each sender owns a ring of cudaMalloc'd slots that the receiver
@@ -48,24 +48,22 @@
 #include <thread>
 #include <vector>
 
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/core/topology.h"
 
 namespace topotrain::comm {
 
 struct PackedHiddenBatch {
-  at::Tensor cu_seqlens;  // int32 [sequences + 1]: 0, end of sequence 0, ..., tokens
-  at::Tensor token_ids;   // int32 [tokens]
-  at::Tensor loss_mask;   // uint8 [tokens]
-  at::Tensor positions;   // int32 [tokens]
-  at::Tensor sample_ids;  // int64 [sequences]: the dataset index of each sequence
-  at::Tensor hidden;      // bf16 (fp32 on CPU) [tokens, taps * hidden], on the rank's device
+  // Every tensor field set, loss_mask and sample_ids included; the sender's may live anywhere,
+  // the receiver's arrive on the CPU with their host fields summarized (PackedBatch::summarize).
+  PackedBatch packed;
+  at::Tensor hidden;  // bf16 (fp32 on CPU) [tokens, taps * hidden], on the rank's device
   // int64 [n] or undefined: the sender's own bookkeeping (dflash_train: where the sender's
   // data stream stands after this batch), delivered with the batch and never interpreted.
   at::Tensor cursor;
   int sender = -1;  // set by the receiver: the sending rank, in the communicator the link was built over
 
   std::int64_t tokens() const { return hidden.size(0); }
-  std::int64_t sequences() const { return sample_ids.numel(); }
 };
 
 // The ranks of one link, as ranks of the communicator the endpoints are built over.

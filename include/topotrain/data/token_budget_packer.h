@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "topotrain/data/data_position.h"
-#include "topotrain/data/packed_batch.h"
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/data/token_dataset.h"
 
 namespace topotrain::data {

@@ -18,11 +18,11 @@
 
 #include <torch/torch.h>
 
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_attention.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/model/layers.h"
-#include "topotrain/model/packed_batch.h"
 #include "topotrain/model/qwen3.h"
 
 namespace topotrain::model {
@@ -32,8 +32,7 @@ namespace topotrain::model {
 // A link that moves one tensor per batch can send [T, (taps + 1) * H] (the taps, then the
 // final hidden state) and hand `taps` and `final_hidden` as narrow() views of it.
 struct DFlashBatch {
-  PackedBatch packed;        // tokens, positions (restarting at 0 per document), cu_seqlens
-  torch::Tensor loss_mask;   // [T] bool or integer; 1 = a token the drafter learns (anchors only there)
+  PackedBatch packed;        // loss_mask 1 = a token the drafter learns (anchors only there)
   torch::Tensor taps;        // [T, taps * H]: outputs of the tap layers, concatenated in tap order
   torch::Tensor final_hidden;  // [T, H]: the target's last hidden state after its final norm;
                                // needed only by DFlashLoss::kl (may stay undefined otherwise)

@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/model/packed_batch.h"
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/qwen3.h"
 
 namespace topotrain::model {

@@ -11,11 +11,11 @@
 
 #include <torch/torch.h>
 
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/attention.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/layers.h"
 #include "topotrain/model/moe.h"
-#include "topotrain/model/packed_batch.h"
 #include "topotrain/model/rms_norm.h"
 
 namespace topotrain::model {

@@ -18,7 +18,6 @@
 #include "topotrain/data/step_planner.h"
 #include "topotrain/data/token_dataset.h"
 #include "topotrain/model/config.h"
-#include "topotrain/model/packed_batch.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
@@ -122,8 +121,5 @@ std::unique_ptr<data::Prefetcher> make_step_prefetcher(std::shared_ptr<const dat
 // data::mean_attention_context of the dataset as make_step_prefetcher's packer cuts it
 // (token_budget, data.long_samples): the context length attention's FLOPs per token go by.
 double attention_context(const DataConfig& config, const data::TokenDataset& dataset, std::int64_t token_budget);
-
-// The model's view of a packed micro-batch, on `device`.
-model::PackedBatch to_model_batch(const data::PackedBatch& batch, const torch::Device& device);
 
 }  // namespace topotrain

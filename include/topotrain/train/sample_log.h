@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "topotrain/data/packed_batch.h"
+#include "topotrain/batch/packed_batch.h"
 
 namespace topotrain {
 
@@ -18,10 +18,7 @@ class SampleLog {
   SampleLog(const SampleLog&) = delete;
   SampleLog& operator=(const SampleLog&) = delete;
 
-  void record(const data::PackedBatch& batch);
-  // The same from a packed batch's parts: int sample ids [sequences], cu_seqlens
-  // [sequences + 1] and per-token positions.
-  void record(const at::Tensor& sample_ids, const at::Tensor& cu_seqlens, const at::Tensor& positions);
+  void record(const PackedBatch& batch);
 
  private:
   std::FILE* file_ = nullptr;
