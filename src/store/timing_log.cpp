@@ -244,6 +244,7 @@ void TimingLog::collect_finished() {
                                    extras, " extra fields"));
     step_rows_.insert(step_rows_.end(), {double(record.step), double(rank_), record.start, record.wall});
     step_rows_.insert(step_rows_.end(), record.phase_seconds.begin(), record.phase_seconds.end());
+    for (std::size_t p = 0; p < kPhaseCount; ++p) phase_totals_[p] += record.phase_seconds[p];
     step_rows_.insert(step_rows_.end(), {record.other_seconds(), m.tokens, m.loss, m.lr, m.grad_norm,
                                          m.peak_memory_bytes, m.queue_depth, m.collectives, m.flops,
                                          record.overlap_seconds, record.comm_overlap_seconds});

@@ -4,10 +4,6 @@
 
 namespace topotrain {
 
-double seconds_since(PipelineClock::time_point start) {
-  return std::chrono::duration<double>(PipelineClock::now() - start).count();
-}
-
 comm::LinkConfig link_config(const Topology& topology, const Device& device) {
   comm::LinkConfig link;
   link.transport = topology.links.hidden_states;

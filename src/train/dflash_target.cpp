@@ -15,6 +15,7 @@
 #include "topotrain/train/sample_log.h"
 #include "topotrain/train/step_profile.h"
 #include "topotrain/train/stream_cursor.h"
+#include "topotrain/train/training_session.h"
 
 namespace topotrain {
 namespace {
@@ -45,7 +46,6 @@ class Target {
   SampleLog sample_log_;  // what this target sent
   StepProfile profile_;
   Runtime::Outcome outcome_;
-  double forward_seconds_ = 0, blocked_seconds_ = 0;
   std::int64_t sent_ = 0, tokens_ = 0;
 };
 
@@ -99,13 +99,10 @@ void Target::send_stream(const StreamStart& start) {
     const PackedBatch& batch = packed.packed;
     try {
       fault_inject_out_of_memory(rank_, sent_ + 1);
-      auto t = timer.scope(Phase::forward);
-      const auto started = PipelineClock::now();
+      auto t = phase_scope(timer, Phase::forward, device_);
       model::BackboneOutput out = target_->forward_backbone(batch, taps_);
       if (send_final_hidden_) out.taps.push_back(out.hidden);
       packed.hidden = torch::cat(out.taps, -1).contiguous();
-      compat::synchronize(device_);  // phases are CPU-timed: end this one with its kernels
-      forward_seconds_ += seconds_since(started);
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
       log_warn(cat("out of memory in the forward of batch ", sent_ + 1, ": ", first_line(e.what())));
@@ -120,9 +117,7 @@ void Target::send_stream(const StreamStart& start) {
     packed.cursor = encode_cursor({stream_.index, plan.position_after});
     {
       auto t = timer.scope(Phase::queue_wait);  // blocks while the drafter's queue is full
-      const auto started = PipelineClock::now();
       sender.send(packed);
-      blocked_seconds_ += seconds_since(started);
     }
     sample_log_.record(batch);
     ++sent_;
@@ -137,11 +132,11 @@ Runtime::Outcome Target::run() {
     send_stream(*start_);
     start_ = receive_stream_start(topology_, rank_);
   }
-  const double busy = forward_seconds_ + blocked_seconds_;
+  timings_->flush();  // every step's times known: the forward's device time on a GPU
+  const double forward = timings_->phase_total(Phase::forward), blocked = timings_->phase_total(Phase::queue_wait);
   log_info_here(cat("target stream ", stream_.index, " done: ", sent_, " batches, ", tokens_, " tokens, ",
-                    tokens_ / std::max(forward_seconds_, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
-                    static_cast<int>(100 * blocked_seconds_ / std::max(busy, 1e-9)), "%"));
-  timings_->flush();
+                    tokens_ / std::max(forward, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
+                    static_cast<int>(100 * blocked / std::max(forward + blocked, 1e-9)), "%"));
   return outcome_;
 }
 

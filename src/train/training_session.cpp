@@ -23,6 +23,16 @@ bool is_device_work(Phase phase) {
 
 }  // namespace
 
+PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda() && is_device_work(phase)) return timer.scope(phase, compat::current_stream(device));
+#else
+  (void)device;
+  (void)is_device_work;
+#endif
+  return timer.scope(phase);
+}
+
 TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
     : context_(context),
       config_(context.config),
@@ -66,14 +76,7 @@ void TrainingSession::start(TimingLogConfig timing) {
   timings_ = std::make_unique<TimingLog>(config_.run_dir, runtime_.world(), runtime_.role(), std::move(timing));
 }
 
-PhaseTimer::Scope TrainingSession::scope(Phase phase) {
-#ifdef TOPOTRAIN_CUDA
-  if (device_.is_cuda() && is_device_work(phase)) return timer().scope(phase, compat::current_stream(device_));
-#else
-  (void)is_device_work;
-#endif
-  return timer().scope(phase);
-}
+PhaseTimer::Scope TrainingSession::scope(Phase phase) { return phase_scope(timer(), phase, device_); }
 
 void TrainingSession::begin_step() {
   const std::int64_t step = state_.step + 1;

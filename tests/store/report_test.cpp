@@ -33,26 +33,41 @@ std::map<std::string, double> synthetic_row(int rank, int step) {
 // Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
 double unset(const std::string& field) { return field == "queue_depth" || field == "loss" ? StepMetrics::kUnset : 0; }
 
+// An empty timings.h5 with the layout of timings_file.h, written directly, independent of
+// TimingLog: its attributes and tables, which the writers below fill.
+H5Handle create_timings_file(const std::string& path, std::int64_t world_size, const std::string& roles) {
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
+  write_attribute(file, "format", std::string("topotrain-timings"));
+  write_attribute(file, "world_size", world_size);
+  write_attribute(file, "roles", roles);
+  return file;
+}
+
+struct TimingsTables {
+  TimingsTables(const std::string& path, std::int64_t world_size, const std::string& roles)
+      : file(create_timings_file(path, world_size, roles)),
+        ranks(file, "ranks", rank_fields()),
+        steps(file, "steps", step_fields({})),
+        spans(file, "spans", span_fields()),
+        nvml(file, "nvml", nvml_fields()) {
+    std::string phases;
+    for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
+    write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
+  }
+  H5Handle file;
+  H5Table ranks, steps, spans, nvml;
+};
+
 // Written with the layout of timings_file.h directly, independent of TimingLog.
 // `phantom_rows`: each rank also ends with a row that trained nothing (no tokens, no
 // compute; the drafter waited on its queue), as older dflash builds wrote.
 std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
   const std::string path = join_path(dir, kTimingsFileName);
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
-  write_attribute(file, "format", std::string("topotrain-timings"));
-  write_attribute(file, "world_size", std::int64_t{3});
-  write_attribute(file, "roles", std::string("target,target,drafter"));
-  H5Table ranks(file, "ranks", rank_fields());
+  TimingsTables t(path, 3, "target,target,drafter");
   // Targets record each step's FLOPs, the drafter FLOPs per token.
-  ranks.append({0, 0, 1e12, -1, 1, 0, 1e12, -1, 2, 6e9, 1e12, -1});
+  t.ranks.append({0, 0, 1e12, -1, 1, 0, 1e12, -1, 2, 6e9, 1e12, -1});
   const auto fields = step_fields({});
-  H5Table steps(file, "steps", fields);
-  H5Table spans(file, "spans", span_fields());
-  std::string phases;
-  for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
-  write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
-  H5Table nvml(file, "nvml", nvml_fields());
-  nvml.append({2, 0.05, 97, 40, 1e9, 300, 1980});
+  t.nvml.append({2, 0.05, 97, 40, 1e9, 300, 1980});
   std::vector<double> rows, span_rows;
   for (int step = kSteps - 1; step >= 0; --step) {  // out of order, as gathers may deliver them
     for (int rank = 0; rank < 3; ++rank) {
@@ -78,8 +93,8 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
         rows.push_back(values.count(field) ? values[field] : unset(field));
     }
   }
-  steps.append(rows);
-  spans.append(span_rows);
+  t.steps.append(rows);
+  t.spans.append(span_rows);
   return path;
 }
 
@@ -236,19 +251,9 @@ namespace {
 // how much of the all-reduce it hid).
 std::string write_overlapping(const std::string& dir, bool device_spans) {
   const std::string path = join_path(dir, kTimingsFileName);
-  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
-  write_attribute(file, "format", std::string("topotrain-timings"));
-  write_attribute(file, "world_size", std::int64_t{1});
-  write_attribute(file, "roles", std::string("trainer"));
-  H5Table ranks(file, "ranks", rank_fields());
-  ranks.append({0, 0, 0, 0});
+  TimingsTables t(path, 1, "trainer");
+  t.ranks.append({0, 0, 0, 0});
   const auto fields = step_fields({});
-  H5Table steps(file, "steps", fields);
-  H5Table spans(file, "spans", span_fields());
-  std::string phases;
-  for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
-  write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
-  H5Table nvml(file, "nvml", nvml_fields());
   std::vector<double> rows, span_rows;
   for (int step = 0; step < kSteps; ++step) {
     std::map<std::string, double> values = {
@@ -260,8 +265,8 @@ std::string write_overlapping(const std::string& dir, bool device_spans) {
                      {0, double(step), double(int(Phase::backward)), 0.1 * step + 0.03, 0.05, device_spans ? 1.0 : 0.0});
     span_rows.insert(span_rows.end(), {0, double(step), double(int(Phase::comm_wait)), 0.1 * step + 0.065, 0.02, 1});
   }
-  steps.append(rows);
-  spans.append(span_rows);
+  t.steps.append(rows);
+  t.spans.append(span_rows);
   return path;
 }
 

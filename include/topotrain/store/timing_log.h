@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,10 @@ class TimingLog {
   void flush_local();
 
   const std::string& path() const { return path_; }  // the published timings.h5
+  // This rank's seconds of `phase` over the steps whose times are known (all of them after
+  // flush()): device time where the phase was timed on the device. What a rank's own end
+  // line reports, without timing anything twice.
+  double phase_total(Phase phase) const { return phase_totals_[static_cast<std::size_t>(phase)]; }
 
  private:
   struct File;
@@ -77,6 +82,7 @@ class TimingLog {
   std::unique_ptr<NvmlSampler> sampler_;
   std::unique_ptr<File> file_;  // rank 0 only
   std::int64_t steps_ = 0;
+  std::array<double, kPhaseCount> phase_totals_{};
   int finished_ranks_ = 0;  // rank 0, in flush(): ranks whose last shipment arrived
   // Local rows not yet gathered, row-major in the layout's field order.
   std::vector<double> step_rows_;

@@ -5,7 +5,6 @@
 
 #include <torch/torch.h>
 
-#include <chrono>
 
 #include "topotrain/comm/hidden_state_link.h"
 #include "topotrain/train/run_config.h"
@@ -13,9 +12,6 @@
 #include "topotrain/store/timing_log.h"
 
 namespace topotrain {
-
-using PipelineClock = std::chrono::steady_clock;
-double seconds_since(PipelineClock::time_point start);
 
 // [links] of the topology, for this rank's `device`.
 comm::LinkConfig link_config(const Topology& topology, const Device& device);

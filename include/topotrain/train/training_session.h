@@ -64,6 +64,10 @@
 
 namespace topotrain {
 
+// A phase of `timer`'s open step on `device`, timed by the policy above (also for the
+// pipeline's targets, which train nothing and have no session).
+[[nodiscard]] PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device);
+
 struct SessionSpec {
   NamedParameters parameters;  // on the session's device, identical in shape on every rank
   // What checkpoints are of: a Qwen3 model (its config is stored) or a named model.
