@@ -78,16 +78,6 @@ std::vector<int> Topology::targets_of(int drafter_rank) const {
   return targets;
 }
 
-const JobSpec& moe_job() {
-  static const JobSpec job{"moe_train", {"trainer"}, {"trainer"}};
-  return job;
-}
-
-const JobSpec& dflash_job() {
-  static const JobSpec job{"dflash_train", {"target", "drafter"}, {"target", "drafter"}};
-  return job;
-}
-
 void validate_topology(const Topology& topology, const JobSpec& job) {
   const std::string& file = topology.source;
   std::map<int, std::string> owner;  // rank -> role that lists it

@@ -7,7 +7,6 @@
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
-#include "topotrain/store/timings_file.h"
 
 namespace topotrain {
 

@@ -12,6 +12,11 @@
 #include "topotrain/train/run_setup.h"
 
 namespace topotrain {
+const JobSpec& dflash_job() {
+  static const JobSpec job{"dflash_train", {"target", "drafter"}, {"target", "drafter"}};
+  return job;
+}
+
 void check_dflash_inputs(const RunFile& run, const RunConfig& config) {
   // A target keeps at least the taps it sends (and the final hidden state for the KL loss).
   check_run_inputs(run, config, config.model, static_cast<std::int64_t>(config.dflash->resolved_taps().size()) + 1);

@@ -32,7 +32,6 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
                               const JobInputCheck& check_inputs, RunFile& run, RunConfig& config) {
   run = load_run(options.topology_path, options.config_paths, options.overrides);
   run.settings.check_read_by(job.name);
-  config = read_run_config(run, job.name);
   validate_topology(run.topology, job);
   validate_world(run.topology, runtime.world_size());
   std::string device_warning;
@@ -42,6 +41,8 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
     if (!options.dry_run) throw;
     device_warning = e.what();
   }
+  // After the topology's checks: a job's settings are read against the roles it runs.
+  config = read_run_config(run, job.name);
   check_inputs(run, config);
   return device_warning;
 }

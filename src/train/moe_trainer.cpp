@@ -77,6 +77,11 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
 
 }  // namespace
 
+const JobSpec& moe_job() {
+  static const JobSpec job{"moe_train", {"trainer"}, {"trainer"}};
+  return job;
+}
+
 void check_moe_inputs(const RunFile& run, const RunConfig& config) {
   // Autograd keeps at least each layer's input to attention and to the MLP for backward.
   check_run_inputs(run, config, config.model, 2 * config.model.num_hidden_layers);

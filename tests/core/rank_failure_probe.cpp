@@ -6,6 +6,7 @@
 
 #include "topotrain/core/topology.h"
 #include "topotrain/train/job.h"
+#include "topotrain/train/moe_trainer.h"
 
 int main(int argc, char** argv) {
   using namespace topotrain;

@@ -6,6 +6,7 @@
 #include "topotrain/core/run_file.h"
 #include "topotrain/core/runtime.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/train/dflash_trainer.h"
 
 using namespace topotrain;
 

@@ -6,6 +6,8 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/run_file.h"
 #include "topotrain/core/topology.h"
+#include "topotrain/train/dflash_trainer.h"
+#include "topotrain/train/moe_trainer.h"
 
 using namespace topotrain;
 

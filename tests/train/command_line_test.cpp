@@ -8,6 +8,8 @@
 #include "topotrain/core/settings.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/train/job.h"
+#include "topotrain/train/dflash_trainer.h"
+#include "topotrain/train/moe_trainer.h"
 
 using namespace topotrain;
 

@@ -74,9 +74,6 @@ struct JobSpec {
   std::vector<std::string> required;
 };
 
-const JobSpec& moe_job();
-const JobSpec& dflash_job();
-
 // Checks that do not depend on the machine: every rank in exactly one role, known roles,
 // required roles present, routes to drafter ranks, sizes consistent. Throws ConfigError
 // naming the file, the key and the fix.

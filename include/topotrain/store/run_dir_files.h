@@ -1,5 +1,5 @@
-// Names of checkpoint files inside a run directory and the atomic file operations the
-// writer and reader share.
+// Names of the files inside a run directory (checkpoints, timings.h5) and the atomic file
+// operations the checkpoint writer and reader share.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <vector>
 
 namespace topotrain {
+
+constexpr const char* kTimingsFileName = "timings.h5";  // the run's step timings (timings_file.h)
 
 // The step of "step-00000100.h5" (exactly that pattern), or nothing.
 std::optional<std::int64_t> checkpoint_step(const std::string& file_name);

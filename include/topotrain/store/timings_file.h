@@ -40,10 +40,10 @@
 #include <vector>
 
 #include "topotrain/store/h5_io.h"
+#include "topotrain/store/run_dir_files.h"
 
 namespace topotrain {
 
-constexpr const char* kTimingsFileName = "timings.h5";
 constexpr const char* kTimingsLaunchesGroup = "launches";
 constexpr const char* kTimingsLiveSuffix = ".live";  // the file being written: timings.h5.live
 

@@ -41,6 +41,9 @@
 
 namespace topotrain {
 
+// dflash_train's roles: targets and the drafters they feed, both required.
+const JobSpec& dflash_job();
+
 // The dataset's header against the target, the token budget against memory (JobInputCheck).
 void check_dflash_inputs(const RunFile& run, const RunConfig& config);
 void train_dflash(JobContext& context);

@@ -14,6 +14,9 @@
 
 namespace topotrain {
 
+// moe_train's roles: every rank a data-parallel trainer.
+const JobSpec& moe_job();
+
 // The dataset's header against the model, the token budget against memory (JobInputCheck).
 void check_moe_inputs(const RunFile& run, const RunConfig& config);
 void train_moe(JobContext& context);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Before/after on one GPU, same sitting: builds this tree (into /root/build-gpu) and an older
+# one (OLD_TREE, default .old: a source tree made by `git archive REV | tar -x -C .old`; into
+# /root/build-old) side by side, runs the GPU tests of this tree (SKIP_GPU_TESTS=1 leaves them
+# out), then moe_train (moe-500m, 16K-token
+# micro-batches, 40 steps; idealised twice, then defaults) and dflash_train (1t1d on one GPU
+# over CUDA IPC, qwen3-0.6b target, 30 steps) from both builds, interleaved. Logs and the
+# new build's report go to $OUT.
+#   OUT=/tmp/compare bash bench/compare/before_after.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-$(mktemp -d)}
+start=$SECONDS
+export BUILD_TYPE=Release
+( BUILD_DIR=/root/build-gpu launch/build.sh >"$OUT/build-new.log" 2>&1; echo "new rc=$?" >> "$OUT/build-rc.txt" ) &
+( ln -sfn "$PWD/.deps" "${OLD_TREE:-.old}/.deps"; cd "${OLD_TREE:-.old}" && BUILD_DIR=/root/build-old launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF >"$OUT/build-old.log" 2>&1; echo "old rc=$?" >> "$OUT/build-rc.txt" ) &
+wait
+cat "$OUT/build-rc.txt"; echo "built at $((SECONDS - start)) s"
+grep -E "warning:" "$OUT/build-new.log" | grep -v "^/usr" | head -10
+grep -q "new rc=0" "$OUT/build-rc.txt" || { tail -40 "$OUT/build-new.log"; exit 1; }
+ln -sfn /root/build-gpu /root/build-new
+source launch/env.sh
+[[ -n ${SKIP_GPU_TESTS:-} ]] || (cd /root/build-gpu && timeout 150 ctest --output-on-failure -L gpu > "$OUT/gpu-ctest.log" 2>&1; tail -12 "$OUT/gpu-ctest.log")
+echo "gpu tests done at $((SECONDS - start)) s"
+work=$(mktemp -d)
+python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 2000000 --mean-len 2048 >/dev/null
+printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = [0]\n' > "$work/one.toml"
+moe() {  # moe TREE NAME [--set ...]
+  local tree=$1 name=$2; shift 2
+  timeout 120 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH /root/build-$tree/bin/moe_train "$work/one.toml" \
+    --set model.preset=moe-500m --set data.path="$work/docs.h5" --set train.token_budget=16384 --set train.max_steps=40 \
+    --set log.every=10 --set checkpoint.dir="$work" --set checkpoint.run="$name" "$@" > "$OUT/moe-$name.log" 2>&1
+  echo "moe $name rc=$? $(grep -E 'step +40 ' "$OUT/moe-$name.log" | sed 's/.*\] //' | cut -c1-150)"
+}
+for round in 1 2; do
+  for tree in old new; do
+    moe $tree "$tree-ideal-$round" --set checkpoint.every_steps=-1
+  done
+done
+for tree in old new; do moe $tree "$tree-defaults" ; done
+/root/build-gpu/bin/topotrain-report "$work/new-ideal-2" > "$OUT/report-new-ideal.txt" 2>&1; head -40 "$OUT/report-new-ideal.txt"
+echo "moe done at $((SECONDS - start)) s"
+sed -e 's/^devices = \[1\]/devices = [0]/' -e 's/^hidden_states = .*/hidden_states = "ipc"/' topology/1t1d.toml > "$work/one-ipc.toml"
+for tree in old new old new; do
+  [[ $((SECONDS - start)) -gt 500 ]] && { echo "time up before dflash $tree"; break; }
+  timeout 100 mpirun --allow-run-as-root --bind-to none -np 2 -x LD_LIBRARY_PATH /root/build-$tree/bin/dflash_train "$work/one-ipc.toml" \
+    --set model.preset=qwen3-0.6b --set data.path="$work/docs.h5" --set train.max_steps=30 --set log.every=10 \
+    --set checkpoint.every_steps=-1 --set checkpoint.dir="$work" --set checkpoint.run="dflash-$tree-$SECONDS" > "$OUT/dflash-$tree.log" 2>&1
+  echo "dflash $tree rc=$? $(grep -E 'drafter\] step +30 ' "$OUT/dflash-$tree.log" | sed 's/.*\] //' | cut -c1-160)"
+  grep -E "target stream .* done" "$OUT/dflash-$tree.log" | sed 's/.*\] //'
+done
+echo "all done at $((SECONDS - start)) s"
