@@ -192,6 +192,8 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
 }
 
 void Drafting::open_link() {
+  // The targets take their old link down before they build the new one: so does this end.
+  receiver_.reset();
   receiver_ = std::make_unique<comm::HiddenStateReceiver>(MPI_COMM_WORLD, comm::LinkEnds{me_, topology_.targets_of(me_)},
                                                           link_config(topology_, context_.runtime.device()));
   receiver_->set_wait_check(

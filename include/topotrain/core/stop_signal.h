@@ -1,8 +1,9 @@
 // SIGUSR1, SIGINT and SIGTERM as a request for an orderly stop. The handler only sets a
-// flag; the trainer polls it at step boundaries and agrees on it across ranks (moe_train
-// folds it into its per-step agreement all-reduce; Runtime::agree_stop is the stand-alone
-// form) so that every rank stops after the same step, checkpoints, and exits 0. A second signal
-// while the stop is pending ends the process at once.
+// flag; the trainer polls it at step boundaries and agrees on it across ranks (the training
+// session folds it into its per-step agreement, dflash's drafters into their step's go;
+// Runtime::agree_stop is the stand-alone form) so that every rank stops after the same
+// step, checkpoints, and exits 0. A second signal while the stop is pending ends the
+// process at once.
 //
 // Under Open MPI's mpirun, SIGUSR1 is the one to use (`kill -USR1 <mpirun pid>`): mpirun
 // forwards it to every rank. A Ctrl-C or SIGTERM to mpirun itself makes mpirun kill the
