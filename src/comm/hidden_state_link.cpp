@@ -13,6 +13,7 @@
 #include "mpi_types.h"
 #include "payload_channel.h"
 #include "topotrain/core/error.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/fault_injection.h"
 
 namespace topotrain::comm {
@@ -143,6 +144,15 @@ void HiddenStateSender::close(const std::string& reason) {
   mpi_check(MPI_Send(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kControlTag, link_),
             "MPI_Send (hidden-state close)");
   payload_->drain();
+  // The receiver sends every sender one stop (asked for, or answering its close): taking it
+  // here leaves no message of this link unreceived, which a later link between the same
+  // ranks (a restarted stream) could otherwise match once MPI reuses the communicator's id.
+  if (!stop_requested_) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    mpi_check(MPI_Irecv(nullptr, 0, MPI_BYTE, 0, kStopTag, link_, &request), "MPI_Irecv (hidden-state stop)");
+    wait_request(&request, "MPI_Irecv (hidden-state stop)");
+    stop_requested_ = true;
+  }
 }
 
 bool HiddenStateSender::stop_requested() {
@@ -176,6 +186,7 @@ HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, co
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;
   in_flight_.assign(ends.senders.size() + 1, false);
+  stop_sent_.assign(ends.senders.size() + 1, false);
   incoming_.resize(ends.senders.size() + 1);
   open_count_ = static_cast<int>(ends.senders.size());
   senders_ = ends.senders;
@@ -203,11 +214,17 @@ std::size_t HiddenStateReceiver::queue_size() const {
 }
 
 void HiddenStateReceiver::request_stop() {
-  if (stop_sent_) return;
-  stop_sent_ = true;
-  // Zero-byte messages go out eagerly; a sender that closed first never reads its copy.
-  for (int link_rank = 1; link_rank <= static_cast<int>(senders_.size()); ++link_rank)
-    mpi_check(MPI_Send(nullptr, 0, MPI_BYTE, link_rank, kStopTag, link_), "MPI_Send (hidden-state stop)");
+  for (int link_rank = 1; link_rank <= static_cast<int>(senders_.size()); ++link_rank) send_stop(link_rank);
+}
+
+void HiddenStateReceiver::send_stop(int link_rank) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_sent_[link_rank]) return;
+    stop_sent_[link_rank] = true;
+  }
+  // Zero-byte messages go out eagerly: this never waits for the sender.
+  mpi_check(MPI_Send(nullptr, 0, MPI_BYTE, link_rank, kStopTag, link_), "MPI_Send (hidden-state stop)");
 }
 
 std::string HiddenStateReceiver::early_close_reason() const {
@@ -296,14 +313,21 @@ bool HiddenStateReceiver::handle_frame(int tag, int source) {
       break;
     }
     case FrameKind::close: {
-      std::lock_guard<std::mutex> lock(mutex_);
-      open_[sender] = false;
-      --open_count_;
-      finished_ = all_drained();
-      if (early_close_reason_.empty()) early_close_reason_ = frame.extra;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        open_[sender] = false;
+        --open_count_;
+        finished_ = all_drained();
+        if (early_close_reason_.empty()) early_close_reason_ = frame.extra;
+      }
+      send_stop(sender);  // the sender's close waits for its stop (HiddenStateSender::close)
       break;
     }
     case FrameKind::error: {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_sent_[sender] = true;  // a failed sender waits for no stop: it is sent none
+      }
       int world_rank = 0;
       MPI_Group link_group, world_group;
       MPI_Comm_group(link_, &link_group);

@@ -216,6 +216,9 @@ TEST_F(HiddenStateLink, ASendersFailureReachesTheReceiver) {
   } catch (const std::runtime_error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("hidden-state sender (rank 0) failed: CUDA out of memory"));
   }
+  // A job ends here (the error takes every rank down); this test lets the senders that
+  // closed have the stop their close waits for.
+  receiver.request_stop();
 }
 
 TEST_F(HiddenStateLink, CudaTransportOnCpuFailsOnEveryEnd) {

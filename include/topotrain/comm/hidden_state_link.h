@@ -26,7 +26,9 @@
 //
 // Stopping early without losing anything: the receiver calls request_stop(), keeps
 // calling next() (discarding what arrives) until it returns nullopt; each sender sees
-// stop_requested() before its next send and closes. A sender that must stop the whole
+// stop_requested() before its next send and closes. Every sender receives exactly one stop
+// (request_stop's, or the receiver's answer to its close, which close() waits for), so no
+// message of a link outlives it; a sender that failed is sent none. A sender that must stop the whole
 // pipeline (it ran out of memory) closes with a reason, which the receiver sees in
 // early_close_reason(). Batches discarded this way were never trained on: a checkpoint
 // that records the cursors of trained batches only resumes without skipping any.
@@ -154,6 +156,7 @@ class HiddenStateReceiver {
   std::string early_close_reason() const;
 
  private:
+  void send_stop(int link_rank);  // this sender's one stop, once (any thread)
   struct Entry {
     PackedHiddenBatch batch;
     std::function<void()> before_use;  // orders the consumer's stream after the transfer
@@ -184,7 +187,6 @@ class HiddenStateReceiver {
   std::size_t per_sender_depth_;
   std::unique_ptr<detail::PayloadReceiver> payload_;
   std::vector<int> senders_;  // link rank i + 1 is senders_[i] in the caller's communicator
-  bool stop_sent_ = false;
   std::vector<std::unique_ptr<Incoming>> incoming_;  // per link rank; the receiving thread's own
 
   // Guarded by mutex_.
@@ -193,6 +195,7 @@ class HiddenStateReceiver {
   std::vector<std::deque<Entry>> queues_;  // per link rank (0, the receiver, stays empty)
   std::vector<bool> open_;                 // per link rank: sender not closed yet
   std::vector<bool> in_flight_;            // per link rank: incoming_ holds a batch
+  std::vector<bool> stop_sent_;            // per link rank: its one stop message went out
   int open_count_ = 0;
   std::uint64_t arrivals_ = 0;
   std::uint64_t taken_ = 0;  // batches handed out: the receiving thread waits for this to move
