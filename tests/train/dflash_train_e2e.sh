@@ -13,6 +13,7 @@
 #                                        the epoch with every token trained exactly once; with
 #                                        train.oom = "shrink" the run restarts every stream with half
 #                                        the budget itself and still trains every token exactly once
+#                                        (also with one target, whose new link joins the same ranks)
 #   dflash_train_e2e.sh BIN_DIR stop     SIGUSR1 to mpirun: every rank exits 0, the drafter with a
 #                                        checkpoint of its last step
 #   dflash_train_e2e.sh BIN_DIR kl       train.loss = "kl": the targets also send their final hidden state;
@@ -141,6 +142,11 @@ oom)
       { grep "drafter done" "$work/$run.log"; exit 1; }
     covers_epoch_once "$run" 3
   done
+  # One target: its new link is between the same two ranks as the old one, so a message
+  # the old link left behind would reach it (the restarted stream then ended at once).
+  TOPOTRAIN_FAULT_OOM=0:3 train 1 shrink-1t1d --set train.oom=shrink || { cat "$work/shrink-1t1d.log"; exit 1; }
+  grep -q "restarting every stream with token_budget 128" "$work/shrink-1t1d.log" || { cat "$work/shrink-1t1d.log"; exit 1; }
+  covers_epoch_once shrink-1t1d 1
   ;;
 stop)
   stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 4 "$bin/dflash_train" "$(topology 3)" "${common[@]}" \
