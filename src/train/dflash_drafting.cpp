@@ -16,6 +16,7 @@
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
 #include "topotrain/train/dflash_pipeline.h"
+#include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/stream_cursor.h"
 #include "topotrain/train/training_checkpoint.h"
@@ -267,7 +268,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
       session.discard_step();
       fates_.discard(inputs);
       // A target that ran out of memory closed early (the only reason one does).
-      if (early_close && config_.step.shrink_on_oom && token_budget_ > 1) restart = token_budget_ / 2;
+      if (early_close) restart = shrunk_budget(config_.step, token_budget_);
       if (restart && !receiver_->early_close_reason().empty())
         log_warn(cat(receiver_->early_close_reason(), "; train.oom = \"shrink\": restarting every stream with "
                      "token_budget ", *restart));

@@ -109,7 +109,7 @@ void Target::send_stream(const StreamStart& start) {
       timings_->end_step(row_of(0));
       reason = cat("target rank ", rank_, " ran out of memory in batch ", sent_ + 1);
       // The drafters restart every stream with half the budget, or the job ends here.
-      if (!run_.step.shrink_on_oom || start.token_budget <= 1)
+      if (!shrunk_budget(run_.step, start.token_budget))
         outcome_ = {3, out_of_memory_message(context_, rank_, sent_ + 1, start.token_budget,
                                              compat::peak_allocated_bytes(device_), run_.run_dir)};
       break;

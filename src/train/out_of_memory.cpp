@@ -12,6 +12,11 @@ bool is_out_of_memory(const std::exception& error) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr;
 }
 
+std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget) {
+  if (!step.shrink_on_oom || token_budget <= 1) return std::nullopt;
+  return token_budget / 2;
+}
+
 void fault_inject_out_of_memory(int rank, std::int64_t step) {
   if (fault_injected("TOPOTRAIN_FAULT_OOM", rank, step))
     throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},

@@ -140,14 +140,14 @@ std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::Ste
   reducer_->zero_grad();
   compat::release_cached_memory(device_);
   end_failed_step();
-  if (!config_.step.shrink_on_oom || token_budget <= 1) {
+  const std::optional<std::int64_t> halved = shrunk_budget(config_.step, token_budget);
+  if (!halved) {
     failure_ = {3, out_of_memory_message(context_, all.oom_rank, step(), token_budget, all.oom_peak, config_.run_dir)};
     return std::nullopt;
   }
-  const std::int64_t halved = token_budget / 2;
   if (lead_)
     log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", step(),
-                 "; train.oom = \"shrink\": retrying the step with token_budget ", halved));
+                 "; train.oom = \"shrink\": retrying the step with token_budget ", *halved));
   return halved;
 }
 

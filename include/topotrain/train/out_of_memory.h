@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 
 #include "topotrain/train/job.h"
@@ -16,6 +17,11 @@
 namespace topotrain {
 
 bool is_out_of_memory(const std::exception& error);
+
+// The budget a run goes on with after an out-of-memory at `token_budget`: half of it under
+// train.oom = "shrink" while it is above 1, else nullopt (the job ends with the resume
+// command). Every rank and role that shrinks asks this, so all agree on one budget.
+std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget);
 
 // Test hook (fault_injection.h): TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an
 // out-of-memory error once, in that step, so the failure path can be tested without a GPU.
