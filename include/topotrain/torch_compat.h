@@ -116,6 +116,26 @@ inline std::int64_t peak_allocated_bytes(const at::Device& device) {
   return 0;
 }
 
+// `bytes` of page-locked host memory as a uint8 CPU tensor, from one cudaHostAlloc of
+// exactly that size (torch's pinned allocator rounds every block up to a power of two:
+// 8 GiB for a 5.6 GiB checkpoint). CUDA builds only; the error names the size.
+inline at::Tensor pinned_host_bytes(std::int64_t bytes) {
+#ifdef TOPOTRAIN_CUDA
+  void* memory = nullptr;
+  const cudaError_t status = cudaHostAlloc(&memory, static_cast<std::size_t>(bytes), cudaHostAllocDefault);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("cannot allocate " + std::to_string(bytes) + " bytes of pinned host memory: " +
+                             cudaGetErrorString(status));
+  }
+  return at::from_blob(memory, {bytes}, [](void* p) { (void)cudaFreeHost(p); },
+                       at::TensorOptions().dtype(at::kByte).device(at::kCPU));
+#else
+  (void)bytes;
+  throw std::logic_error("pinned host memory needs a CUDA build");
+#endif
+}
+
 // Total memory of CUDA device `index`; 0 where there is none (a CPU build, or a machine
 // without that GPU, as in a dry run of a cluster's topology).
 inline std::int64_t device_total_bytes(int index) {

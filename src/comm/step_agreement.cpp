@@ -8,12 +8,12 @@
 namespace topotrain::comm {
 namespace {
 
-// The buffer of one agreement: [n, n sums, oom rank, non-finite rank, go, oom peak], with
-// "none" as +infinity among the ranks and stop as go = 0, so that one reduction computes
-// sums, minima and a maximum. Its layout travels in it (n), because MPI hands a user
+// The buffer of one agreement: [n, n sums, oom rank, non-finite rank, go, writer idle, oom
+// peak], with "none" as +infinity among the ranks, stop as go = 0 and a writing writer as
+// idle = 0, so that one reduction computes sums, minima and a maximum. Its layout travels in it (n), because MPI hands a user
 // operation nothing but the buffers.
 constexpr double kNone = std::numeric_limits<double>::infinity();
-constexpr int kTail = 4;
+constexpr int kTail = 5;
 
 void reduce_agreement(void* in, void* inout, int*, MPI_Datatype*) {
   const auto* a = static_cast<const double*>(in);
@@ -46,7 +46,8 @@ StepAgreement agree_step(const StepAgreement& mine, MPI_Comm group) {
   tail[0] = mine.oom_rank >= 0 ? mine.oom_rank : kNone;
   tail[1] = mine.nonfinite_rank >= 0 ? mine.nonfinite_rank : kNone;
   tail[2] = mine.stop ? 0 : 1;
-  tail[3] = mine.oom_rank >= 0 ? static_cast<double>(mine.oom_peak) : 0;
+  tail[3] = mine.checkpoint_writing ? 0 : 1;
+  tail[4] = mine.oom_rank >= 0 ? static_cast<double>(mine.oom_peak) : 0;
   all_reduce_in_place(buffer.data(), static_cast<int>(buffer.size()), MPI_DOUBLE, agreement_op(), group,
                       "MPI_Iallreduce (step agreement)");
   StepAgreement all;
@@ -54,7 +55,8 @@ StepAgreement agree_step(const StepAgreement& mine, MPI_Comm group) {
   all.oom_rank = rank_of(tail[0]);
   all.nonfinite_rank = rank_of(tail[1]);
   all.stop = tail[2] == 0;
-  all.oom_peak = static_cast<std::int64_t>(tail[3]);
+  all.checkpoint_writing = tail[3] == 0;
+  all.oom_peak = static_cast<std::int64_t>(tail[4]);
   return all;
 }
 

@@ -1,11 +1,13 @@
 #include "topotrain/core/fault_injection.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 
 namespace topotrain {
 
@@ -23,6 +25,11 @@ bool fault_injected(const char* variable, int rank, std::int64_t step) {
 
 void fault_inject_stall(int rank, std::int64_t step) {
   if (fault_injected("TOPOTRAIN_FAULT_STALL", rank, step)) std::raise(SIGSTOP);
+}
+
+void fault_inject_slow_checkpoint() {
+  const char* seconds = std::getenv("TOPOTRAIN_FAULT_SLOW_CHECKPOINT");
+  if (seconds) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(seconds)));
 }
 
 }  // namespace topotrain

@@ -95,6 +95,9 @@ const std::vector<SettingSpec>& setting_specs() {
       {"checkpoint.every_steps", T::integer, std::int64_t{100}, at_least(-1),
        "checkpoint every N optimizer steps (0: only at the end; -1: never, for benchmarks)"},
       {"checkpoint.keep", T::integer, std::int64_t{3}, between(1, kIntMax), "complete checkpoints kept"},
+      {"checkpoint.pinned", T::boolean, true, any(),
+       "snapshot GPU state into pinned host memory, copied under the next step (false: pageable memory; the copy "
+       "stalls training)"},
       // [log]
       {"log.every", T::integer, std::int64_t{10}, at_least(1), "print a progress line every N steps"},
       {"log.level", T::string, std::string("info"), one_of({"debug", "info", "warn", "error"}),

@@ -3,73 +3,96 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <memory>
 #include <system_error>
 #include <vector>
 
 #ifdef TOPOTRAIN_CUDA
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/fault_injection.h"
 #include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
+#include "topotrain/torch_compat.h"
 
 namespace topotrain {
-namespace {
 
-// A host copy of the state, and what the writer thread waits for before reading it.
-struct Snapshot {
-  CheckpointState state;
+// The snapshot buffers and what the save in flight put in them.
+struct CheckpointWriter::Snapshot {
+  at::Tensor block;                           // the buffers' one allocation
+  std::map<std::string, at::Tensor> buffers;  // views of block, shaped like the state's tensors
+  std::int64_t bytes = 0;
+  bool pinned = false;
+  CheckpointState state;  // the save in flight: its metadata, and `buffers` as its tensors
+  double stall_seconds = 0;
 #ifdef TOPOTRAIN_CUDA
-  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> copies_done;  // one per device copied from
+  // The copies from one device: on `stream`, between the two events.
+  struct DeviceCopies {
+    c10::DeviceIndex device;
+    c10::cuda::CUDAStream stream;
+    std::unique_ptr<at::cuda::CUDAEvent> begin, done;
+  };
+  std::vector<DeviceCopies> copies;
+  bool updates_unordered = false;  // order_updates_after_snapshot() has not run since
 #endif
 };
 
-std::unique_ptr<Snapshot> take_snapshot(const CheckpointState& source) {
-  auto snapshot = std::make_unique<Snapshot>();
-  CheckpointState& state = snapshot->state;
-  state.step = source.step;
-  state.ints = source.ints;
-  state.reals = source.reals;
-  state.texts = source.texts;
-  state.settings_toml = source.settings_toml;
-  state.topology_text = source.topology_text;
-  state.model_identity = source.model_identity;
-  state.model_config_json = source.model_config_json;
-  state.model_config_source = source.model_config_source;
-#ifdef TOPOTRAIN_CUDA
-  std::vector<c10::DeviceIndex> devices;
-#endif
-  for (const auto& [name, tensor] : source.tensors) {
-    if (!tensor.defined()) throw std::runtime_error("checkpoint: tensor '" + name + "' is undefined");
-    const at::Tensor detached = tensor.detach();
-#ifdef TOPOTRAIN_CUDA
-    if (detached.is_cuda()) {
-      // Pinned so that the copy is asynchronous; on the tensor's current stream, so it
-      // is ordered before any later update of the tensor.
-      at::Tensor host = at::empty(detached.sizes(), detached.options().device(at::kCPU).pinned_memory(true));
-      host.copy_(detached, /*non_blocking=*/true);
-      state.tensors[name] = host;
-      if (std::find(devices.begin(), devices.end(), detached.device().index()) == devices.end())
-        devices.push_back(detached.device().index());
-      continue;
-    }
-#endif
-    state.tensors[name] = detached.clone(at::MemoryFormat::Contiguous);
-  }
-#ifdef TOPOTRAIN_CUDA
-  for (c10::DeviceIndex device : devices) {
-    auto event = std::make_shared<at::cuda::CUDAEvent>();
-    event->record(c10::cuda::getCurrentCUDAStream(device));
-    snapshot->copies_done.push_back(event);
-  }
-#endif
-  return snapshot;
+namespace {
+
+constexpr std::int64_t kBufferAlignment = 256;  // bytes; what cudaMemcpy is fastest at
+
+bool same_layout(const std::map<std::string, at::Tensor>& buffers, const std::map<std::string, at::Tensor>& tensors) {
+  if (buffers.size() != tensors.size()) return false;
+  for (auto a = buffers.begin(), b = tensors.begin(); a != buffers.end(); ++a, ++b)
+    if (a->first != b->first || a->second.sizes() != b->second.sizes() ||
+        a->second.scalar_type() != b->second.scalar_type())
+      return false;
+  return true;
 }
+
+#ifdef TOPOTRAIN_CUDA
+// Issues `buffer` <- `tensor` on a side stream of the tensor's device, after the work
+// enqueued so far on its current stream.
+void copy_from_device(CheckpointWriter::Snapshot& snapshot, const at::Tensor& tensor, at::Tensor& buffer) {
+  const c10::DeviceIndex device = tensor.device().index();
+  auto copies = std::find_if(snapshot.copies.begin(), snapshot.copies.end(),
+                             [&](const auto& c) { return c.device == device; });
+  if (copies == snapshot.copies.end()) {
+    at::cuda::CUDAEvent ready;
+    ready.record(c10::cuda::getCurrentCUDAStream(device));
+    CheckpointWriter::Snapshot::DeviceCopies fresh{device, c10::cuda::getStreamFromPool(false, device),
+                                                   std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault),
+                                                   std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault)};
+    ready.block(fresh.stream);
+    fresh.begin->record(fresh.stream);
+    snapshot.copies.push_back(std::move(fresh));
+    copies = std::prev(snapshot.copies.end());
+  }
+  c10::cuda::CUDAStreamGuard guard(copies->stream);
+  // The caching allocator must not hand the tensor's memory to others before the copy ran.
+  tensor.record_stream(copies->stream);
+  if (!snapshot.pinned || !tensor.is_contiguous()) {
+    // Into pageable memory the copy is synchronous: the host waits, which is what
+    // checkpoint.pinned = false costs.
+    buffer.copy_(tensor, /*non_blocking=*/snapshot.pinned);
+    return;
+  }
+  // The runtime's own call: into page-locked memory it returns at once, whatever torch's
+  // copy_ decides about memory its allocator did not hand out.
+  const cudaError_t status =
+      cudaMemcpyAsync(buffer.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.nbytes()),
+                      cudaMemcpyDeviceToHost, copies->stream.stream());
+  if (status != cudaSuccess) throw std::runtime_error(cat("checkpoint snapshot copy failed: ", cudaGetErrorString(status)));
+}
+#endif
 
 void prune(const std::string& run_dir, int keep, const std::string& newest) {
   auto files = checkpoint_files(run_dir);
@@ -95,14 +118,21 @@ void prune(const std::string& run_dir, int keep, const std::string& newest) {
   }
 }
 
-void write_snapshot(const std::string& run_dir, int keep, Snapshot& snapshot) {
+void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snapshot& snapshot) {
+  std::string copied;
 #ifdef TOPOTRAIN_CUDA
-  for (auto& event : snapshot.copies_done) event->synchronize();
+  double copy_seconds = 0;
+  for (auto& c : snapshot.copies) {
+    c.done->synchronize();
+    copy_seconds = std::max(copy_seconds, c.begin->elapsed_time(*c.done) / 1e3);
+  }
+  if (!snapshot.copies.empty()) copied = cat(", copied from the device in ", fixed_point(copy_seconds, 2), " s");
 #endif
   const auto started = std::chrono::steady_clock::now();
   const std::string name = CheckpointWriter::file_name(snapshot.state.step);
   const std::string final_path = join_path(run_dir, name);
   const std::string temporary = final_path + ".tmp";
+  fault_inject_slow_checkpoint();
   write_checkpoint_file(temporary, snapshot.state);
   fsync_path(temporary);
   rename_file(temporary, final_path);
@@ -112,13 +142,41 @@ void write_snapshot(const std::string& run_dir, int keep, Snapshot& snapshot) {
   log_info_here(cat("checkpoint ", final_path, " written: ",
                     fixed_point(static_cast<double>(file_size(final_path)) / (1 << 30), 2), " GiB in ",
                     fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 1),
-                    " s"));
+                    " s; the snapshot stalled training ", fixed_point(snapshot.stall_seconds * 1e3, 1), " ms", copied));
   prune(run_dir, keep, final_path);
 }
 
 }  // namespace
 
-CheckpointWriter::CheckpointWriter(std::string run_dir, int keep) : run_dir_(std::move(run_dir)), keep_(keep) {
+std::int64_t CheckpointWriter::reserve(const std::map<std::string, at::Tensor>& tensors) {
+  wait();
+  auto snapshot = std::make_shared<Snapshot>();
+  std::int64_t total = 0;
+  std::vector<std::int64_t> offsets;
+  for (const auto& [name, tensor] : tensors) {
+    if (!tensor.defined()) throw std::runtime_error("checkpoint: tensor '" + name + "' is undefined");
+    offsets.push_back(total);
+    const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
+    total += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+    snapshot->pinned = snapshot->pinned || (pinned_ && tensor.is_cuda());
+  }
+  const std::int64_t size = std::max<std::int64_t>(total, 1);
+  snapshot->block = snapshot->pinned ? compat::pinned_host_bytes(size) : at::empty({size}, at::kByte);
+  std::size_t i = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
+    snapshot->buffers[name] = snapshot->block.narrow(0, offsets[i++], bytes).view(tensor.scalar_type()).view(tensor.sizes());
+  }
+  snapshot->bytes = total;
+  snapshot_ = std::move(snapshot);
+  return total;
+}
+
+std::int64_t CheckpointWriter::buffer_bytes() const { return snapshot_ ? snapshot_->bytes : 0; }
+bool CheckpointWriter::buffers_pinned() const { return snapshot_ && snapshot_->pinned; }
+
+CheckpointWriter::CheckpointWriter(std::string run_dir, int keep, bool pinned)
+    : run_dir_(std::move(run_dir)), keep_(keep), pinned_(pinned && compat::kCudaBuild) {
   try {
     make_directories(run_dir_);
   } catch (const std::system_error& e) {
@@ -140,17 +198,61 @@ std::string CheckpointWriter::file_name(std::int64_t step) {
   return name;
 }
 
-void CheckpointWriter::save(const CheckpointState& state) {
+double CheckpointWriter::save(const CheckpointState& state) {
+  const auto started = std::chrono::steady_clock::now();
   wait();
-  std::shared_ptr<Snapshot> snapshot = take_snapshot(state);
-  worker_ = std::thread([this, snapshot] {
+  if (!snapshot_ || !same_layout(snapshot_->buffers, state.tensors)) reserve(state.tensors);
+  Snapshot& snapshot = *snapshot_;
+  CheckpointState& copy = snapshot.state;
+  copy.step = state.step;
+  copy.tensors = snapshot.buffers;
+  copy.ints = state.ints;
+  copy.reals = state.reals;
+  copy.texts = state.texts;
+  copy.settings_toml = state.settings_toml;
+  copy.topology_text = state.topology_text;
+  copy.model_identity = state.model_identity;
+  copy.model_config_json = state.model_config_json;
+  copy.model_config_source = state.model_config_source;
+#ifdef TOPOTRAIN_CUDA
+  snapshot.copies.clear();
+#endif
+  for (const auto& [name, tensor] : state.tensors) {
+    at::Tensor& buffer = snapshot.buffers.at(name);
+    const at::Tensor source = tensor.detach();
+#ifdef TOPOTRAIN_CUDA
+    if (source.is_cuda()) {
+      copy_from_device(snapshot, source, buffer);
+      continue;
+    }
+#endif
+    buffer.copy_(source);
+  }
+#ifdef TOPOTRAIN_CUDA
+  for (auto& c : snapshot.copies) c.done->record(c.stream);
+  snapshot.updates_unordered = !snapshot.copies.empty();
+#endif
+  snapshot.stall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  writing_ = true;
+  writing_step_ = state.step;
+  worker_ = std::thread([this, shared = snapshot_] {
     try {
-      write_snapshot(run_dir_, keep_, *snapshot);
+      write_snapshot(run_dir_, keep_, *shared);
     } catch (const std::exception& e) {
       error_ = std::make_exception_ptr(
-          std::runtime_error(cat("checkpoint of step ", snapshot->state.step, " in ", run_dir_, " failed: ", e.what())));
+          std::runtime_error(cat("checkpoint of step ", shared->state.step, " in ", run_dir_, " failed: ", e.what())));
     }
+    writing_ = false;
   });
+  return snapshot.stall_seconds;
+}
+
+void CheckpointWriter::order_updates_after_snapshot() {
+#ifdef TOPOTRAIN_CUDA
+  if (!snapshot_ || !snapshot_->updates_unordered) return;
+  for (auto& c : snapshot_->copies) c.done->block(c10::cuda::getCurrentCUDAStream(c.device));
+  snapshot_->updates_unordered = false;
+#endif
 }
 
 void CheckpointWriter::wait() {

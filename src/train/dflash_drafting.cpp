@@ -288,10 +288,9 @@ std::optional<std::int64_t> Drafting::train_streams() {
       session.accumulate(static_cast<int>(m), static_cast<int>(rounds), m < inputs.size(),
                          [&] { train_micro_batch(inputs[m], cursors[m], sums); });
     }
-    const comm::StepAgreement all = session.agree([&] {
-      return std::vector<double>{sums.weight, sums.tokens, sums.loss.defined() ? sums.loss.item<double>() : 0.0,
-                                 sums.flops};
-    });
+    const comm::StepAgreement all = session.agree(
+        {torch::tensor(sums.weight, torch::kFloat64), torch::tensor(sums.tokens, torch::kFloat64), sums.loss,
+         torch::tensor(sums.flops, torch::kFloat64)});
     if (all.out_of_memory()) {
       fates_.discard(inputs);
       restart = session.after_out_of_memory(all, token_budget_);

@@ -128,8 +128,7 @@ void train_moe(JobContext& context) {
       session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens() > 0,
                          [&] { train_micro_batch(session, *net, plan.micro_batches[m], device, sums); });
     session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
-    const comm::StepAgreement all =
-        session.agree([&] { return std::vector<double>{sums.lm.item<double>(), sums.aux.item<double>()}; });
+    const comm::StepAgreement all = session.agree({sums.lm, sums.aux});
     if (all.out_of_memory()) {
       const std::optional<std::int64_t> halved = session.after_out_of_memory(all, token_budget);
       if (!halved) break;

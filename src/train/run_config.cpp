@@ -136,6 +136,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.log_every = s.integer("log.every");
   cadences.checkpoint_every = s.integer("checkpoint.every_steps");
   cadences.checkpoint_keep = s.integer("checkpoint.keep");
+  cadences.checkpoint_pinned = s.boolean("checkpoint.pinned");
   cadences.timings_every = static_cast<int>(s.integer("log.timings_every"));
   cadences.profile_step = s.integer("log.profile_step");
   cadences.log_samples = s.boolean("log.samples");

@@ -16,12 +16,17 @@ std::map<std::string, at::Tensor> model_tensors(const NamedParameters& parameter
 
 }  // namespace
 
+std::map<std::string, at::Tensor> checkpoint_tensors(const NamedParameters& parameters, const AdamW& optimizer) {
+  std::map<std::string, at::Tensor> tensors = model_tensors(parameters);
+  for (const auto& [name, t] : optimizer.state()) tensors["optim/" + name] = t;
+  return tensors;
+}
+
 CheckpointState snapshot(const RunFile& run, const std::string& model_name, const NamedParameters& parameters,
                          const AdamW& optimizer, const TrainingState& state) {
   CheckpointState checkpoint;
   checkpoint.step = state.step;
-  checkpoint.tensors = model_tensors(parameters);
-  for (const auto& [name, t] : optimizer.state()) checkpoint.tensors["optim/" + name] = t;
+  checkpoint.tensors = checkpoint_tensors(parameters, optimizer);
   checkpoint.model_identity = model_identity(model_name, model_tensors(parameters));
   checkpoint.ints = {{"tokens", state.tokens},
                      {"optimizer_steps", optimizer.steps()},

@@ -65,7 +65,19 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   first_step_ = state_.step + 1;
   reducer_ = std::make_unique<comm::GradReducer>(spec_.parameters, *backend_, config_.reducer);
   reducer_->zero_grad();
-  if (lead_) writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep);
+  if (lead_) {
+    writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep,
+                                                 config_.cadences.checkpoint_pinned);
+    if (config_.cadences.checkpoint_every >= 0) {
+      const std::int64_t bytes = writer_->reserve(checkpoint_tensors(spec_.parameters, *optimizer_));
+      log_info_here(cat("checkpoint snapshots: ", fixed_point(static_cast<double>(bytes) / (1 << 30), 2), " GiB of ",
+                        writer_->buffers_pinned() ? "pinned host memory, copied while the next step runs"
+                        : device_.is_cuda()        ? "pageable host memory (checkpoint.pinned = false): each copy "
+                                                     "stalls training"
+                                                   : "host memory",
+                        ", allocated once"));
+    }
+  }
   watchdog_ = std::make_unique<comm::Watchdog>(runtime_, runtime_.role_comm(), config_.step.hang_timeout_s);
 }
 
@@ -105,7 +117,7 @@ void TrainingSession::accumulate(int m, int count, bool has_data, const std::fun
   }
 }
 
-comm::StepAgreement TrainingSession::agree(const std::function<std::vector<double>()>& read_sums) {
+comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sums) {
   // comm_wait is the host's wait for the reduction and the agreement on CPU; on CUDA the
   // host does not wait for NCCL, and comm_wait is the all-reduces' device time instead.
   std::optional<PhaseTimer::Scope> host_wait;
@@ -114,7 +126,23 @@ comm::StepAgreement TrainingSession::agree(const std::function<std::vector<doubl
   if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
   host_wait.reset();
   comm::StepAgreement mine;
-  mine.sums = read_sums();
+  {
+    // The norm is the optimizer's work; the read waits for the step's device work to end.
+    auto t = scope(Phase::optimizer);
+    const torch::Tensor norm_squared = squared_gradient_norm(spec_.parameters);
+    std::vector<torch::Tensor> on_device;
+    for (const torch::Tensor& sum : sums)
+      if (sum.defined() && sum.device() == device_) on_device.push_back(sum.detach().reshape({1}).to(torch::kFloat64));
+    if (norm_squared.defined()) on_device.push_back(norm_squared.reshape({1}));
+    const torch::Tensor read = on_device.empty() ? torch::Tensor() : torch::cat(on_device).cpu();
+    std::size_t next = 0;
+    for (const torch::Tensor& sum : sums) {
+      if (!sum.defined()) mine.sums.push_back(0.0);
+      else if (sum.device() == device_) mine.sums.push_back(read[static_cast<std::int64_t>(next++)].item<double>());
+      else mine.sums.push_back(sum.item<double>());
+    }
+    unscaled_grad_norm_ = norm_squared.defined() ? std::sqrt(read[static_cast<std::int64_t>(next)].item<double>()) : 0.0;
+  }
   for (double sum : mine.sums)
     if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();
   if (oom_) {
@@ -122,9 +150,11 @@ comm::StepAgreement TrainingSession::agree(const std::function<std::vector<doubl
     mine.oom_peak = oom_peak_;
   }
   mine.stop = stop_requested();
+  mine.checkpoint_writing = writer_ && writer_->writing();
   if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
   const comm::StepAgreement all = comm::agree_step(mine, runtime_.role_comm());
   stop_agreed_ = all.stop;
+  writer_busy_ = all.checkpoint_writing;
   return all;
 }
 
@@ -156,14 +186,15 @@ bool TrainingSession::optimizer_step(const comm::StepAgreement& all, double divi
   bool finite = all.nonfinite_rank < 0;
   {
     auto t = scope(Phase::optimizer);
-    if (divisor != 1.0)
-      for (auto& [name, p] : spec_.parameters)
-        if (p.grad().defined()) p.grad().div_(divisor);
-    grad_norm_ = clip_gradients(spec_.parameters, config_.step.clip);
+    grad_norm_ = unscaled_grad_norm_ / divisor;
     // The norm of the reduced gradients is the same on every rank, so every rank skips
     // alike: a non-finite step never reaches the weights or the AdamW moments.
     finite = finite && std::isfinite(grad_norm_);
-    if (finite) optimizer_->step(lr_);
+    if (finite) {
+      scale_gradients(spec_.parameters, clip_factor(grad_norm_, config_.step.clip) / divisor);
+      if (writer_) writer_->order_updates_after_snapshot();
+      optimizer_->step(lr_);
+    }
     reducer_->zero_grad();
   }
   if (finite) return true;
@@ -203,9 +234,13 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   // finish() saves what only turns out to be the last step after it.
   const bool last = done() || stop_agreed_;
   const std::int64_t every = config_.cadences.checkpoint_every;
-  if (every >= 0 && (last || (every > 0 && state_.step % every == 0))) {
+  if (every > 0 && state_.step % every == 0 && checkpoint_due_ == 0) checkpoint_due_ = state_.step;
+  if (every >= 0 && (last || (checkpoint_due_ > 0 && !writer_busy_))) {
     auto t = timer().scope(Phase::checkpoint);
     save_checkpoint();
+  } else if (checkpoint_due_ == state_.step && lead_) {
+    log_info_here(cat("checkpoint of step ", state_.step, " deferred: the checkpoint of step ",
+                      writer_->writing_step(), " is still being written"));
   }
   timings_->end_step(std::move(metrics));
   profiled_.reset();
@@ -223,6 +258,7 @@ void TrainingSession::save_checkpoint() {
     writer_->save(spec_.model ? snapshot(context_.run, *spec_.model, spec_.parameters, *optimizer_, saved)
                               : snapshot(context_.run, spec_.model_name, spec_.parameters, *optimizer_, saved));
   saved_step_ = state_.step;
+  checkpoint_due_ = 0;
 }
 
 void TrainingSession::finish() {

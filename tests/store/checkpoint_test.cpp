@@ -163,6 +163,50 @@ TEST_F(CheckpointTest, SaveSnapshotsTensorsBeforeReturning) {
   expect_same_state(original, CheckpointReader::load(*CheckpointReader::find_latest(dir()), {}));
 }
 
+// The snapshot buffers are sized once to the state (each tensor 256-byte aligned) and
+// every save of that layout reuses them; another layout gets new ones.
+TEST_F(CheckpointTest, SnapshotBuffersAreSizedOnceAndReused) {
+  CheckpointWriter writer(dir(), 0);
+  const CheckpointState state = sample_state(1);
+  std::int64_t expected = 0;
+  for (const auto& [name, tensor] : state.tensors)
+    expected += (tensor.numel() * static_cast<std::int64_t>(tensor.element_size()) + 255) / 256 * 256;
+  EXPECT_EQ(writer.reserve(state.tensors), expected);
+  for (std::int64_t step : {1, 2, 3}) {
+    CheckpointState next = sample_state(step);
+    writer.save(next);
+    EXPECT_EQ(writer.buffer_bytes(), expected);
+    writer.wait();
+    CheckpointExpectations expect;
+    expect.expect_like(next.tensors);
+    expect_same_state(next, CheckpointReader::load(join_path(dir(), CheckpointWriter::file_name(step)), expect));
+  }
+  CheckpointState wider = sample_state(4);
+  wider.tensors["model/layers.0.mlp.gate_proj.weight"] = torch::ones({3, 100});
+  writer.save(wider);
+  writer.wait();
+  EXPECT_EQ(writer.buffer_bytes(), expected + 1024);  // 1200 bytes (5 blocks) now, 48 (1 block) before
+  expect_same_state(wider, CheckpointReader::load(join_path(dir(), CheckpointWriter::file_name(4)), {}));
+  EXPECT_FALSE(writer.buffers_pinned());  // CPU tensors
+}
+
+// writing() holds while a write is in flight (what a trainer defers its next checkpoint
+// on); a save meanwhile waits for it and loses neither.
+TEST_F(CheckpointTest, WritingHoldsUntilTheWriteEndsAndASaveMeanwhileWaits) {
+  ::setenv("TOPOTRAIN_FAULT_SLOW_CHECKPOINT", "0.4", 1);
+  CheckpointWriter writer(dir(), 0);
+  EXPECT_FALSE(writer.writing());
+  EXPECT_LT(writer.save(sample_state(5)), 0.2);  // the stall: a copy of a few bytes
+  EXPECT_TRUE(writer.writing());
+  EXPECT_EQ(writer.writing_step(), 5);
+  EXPECT_GE(writer.save(sample_state(6)), 0.2);  // waited for step 5's write
+  writer.wait();
+  ::unsetenv("TOPOTRAIN_FAULT_SLOW_CHECKPOINT");
+  EXPECT_FALSE(writer.writing());
+  EXPECT_EQ(CheckpointReader::find_latest(dir()), join_path(dir(), "step-00000006.h5"));
+  expect_same_state(sample_state(5), CheckpointReader::load(join_path(dir(), "step-00000005.h5"), {}));
+}
+
 TEST_F(CheckpointTest, KeepsTheNewestKAndLatestPointsAtTheNewest) {
   CheckpointWriter writer(dir(), 2);
   for (std::int64_t step : {10, 20, 30, 40}) writer.save(sample_state(step));

@@ -5,6 +5,9 @@
 #                                      their global count: np 2 and 4 = one process on masked data
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted; resumed at half the
 #                                      token_budget trains every sample piece once, none skipped
+#   moe_train_e2e.sh BIN_DIR slow_checkpoint  checkpoints written slower than their cadence are
+#                                      deferred (logged), never block a step and change no weight; the
+#                                      final one is written; a deferred one resumes like any other
 #   moe_train_e2e.sh BIN_DIR oom       an out-of-memory on one rank stops all ranks with the resume
 #                                      command, which then works; train.oom = "shrink" carries on,
 #                                      and log.samples lists no piece of the discarded step
@@ -151,6 +154,28 @@ for s, rs in straight.items():
             f"sample {s} tokens {b}..{e} were skipped after the resume"
 print(f"{sum(len(r) for r in straight.values())} pieces of the straight run all trained once after the resume")
 PY
+  ;;
+slow_checkpoint)
+  # Steps of a fraction of a second against writes of 3 s: the checkpoint due at step 4
+  # waits for step 2's write, and the first step after that write ends saves it.
+  common=(--set train.grad_accum=2 --set checkpoint.every_steps=2 --set checkpoint.keep=10)
+  train 2 plain "${common[@]}" --set train.max_steps=9
+  TOPOTRAIN_FAULT_SLOW_CHECKPOINT=3 train 2 slow "${common[@]}" --set train.max_steps=9
+  grep -q "checkpoint of step 4 deferred: the checkpoint of step 2 is still being written" "$work/slow.log" ||
+    { echo "no deferral logged"; exit 1; }
+  grep -Eq "snapshot stalled training [0-9.]+ ms" "$work/slow.log" || { echo "no stall logged"; exit 1; }
+  grep -q "checkpoint snapshots: .* GiB of host memory, allocated once" "$work/slow.log" ||
+    { echo "the snapshot buffers are not announced"; exit 1; }
+  [[ $(cat "$work/slow/latest") == step-00000009.h5 ]] || { echo "the final checkpoint is not the latest"; exit 1; }
+  saved=$(ls "$work/slow" | grep -c '^step-.*\.h5$')
+  (( saved >= 2 && saved < 5 )) || { echo "expected 2 to 4 checkpoints (some deferred), found $saved"; exit 1; }
+  "$bin/checkpoint_diff" "$(latest plain)" "$(latest slow)" 0
+  # Resume from the newest checkpoint before the last (a deferred one) and finish alike.
+  middle=$(ls "$work/slow" | grep '^step-.*\.h5$' | sort | tail -2 | head -1)
+  rm "$work/slow/step-00000009.h5" && echo "$middle" > "$work/slow/latest"
+  train 2 slow "${common[@]}" --set train.max_steps=9 --resume auto
+  grep -q "resumed from .*$middle" "$work/slow.log" || { echo "did not resume from $middle"; exit 1; }
+  "$bin/checkpoint_diff" "$(latest plain)" "$(latest slow)" 0
   ;;
 oom)
   export TOPOTRAIN_FAULT_OOM=1:3

@@ -1,7 +1,9 @@
 // The agreement every rank of a training group reaches once per step, in one collective:
 // the step's sums (its loss terms, weights, tokens: whatever the job adds up), the lowest
 // rank that ran out of memory and the largest peak allocation among those that did, the
-// lowest rank whose sums are not finite, and whether any rank was asked to stop.
+// lowest rank whose sums are not finite, whether any rank was asked to stop, and whether
+// the group's checkpoint writer is still writing (so that every rank defers alike a
+// checkpoint that falls due meanwhile).
 //
 // A job decides what to do with the step from this alone, so every rank decides alike:
 // all apply the step, all skip it, all retry it, or all end. The collective goes through
@@ -21,6 +23,7 @@ struct StepAgreement {
   std::int64_t oom_peak = 0;   // bytes; the largest among the ranks that ran out of memory
   int nonfinite_rank = -1;     // -1: every rank's sums are finite
   bool stop = false;
+  bool checkpoint_writing = false;
 
   bool out_of_memory() const { return oom_rank >= 0; }
 };

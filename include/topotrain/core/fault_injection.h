@@ -5,6 +5,8 @@
 //   TOPOTRAIN_FAULT_NONFINITE   moe_trainer.cpp, dflash_drafting.cpp: the step's loss is NaN
 //   TOPOTRAIN_FAULT_LINK_STALL  comm/hidden_state_link.h: STEP counts the sender's batches
 //   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
+//   TOPOTRAIN_FAULT_SLOW_CHECKPOINT  holds SECONDS instead: every checkpoint write takes that
+//                               much longer (store/checkpoint_writer.h), as on a slow disk
 #pragma once
 
 #include <cstdint>
@@ -18,5 +20,8 @@ bool fault_injected(const char* variable, int rank, std::int64_t step);
 // TOPOTRAIN_FAULT_STALL: the rank stops itself (SIGSTOP) at the start of the step, as a
 // wedged or suspended process would; SIGCONT lets it go on.
 void fault_inject_stall(int rank, std::int64_t step);
+
+// TOPOTRAIN_FAULT_SLOW_CHECKPOINT: sleeps its seconds (none when unset).
+void fault_inject_slow_checkpoint();
 
 }  // namespace topotrain

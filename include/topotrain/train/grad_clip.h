@@ -1,8 +1,10 @@
-// Gradient clipping by global L2 norm.
+// Gradient clipping by global L2 norm, in two halves around the step's agreement, so that
+// the host reads the norm in the one device read the agreement makes anyway:
+//   squared_gradient_norm  (enqueued after the GradReducer summed the gradients) ->
+//   read with the step's sums -> clip_factor on the host -> scale_gradients.
 //
-// Called after the GradReducer has summed the gradients, when every data-parallel rank
-// holds the same gradients: the local norm is then already the global one, and no
-// collective is needed.
+// After the reducer, every data-parallel rank holds the same gradients: the local norm is
+// then already the global one, and no collective is needed.
 #pragma once
 
 #include <torch/types.h>
@@ -13,8 +15,16 @@
 
 namespace topotrain {
 
-// Scales the gradients so their norm is at most max_norm (no-op when max_norm <= 0) and
-// returns the norm before clipping.
-double clip_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, double max_norm);
+// The squared L2 norm of every defined gradient as an fp64 scalar on their device, from
+// fused per-tensor norms (one multi-tensor launch, not two kernels per tensor); nothing is
+// read back. An undefined tensor when no parameter has a gradient.
+torch::Tensor squared_gradient_norm(const std::vector<std::pair<std::string, torch::Tensor>>& parameters);
+
+// What to multiply the gradients by so that their norm is at most max_norm: 1 when
+// max_norm <= 0 or the norm is within it.
+double clip_factor(double norm, double max_norm);
+
+// Multiplies every defined gradient by `factor` in one multi-tensor launch (no-op for 1).
+void scale_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, double factor);
 
 }  // namespace topotrain

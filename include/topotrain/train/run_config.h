@@ -61,6 +61,7 @@ struct Cadences {
   std::int64_t log_every = 1;          // log.every: the progress line
   std::int64_t checkpoint_every = 0;   // checkpoint.every_steps: -1 never, 0 only at the end
   std::int64_t checkpoint_keep = 0;    // checkpoint.keep
+  bool checkpoint_pinned = true;       // checkpoint.pinned
   int timings_every = 1;               // log.timings_every: rows shipped to rank 0 every N steps
   std::int64_t profile_step = 0;       // log.profile_step; 0: none
   bool log_samples = false;            // log.samples

@@ -4,6 +4,7 @@
 // checkpoint also its config.json, so that its weights are usable without naming the model.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -19,6 +20,9 @@ namespace topotrain {
 
 // The model name of DFlash drafter checkpoints: the prefix of their model identity.
 constexpr const char* kDFlashDrafterModel = "dflash-drafter";
+
+// The tensors a checkpoint holds: "model/<name>" and "optim/<AdamW state name>".
+std::map<std::string, at::Tensor> checkpoint_tensors(const NamedParameters& parameters, const AdamW& optimizer);
 
 // A Qwen3 model's checkpoint: its identity is named after model.source, and its config is stored.
 CheckpointState snapshot(const RunFile& run, const model::ModelConfig& model, const NamedParameters& parameters,

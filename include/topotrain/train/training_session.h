@@ -31,6 +31,9 @@
 // * A failed step still gets its row in timings.h5 on every rank. A job that ends on it
 //   keeps what it trained: finish() saves the last good step (a failed one changed no
 //   weight), and the failure (failure()) is the job's to report.
+// * The host waits for the device once per step, in agree's one read of the sums and the
+//   gradient norm; everything else it enqueues (clipping scales by a factor computed from
+//   that read, checkpoint snapshots copy on a side stream).
 // * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
 //   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
 //   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
@@ -123,9 +126,10 @@ class TrainingSession {
   // walking the reducer either way. An out-of-memory error is caught and kept for agree().
   void accumulate(int m, int count, bool has_data, const std::function<void()>& work);
   bool out_of_memory() const { return oom_; }
-  // Finishes the gradient reduction, then reads this rank's sums (`read_sums`: device
-  // scalars are read here, after the last all-reduce was launched) and agrees.
-  comm::StepAgreement agree(const std::function<std::vector<double>()>& read_sums);
+  // Finishes the gradient reduction, enqueues the reduced gradients' norm, then reads this
+  // rank's `sums` (scalars, on the device or the host; undefined ones count 0) and that norm
+  // in one device-to-host copy (the step's only wait for the device) and agrees.
+  comm::StepAgreement agree(const std::vector<torch::Tensor>& sums);
 
   // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
   // released, and the step's row is written. With train.oom = "shrink" and a budget above
@@ -133,9 +137,9 @@ class TrainingSession {
   // its data position with it. Otherwise the job ends (failure(): exit 3 with the resume
   // command) and nullopt comes back.
   std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget);
-  // Divides the reduced gradients by `divisor` (1 when the loss was already a mean), clips
-  // them (train.clip) and applies AdamW at the schedule's LR, unless the step is not
-  // finite. False when the job ends on it (failure(): exit 4); a skipped step returns true,
+  // Divides the reduced gradients by `divisor` (1 when the loss was already a mean) and
+  // clips them (train.clip) in one multi-tensor multiply by the norm agree() read, then
+  // applies AdamW at the schedule's LR, unless the step is not finite. False when the job ends on it (failure(): exit 4); a skipped step returns true,
   // with skipped() telling.
   bool optimizer_step(const comm::StepAgreement& all, double divisor);
   bool skipped() const { return skipped_; }  // the last optimizer_step skipped its step
@@ -146,7 +150,9 @@ class TrainingSession {
   // After the job moved state() past the step: its progress (the lead prints every
   // log.every steps and after the last), its timings row, and its checkpoint at the
   // checkpoint.every_steps cadence and after the last step (the length reached or a stop
-  // agreed). `report` and `metrics` are completed with what the session knows (lr, norm,
+  // agreed). A checkpoint that falls due while the previous one is still being written is
+  // deferred to the first step after that write (logged; the last step's always waits).
+  // `report` and `metrics` are completed with what the session knows (lr, norm,
   // memory, collectives, comm and wall time).
   void end_step(StepReport report, StepMetrics metrics);
   // The step's inputs turned out to be nothing to train: not a step.
@@ -187,6 +193,9 @@ class TrainingSession {
   std::optional<StepProfile::Scope> profiled_;
   PhaseTimer::Clock::time_point started_;
   bool stop_agreed_ = false;  // the last agreement's stop
+  bool writer_busy_ = false;  // the last agreement's checkpoint_writing
+  std::int64_t checkpoint_due_ = 0;  // the step of a deferred checkpoint; 0: none
+  double unscaled_grad_norm_ = 0;  // read by agree(), before optimizer_step's divisor
   bool oom_ = false;
   std::int64_t oom_peak_ = 0;
   bool skipped_ = false;

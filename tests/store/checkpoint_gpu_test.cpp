@@ -1,0 +1,68 @@
+// The snapshot of CUDA tensors (GPU machines only, ctest label gpu): the host does not
+// wait for the device, and the saved values are those the stream had computed when save()
+// was called, even though the tensor is overwritten right after.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "topotrain/core/files.h"
+#include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/store/checkpoint_writer.h"
+
+using namespace topotrain;
+
+TEST(CheckpointGpu, SnapshotRunsOnTheDeviceOrderedAfterEarlierWorkAndBeforeLaterUpdates) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = make_temp_directory("topotrain-ckpt-gpu-");
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+  const torch::Tensor a = torch::randn({8192, 8192}, options) / 90.0;
+  torch::Tensor x = torch::randn({8192, 8192}, options);
+  CheckpointState state;
+  state.step = 1;
+  state.tensors["model/x"] = x;
+  state.tensors["optim/bf16"] = torch::ones({1000, 3}, options.dtype(torch::kBFloat16));
+  {
+    CheckpointWriter writer(dir, 0);
+    writer.reserve(state.tensors);
+    EXPECT_TRUE(writer.buffers_pinned());
+    torch::cuda::synchronize();
+    // Tenths of a second of matmuls (few, long kernels) that end in x, still running when
+    // save() returns.
+    for (int i = 0; i < 20; ++i) x.copy_(torch::matmul(x, a));
+    at::cuda::CUDAEvent chain_done;
+    chain_done.record(c10::cuda::getCurrentCUDAStream());
+    const double stall = writer.save(state);
+    EXPECT_FALSE(chain_done.query()) << "save() waited for the device: " << stall << " s";
+    writer.order_updates_after_snapshot();
+    const torch::Tensor expected = x.cpu();  // what the chain computed: the snapshot's values
+    x.fill_(7);  // the next optimizer step
+    writer.wait();
+    const CheckpointState saved = CheckpointReader::load(join_path(dir, CheckpointWriter::file_name(1)), {});
+    EXPECT_TRUE(torch::equal(saved.tensors.at("model/x"), expected));
+    EXPECT_TRUE(torch::equal(saved.tensors.at("optim/bf16"), torch::ones({1000, 3}, torch::kBFloat16)));
+  }
+  remove_tree(dir);
+}
+
+// checkpoint.pinned = false: pageable buffers, the same values (the copy then blocks).
+TEST(CheckpointGpu, PageableBuffersSaveTheSameValues) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = make_temp_directory("topotrain-ckpt-gpu-");
+  CheckpointState state;
+  state.step = 2;
+  state.tensors["model/x"] = torch::randn({333, 77}, torch::TensorOptions().device(torch::kCUDA));
+  {
+    CheckpointWriter writer(dir, 0, /*pinned=*/false);
+    writer.save(state);
+    EXPECT_FALSE(writer.buffers_pinned());
+    writer.order_updates_after_snapshot();
+    const torch::Tensor expected = state.tensors["model/x"].cpu();
+    state.tensors["model/x"].fill_(3);
+    writer.wait();
+    const CheckpointState saved = CheckpointReader::load(join_path(dir, CheckpointWriter::file_name(2)), {});
+    EXPECT_TRUE(torch::equal(saved.tensors.at("model/x"), expected));
+  }
+  remove_tree(dir);
+}
