@@ -20,6 +20,12 @@
 # moe_train run, to stdout and to "$OUT/moe_bench.md" when OUT is set ("$OUT/moe_bench_logs.txt"
 # holds the tail of every log). A failed configuration is reported and the others go on. New
 # runs stop starting once MOE_BENCH_BUDGET_S (380) seconds have passed; what was skipped says so.
+# Then (MOE_BENCH_SECTIONS, default "reference users"; "users" runs only this) what users get:
+# moe_train alone on 1 and 2 GPUs at grad_accum 1 and 10 with its defaults (checkpoint every
+# 100 steps, progress every 10, clip 1), with checkpoint.every_steps = 10, and idealised
+# (no checkpoint, clip or progress lines), interleaved in one sitting; and the HF Qwen3Moe
+# reference shape (hidden 1024, 12 layers, 16 experts top-8 of 512; its config.json written
+# with transformers) on ~4K-token documents, idealised and with the defaults.
 # Other knobs: NGPU (default: all GPUs, at most 2), TOKEN_BUDGET, RUN_TIMEOUT_S (150 per run),
 # KEEP_WORK=1 (keep the work directory), SKIP_BUILD=1 (use $BUILD_DIR/bin as it is), PYTHON.
 # MOE_BENCH_SMOKE=1 runs the same script on CPUs (2 ranks, tiny-moe, short runs): a check of
@@ -204,17 +210,84 @@ bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE
   fi
 }
 
+# ---- what users get: moe_train alone, its defaults beside the idealised run, interleaved
+users=$work/users
+mkdir -p "$users"
+user_order=0
+user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference, KIND idealised|defaults|every10
+  local name=$1 label=$2 gpus=$3 ga=$4 steps=$5 skip=$6 shape=$7 kind=$8
+  local -a settings=(--set "train.grad_accum=$ga" --set "train.max_steps=$steps" --set train.lr=6e-4
+                     --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$name")
+  user_order=$(( user_order + 1 ))
+  if (( gpus > ngpu )); then echo "- $label: skipped, needs $gpus GPUs ($ngpu available)" >>"$notes"; return; fi
+  if over_budget; then echo "- $label: skipped, time budget of ${budget_s}s spent" >>"$notes"; return; fi
+  if [[ $shape == reference ]]; then
+    [[ -f $work/reference-shape/config.json ]] ||
+      "$python" -c "from transformers import Qwen3MoeConfig; Qwen3MoeConfig(hidden_size=1024, num_hidden_layers=12,
+num_attention_heads=16, head_dim=64, num_key_value_heads=4, num_experts=16, num_experts_per_tok=8,
+moe_intermediate_size=512, vocab_size=151936, tie_word_embeddings=True).save_pretrained('$work/reference-shape')" ||
+      { echo "- $label: could not write the reference shape's config.json with transformers" >>"$notes"; return; }
+    settings+=(--set "model.config=$work/reference-shape/config.json" --set "data.path=$work/data4k.h5")
+  else
+    settings+=(--set "model.preset=$preset" --set "data.path=$work/data.h5")
+  fi
+  case $kind in
+    idealised) settings+=(--set checkpoint.every_steps=-1 --set train.clip=0 --set log.every=100000) ;;
+    every10) settings+=(--set checkpoint.every_steps=10) ;;
+    defaults) ;;
+  esac
+  write_topology "$name" "$gpus" nvlink
+  local -a launch
+  mapfile -t launch < <(mpirun_base "$gpus" "")
+  say "$name: moe_train $kind ($gpus GPU(s), grad_accum $ga, $steps steps, $shape shape)"
+  if "${launch[@]}" "$bin/moe_train" "$work/$name.toml" --set "train.token_budget=$token_budget" "${settings[@]}" \
+       >"$work/$name.user.log" 2>&1 &&
+     "$python" bench/moe/summarize.py timings "$work/runs/$name" --skip "$skip" >"$users/$name.json" 2>"$work/$name.sum.log"; then
+    printf '{"name": "%s", "label": "%s", "group": "%s", "kind": "%s", "order": %d}\n' "$name" "$label" \
+      "$gpus-$ga-$shape" "$kind" "$user_order" >"$users/$name.config.json"
+    { echo "### $label: topotrain-report --skip $skip"; echo '```'
+      "$bin/topotrain-report" "$work/runs/$name" --skip "$skip" 2>&1 | head -30
+      grep -E 'checkpoint (snapshots|of step|.* written)' "$work/$name.user.log" | sed 's/^.*\] //' | tail -4
+      echo '```'; } >>"$reports"
+  else
+    rm -f "$users/$name.json"
+    failed "$name" "moe_train ($kind)" "$work/$name.user.log"
+  fi
+  rm -f "$work/runs/$name"/step-*.h5
+}
+
+users_section() {
+  [[ $smoke == 1 ]] && ga1_long=12 || ga1_long=110  # a defaults run at grad_accum 1 crosses the cadence of 100
+  "$python" bench/moe/make_dataset.py "$work/data4k.h5" "${data_args[@]}" --mean-len 4096 >/dev/null 2>&1 ||
+    "$python" bench/moe/make_dataset.py "$work/data4k.h5" "${data_args[@]}" >/dev/null
+  for gpus in 1 2; do
+    user_row "u$gpus-ga1-ideal" "$gpus GPU(s), grad_accum 1, idealised" "$gpus" 1 "$steps_ga1" "$skip_ga1" preset idealised
+    user_row "u$gpus-ga1-defaults" "$gpus GPU(s), grad_accum 1, defaults" "$gpus" 1 "$ga1_long" "$skip_ga1" preset defaults
+    user_row "u$gpus-ga1-every10" "$gpus GPU(s), grad_accum 1, checkpoint.every_steps = 10" "$gpus" 1 "$steps_ga1" "$skip_ga1" preset every10
+    user_row "u$gpus-ga10-ideal" "$gpus GPU(s), grad_accum 10, idealised" "$gpus" 10 "$steps_ga10" "$skip_ga10" preset idealised
+    user_row "u$gpus-ga10-defaults" "$gpus GPU(s), grad_accum 10, defaults" "$gpus" 10 "$steps_ga10" "$skip_ga10" preset defaults
+    user_row "u$gpus-ga10-every10" "$gpus GPU(s), grad_accum 10, checkpoint.every_steps = 10" "$gpus" 10 $(( steps_ga10 + 12 )) "$skip_ga10" preset every10
+  done
+  [[ $smoke == 1 ]] && return  # the reference shape is a 489M model: not for CPU ranks
+  user_row "u1-ref-ideal" "1 GPU, HF Qwen3Moe reference shape, grad_accum 1, idealised" 1 1 "$steps_ga1" "$skip_ga1" reference idealised
+  user_row "u1-ref-defaults" "1 GPU, HF Qwen3Moe reference shape, grad_accum 1, defaults" 1 1 "$ga1_long" "$skip_ga1" reference defaults
+}
+
+sections=${MOE_BENCH_SECTIONS:-reference users}
+[[ " $sections " == *" users "* ]] && users_section
+if [[ " $sections " == *" reference "* ]]; then
 bench_config 1gpu-ga10 "1 GPU, grad_accum 10" 1 10 nvlink ""
 bench_config 2gpu-nvlink-ga10 "2 GPUs NVLink, grad_accum 10" 2 10 nvlink ""
 bench_config 2gpu-p2poff-ga10 "2 GPUs NCCL_P2P_DISABLE=1, grad_accum 10" 2 10 pcie4 1
 bench_config 1gpu-ga1 "1 GPU, grad_accum 1" 1 1 nvlink ""
 bench_config 2gpu-nvlink-ga1 "2 GPUs NVLink, grad_accum 1" 2 1 nvlink ""
 bench_config 2gpu-p2poff-ga1 "2 GPUs NCCL_P2P_DISABLE=1, grad_accum 1" 2 1 pcie4 1
+fi
 
 # ---- same samples? moe_train's log.samples against the reference's --sample-log
 check_gpus=$ngpu
-data_check="not run (time budget spent)"
-if ! over_budget; then
+data_check="not run (time budget spent, or the reference section left out)"
+if [[ " $sections " == *" reference "* ]] && ! over_budget; then
   write_topology order-check "$check_gpus" nvlink
   mkdir -p "$work/ref-samples"
   if run_topotrain order-check "$check_gpus" 2 3 0 "" --set log.samples=true &&
@@ -241,6 +314,15 @@ summary=$work/moe_bench.md
        "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
   echo
   "$python" bench/moe/summarize.py table "$results" || echo "(summary table failed)"
+  echo
+  echo "## What users get (moe_train alone, same sitting)"
+  echo
+  "$python" bench/moe/summarize.py users "$users" || echo "(users table failed)"
+  echo
+  echo "idealised: checkpoint.every_steps = -1, train.clip = 0, no progress lines; defaults: nothing overridden"
+  echo "(checkpoint every 100 steps, progress every 10, clip 1; at grad_accum 1 the run crosses step 100);"
+  echo "vs idealised: tok/s over the idealised row of the same GPUs, grad_accum and shape;"
+  echo "stall: the largest checkpoint phase of a measured step (host time the training waited)."
   echo
   echo "tok/s: global tokens per second over the measured steps (per GPU in brackets); ratio = topotrain / reference;"
   echo "MFU with topotrain's FLOPs per token (active matmuls + attention at each token's mean causal context) and 989 TFLOP/s;"

@@ -3,6 +3,8 @@
 
   summarize.py timings RUN_DIR --skip K   one moe_train run's throughput from its timings.h5, as JSON
   summarize.py table RESULTS_DIR          the summary table (markdown) from <config>.tt.json / .ref.json
+  summarize.py users USERS_DIR            what users get (markdown): each row's tok/s against the
+                                          idealised row of its group, and its largest checkpoint stall
 
 Per step, tokens are the sum of the ranks' rows (each moe_train rank records its own tokens,
 as topotrain-report expects) and the step time is the slowest rank's wall time. The run's last
@@ -50,6 +52,8 @@ def timings(run_dir, skip):
         for r in rows:
             wall_rows += float(r[col["wall"]])
             comm += sum(float(r[col[p]]) for p in COMM_PHASES if p in col)
+    stall = max((float(r[col["checkpoint"]]) for s in measured for r in by_step[s]), default=0.0) \
+        if "checkpoint" in col else 0.0
     tokens_per_s = total_tokens / total_wall
     flops = float(ranks[0][rcol["flops_per_token"]]) if "flops_per_token" in rcol else 0.0
     peak = float(ranks[0][rcol["peak_flops"]]) if "peak_flops" in rcol else 0.0
@@ -57,7 +61,7 @@ def timings(run_dir, skip):
                 last_step=measured[-1], tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / world,
                 mfu=flops * tokens_per_s / (peak * world) if flops > 0 and peak > 0 else None,
                 comm_share=comm / wall_rows if wall_rows > 0 else None,
-                step_ms=1e3 * total_wall / len(measured))
+                step_ms=1e3 * total_wall / len(measured), checkpoint_stall_ms=1e3 * stall)
 
 
 def load(path):
@@ -108,6 +112,24 @@ def table(results_dir):
     return "\n".join(lines)
 
 
+def users(users_dir):
+    rows = []
+    for path in glob.glob(os.path.join(users_dir, "*.config.json")):
+        config, result = load(path), load(path.replace(".config.json", ".json"))
+        if config and result:
+            rows.append((config, result))
+    rows.sort(key=lambda r: r[0]["order"])
+    ideal = {c["group"]: r for c, r in rows if c["kind"] == "idealised"}
+    lines = ["| run | tok/s (per GPU) | vs idealised | step ms | largest checkpoint stall ms | MFU |",
+             "|---|---|---|---|---|---|"]
+    for config, r in rows:
+        base = ideal.get(config["group"])
+        versus = f"{100 * r['tokens_per_s'] / base['tokens_per_s']:.1f}%" if base else "n/a"
+        lines.append(f"| {config['label']} | {fmt_rate(r)} ({r['tokens_per_s_per_gpu'] / 1e3:,.1f}K) | {versus} | "
+                     f"{r['step_ms']:.1f} | {r.get('checkpoint_stall_ms', 0):.1f} | {fmt_share(r.get('mfu'))} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,11 +138,15 @@ def main():
     t.add_argument("--skip", type=int, default=3)
     s = sub.add_parser("table")
     s.add_argument("results_dir")
+    u = sub.add_parser("users")
+    u.add_argument("users_dir")
     args = parser.parse_args()
     if args.command == "timings":
         print(json.dumps(timings(args.run_dir, args.skip)))
-    else:
+    elif args.command == "table":
         print(table(args.results_dir))
+    else:
+        print(users(args.users_dir))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ namespace topotrain {
 struct CheckpointWriter::Snapshot {
   at::Tensor block;                           // the buffers' one allocation
   std::map<std::string, at::Tensor> buffers;  // views of block, shaped like the state's tensors
+  std::vector<at::Device> devices;            // where each of those tensors is, in name order
   std::int64_t bytes = 0;
   bool pinned = false;
   CheckpointState state;  // the save in flight: its metadata, and `buffers` as its tensors
@@ -41,6 +42,9 @@ struct CheckpointWriter::Snapshot {
     std::unique_ptr<at::cuda::CUDAEvent> begin, done;
   };
   std::vector<DeviceCopies> copies;
+  // Each device's side stream, taken from torch's pool when the buffers are allocated: the
+  // pool's first use creates its streams, which can wait for the device.
+  std::vector<std::pair<c10::DeviceIndex, c10::cuda::CUDAStream>> side_streams;
   bool updates_unordered = false;  // order_updates_after_snapshot() has not run since
 #endif
 };
@@ -49,11 +53,13 @@ namespace {
 
 constexpr std::int64_t kBufferAlignment = 256;  // bytes; what cudaMemcpy is fastest at
 
-bool same_layout(const std::map<std::string, at::Tensor>& buffers, const std::map<std::string, at::Tensor>& tensors) {
-  if (buffers.size() != tensors.size()) return false;
-  for (auto a = buffers.begin(), b = tensors.begin(); a != buffers.end(); ++a, ++b)
+// The buffers were made for tensors of these names, shapes, dtypes and devices.
+bool same_layout(const CheckpointWriter::Snapshot& snapshot, const std::map<std::string, at::Tensor>& tensors) {
+  if (snapshot.buffers.size() != tensors.size()) return false;
+  auto device = snapshot.devices.begin();
+  for (auto a = snapshot.buffers.begin(), b = tensors.begin(); a != snapshot.buffers.end(); ++a, ++b, ++device)
     if (a->first != b->first || a->second.sizes() != b->second.sizes() ||
-        a->second.scalar_type() != b->second.scalar_type())
+        a->second.scalar_type() != b->second.scalar_type() || *device != b->second.device())
       return false;
   return true;
 }
@@ -68,7 +74,9 @@ void copy_from_device(CheckpointWriter::Snapshot& snapshot, const at::Tensor& te
   if (copies == snapshot.copies.end()) {
     at::cuda::CUDAEvent ready;
     ready.record(c10::cuda::getCurrentCUDAStream(device));
-    CheckpointWriter::Snapshot::DeviceCopies fresh{device, c10::cuda::getStreamFromPool(false, device),
+    auto side = std::find_if(snapshot.side_streams.begin(), snapshot.side_streams.end(),
+                             [&](const auto& s) { return s.first == device; });
+    CheckpointWriter::Snapshot::DeviceCopies fresh{device, side->second,
                                                    std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault),
                                                    std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault)};
     ready.block(fresh.stream);
@@ -156,9 +164,16 @@ std::int64_t CheckpointWriter::reserve(const std::map<std::string, at::Tensor>& 
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) throw std::runtime_error("checkpoint: tensor '" + name + "' is undefined");
     offsets.push_back(total);
+    snapshot->devices.push_back(tensor.device());
     const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
     total += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     snapshot->pinned = snapshot->pinned || (pinned_ && tensor.is_cuda());
+#ifdef TOPOTRAIN_CUDA
+    const c10::DeviceIndex device = tensor.device().index();
+    if (tensor.is_cuda() && std::none_of(snapshot->side_streams.begin(), snapshot->side_streams.end(),
+                                         [&](const auto& s) { return s.first == device; }))
+      snapshot->side_streams.emplace_back(device, c10::cuda::getStreamFromPool(false, device));
+#endif
   }
   const std::int64_t size = std::max<std::int64_t>(total, 1);
   snapshot->block = snapshot->pinned ? compat::pinned_host_bytes(size) : at::empty({size}, at::kByte);
@@ -201,7 +216,7 @@ std::string CheckpointWriter::file_name(std::int64_t step) {
 double CheckpointWriter::save(const CheckpointState& state) {
   const auto started = std::chrono::steady_clock::now();
   wait();
-  if (!snapshot_ || !same_layout(snapshot_->buffers, state.tensors)) reserve(state.tensors);
+  if (!snapshot_ || !same_layout(*snapshot_, state.tensors)) reserve(state.tensors);
   Snapshot& snapshot = *snapshot_;
   CheckpointState& copy = snapshot.state;
   copy.step = state.step;
