@@ -18,6 +18,19 @@ void accumulate(std::vector<std::int64_t>& sums, const std::vector<std::int64_t>
 
 }  // namespace
 
+double ProgressConfig::flops_of(const StepReport& report) const {
+  return report.flops > 0 ? report.flops : static_cast<double>(report.tokens) * flops_per_token;
+}
+
+std::optional<double> ProgressConfig::mfu(double flops, double seconds) const {
+  if (!(peak_flops > 0 && flops > 0 && seconds > 0)) return std::nullopt;
+  return flops / seconds / (peak_flops * ranks);
+}
+
+std::int64_t ProgressConfig::memory_bytes(const StepReport& report) const {
+  return cpu ? resident_set_bytes() : report.peak_memory;
+}
+
 ProgressMeter::ProgressMeter(ProgressConfig config) : config_(config) {}
 
 void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
@@ -27,7 +40,7 @@ void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
   window_tokens_ += report.tokens;
   window_seconds_ += report.seconds;
   window_comm_ += report.comm_seconds.value_or(0);
-  window_flops_ += report.flops > 0 ? report.flops : static_cast<double>(report.tokens) * config_.flops_per_token;
+  window_flops_ += config_.flops_of(report);
   window_starved_ += report.starved_seconds.value_or(0);
   window_loss_ += report.loss * report.loss_weight;
   window_weight_ += report.loss_weight;
@@ -55,15 +68,14 @@ std::string ProgressMeter::line() {
   }
   add(out, std::snprintf(buffer, sizeof buffer, " | lr %.2e | gnorm %.3g | %.1f Ktok/s (%.1f per %s)", last_.lr,
                          last_.grad_norm, rate / 1e3, rate / 1e3 / config_.ranks, config_.cpu ? "rank" : "GPU"));
-  if (config_.peak_flops > 0 && window_flops_ > 0 && seconds > 0)
-    add(out, std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%",
-                           100.0 * window_flops_ / seconds / (config_.peak_flops * config_.ranks)));
+  if (const std::optional<double> mfu = config_.mfu(window_flops_, seconds))
+    add(out, std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%", 100.0 * *mfu));
   if (last_.comm_seconds)
     add(out, std::snprintf(buffer, sizeof buffer, " | comm %.0f%%", seconds > 0 ? 100.0 * window_comm_ / seconds : 0.0));
   if (last_.starved_seconds)
     add(out, std::snprintf(buffer, sizeof buffer, " | starved %.0f%%",
                            seconds > 0 ? 100.0 * window_starved_ / seconds : 0.0));
-  const double memory = static_cast<double>(config_.cpu ? resident_set_bytes() : last_.peak_memory);
+  const double memory = static_cast<double>(config_.memory_bytes(last_));
   add(out, std::snprintf(buffer, sizeof buffer, " | %lld coll | %s %.2f GiB", static_cast<long long>(last_.collectives),
                          config_.cpu ? "rss" : "mem", memory / (1 << 30)));
   // Whichever limit the run reaches first, at the window's pace.

@@ -67,7 +67,8 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   reducer_->zero_grad();
   if (lead_) {
     writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep,
-                                                 config_.cadences.checkpoint_pinned);
+                                                 config_.cadences.checkpoint_pinned);  // makes run_dir
+    metrics_ = std::make_unique<MetricsLog>(config_.run_dir, spec_.progress);
     if (config_.cadences.checkpoint_every >= 0) {
       const std::int64_t bytes = writer_->reserve(checkpoint_tensors(spec_.parameters, *optimizer_));
       log_info_here(cat("checkpoint snapshots: ", fixed_point(static_cast<double>(bytes) / (1 << 30), 2), " GiB of ",
@@ -224,6 +225,7 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   if (!device_.is_cuda()) report.comm_seconds = timer().step_seconds(Phase::comm_wait);
   report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started_).count();
   progress_.record(report, state_.tokens);
+  if (metrics_) metrics_->record(report, state_.tokens, skipped_);
 
   metrics.loss = report.loss;
   metrics.lr = lr_;

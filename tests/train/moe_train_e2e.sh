@@ -3,8 +3,10 @@
 #   moe_train_e2e.sh BIN_DIR dp        np 2 and 4 at grad_accum 3 = one process over the same micro-batches
 #   moe_train_e2e.sh BIN_DIR mask      the loss covers the targets of loss mask 1 only, normalised by
 #                                      their global count: np 2 and 4 = one process on masked data
-#   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted; resumed at half the
-#                                      token_budget trains every sample piece once, none skipped
+#   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted (weights, and the losses
+#                                      of metrics.jsonl, whose curve the resumed launch continues);
+#                                      resumed at half the token_budget trains every sample piece
+#                                      once, none skipped
 #   moe_train_e2e.sh BIN_DIR slow_checkpoint  checkpoints written slower than their cadence are
 #                                      deferred (logged), never block a step and change no weight; the
 #                                      final one is written; a deferred one resumes like any other
@@ -127,6 +129,17 @@ resume)
   train 2 split "${common[@]}" --set train.max_steps=6 --resume auto
   grep -q "resumed from .*step-0*3.h5" "$work/split.log"
   "$bin/checkpoint_diff" "$(latest straight)" "$(latest split)" 0
+  # metrics.jsonl: the resumed launch appends the curve where the first one stopped, and
+  # its losses are the uninterrupted run's.
+  python3 - "$work/straight/metrics.jsonl" "$work/split/metrics.jsonl" <<'PY'
+import json, sys
+straight, split = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert [m["step"] for m in split] == [1, 2, 3, 4, 5, 6], [m["step"] for m in split]
+assert [m["launch"] for m in split] == [1, 1, 1, 2, 2, 2], [m["launch"] for m in split]
+assert [m["tokens_total"] for m in split] == [m["tokens_total"] for m in straight]
+for a, b in zip(straight, split):
+    assert abs(a["loss"] - b["loss"]) <= 1e-6 * a["loss"], (a["step"], a["loss"], b["loss"])
+PY
   # Half the budget after step 3, up to at least the tokens the straight run trained.
   tokens=$(grep -Eo 'done: [0-9]+ steps, [0-9]+ tokens' "$work/straight.log" | awk '{print $4}')
   train 2 half "${common[@]}" --set train.max_steps=3

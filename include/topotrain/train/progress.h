@@ -50,6 +50,16 @@ struct ProgressConfig {
   double peak_flops = 0;             // one device's peak FLOP/s; 0 = unknown: no MFU
   std::int64_t planned_tokens = 0;  // tokens the run trains (TrainingLength); 0: no ETA by tokens
   std::int64_t max_steps = 0;        // its step limit; 0: none. The ETA is whichever ends first
+
+  // A step's model FLOPs over all ranks: report.flops where the job counts them, else its
+  // tokens x flops_per_token.
+  double flops_of(const StepReport& report) const;
+  // Model FLOPs utilisation of `flops` done in `seconds` on `ranks` devices; nullopt when
+  // the peak is unknown or nothing was timed.
+  std::optional<double> mfu(double flops, double seconds) const;
+  // The memory the line and metrics.jsonl show: the resident set on CPU ranks, else the
+  // device's peak allocation of the step.
+  std::int64_t memory_bytes(const StepReport& report) const;
 };
 
 class ProgressMeter {

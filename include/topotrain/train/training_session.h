@@ -60,6 +60,7 @@
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/job.h"
 #include "topotrain/train/lr_schedule.h"
+#include "topotrain/train/metrics_log.h"
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
@@ -148,7 +149,8 @@ class TrainingSession {
   double grad_norm() const { return grad_norm_; }
 
   // After the job moved state() past the step: its progress (the lead prints every
-  // log.every steps and after the last), its timings row, and its checkpoint at the
+  // log.every steps and after the last, and writes a line of metrics.jsonl every step),
+  // its timings row, and its checkpoint at the
   // checkpoint.every_steps cadence and after the last step (the length reached or a stop
   // agreed). A checkpoint that falls due while the previous one is still being written is
   // deferred to the first step after that write (logged; the last step's always waits).
@@ -186,6 +188,7 @@ class TrainingSession {
   SampleLog sample_log_;
   StepProfile profile_;
   ProgressMeter progress_;
+  std::unique_ptr<MetricsLog> metrics_;  // the lead's
   std::unique_ptr<comm::Watchdog> watchdog_;
   std::unique_ptr<TimingLog> timings_;
   std::size_t extra_fields_ = 0;  // TimingLogConfig::extra_fields of the timing log

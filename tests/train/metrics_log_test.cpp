@@ -1,0 +1,127 @@
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+
+#include "topotrain/core/files.h"
+#include "topotrain/train/metrics_log.h"
+
+using namespace topotrain;
+
+namespace {
+
+std::vector<nlohmann::json> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+StepReport report_of(std::int64_t step) {
+  StepReport report;
+  report.step = step;
+  report.tokens = 1000;
+  report.seconds = 0.5;
+  report.loss = 2.0 + static_cast<double>(step);
+  report.lr = 1e-3;
+  report.grad_norm = 0.25;
+  report.peak_memory = std::int64_t{3} << 30;
+  report.collectives = 2;
+  return report;
+}
+
+}  // namespace
+
+// One flushed line per step with what the step did; MFU from the config's FLOPs and peak.
+TEST(MetricsLog, OneLinePerStepWithTheStepsValues) {
+  const std::string dir = make_temp_directory("topotrain-metrics-");
+  ProgressConfig config;
+  config.ranks = 2;
+  config.flops_per_token = 1e9;
+  config.peak_flops = 1e12;
+  {
+    MetricsLog log(dir, config);
+    log.record(report_of(1), 1000, false);
+    StepReport aux = report_of(2);
+    aux.aux_loss = 0.125;
+    log.record(aux, 2000, false);
+    // Read before the log closes: every line is flushed as it is written.
+    const auto lines = lines_of(join_path(dir, kMetricsFileName));
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0]["step"], 1);
+    EXPECT_EQ(lines[0]["launch"], 1);
+    EXPECT_EQ(lines[0]["tokens"], 1000);
+    EXPECT_EQ(lines[1]["tokens_total"], 2000);
+    EXPECT_DOUBLE_EQ(lines[0]["loss"].get<double>(), 3.0);
+    EXPECT_DOUBLE_EQ(lines[0]["tokens_per_s"].get<double>(), 2000.0);
+    // 1000 tokens x 1e9 FLOP in 0.5 s on 2 devices of 1e12: 100%.
+    EXPECT_DOUBLE_EQ(lines[0]["mfu"].get<double>(), 1.0);
+    EXPECT_EQ(lines[0]["memory_bytes"], std::int64_t{3} << 30);
+    EXPECT_FALSE(lines[0].contains("aux_loss"));
+    EXPECT_DOUBLE_EQ(lines[1]["aux_loss"].get<double>(), 0.125);
+    EXPECT_FALSE(lines[1]["skipped"].get<bool>());
+  }
+  remove_tree(dir);
+}
+
+// A resumed launch appends, numbered; a skipped step's non-finite loss is null; a drafter's
+// slots give tau and per-slot accuracy. Every key written is one of kMetricsKeys.
+TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
+  const std::string dir = make_temp_directory("topotrain-metrics-");
+  {
+    MetricsLog log(dir, ProgressConfig{});
+    log.record(report_of(1), 1000, false);
+  }
+  {
+    MetricsLog log(dir, ProgressConfig{});
+    StepReport skipped = report_of(2);
+    skipped.loss = std::numeric_limits<double>::quiet_NaN();
+    log.record(skipped, 1000, true);
+    StepReport draft = report_of(3);
+    draft.slot_correct = {4, 3, 1};  // slot 0 is the anchor, not predicted
+    draft.slot_valid = {4, 4, 4};
+    draft.starved_seconds = 0.1;
+    log.record(draft, 2000, false);
+  }
+  const auto lines = lines_of(join_path(dir, kMetricsFileName));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["launch"], 1);
+  EXPECT_EQ(lines[1]["launch"], 2);
+  EXPECT_TRUE(lines[1]["loss"].is_null());
+  EXPECT_TRUE(lines[1]["skipped"].get<bool>());
+  EXPECT_FALSE(lines[1].contains("mfu"));  // no peak known
+  ASSERT_EQ(lines[2]["draft_accuracy"].size(), 2u);
+  EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][0].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][1].get<double>(), 0.25);
+  EXPECT_TRUE(lines[2].contains("tau"));
+  const std::set<std::string> listed(kMetricsKeys.begin(), kMetricsKeys.end());
+  std::set<std::string> written;
+  for (const auto& line : lines)
+    for (const auto& [key, value] : line.items()) {
+      EXPECT_TRUE(listed.count(key)) << key << " is written but not in kMetricsKeys";
+      written.insert(key);
+    }
+  // All but mfu and aux_loss appear in these lines.
+  EXPECT_EQ(written.size() + 2, listed.size());
+  remove_tree(dir);
+}
+
+// README.md names every key in its metrics.jsonl line, and no other.
+TEST(MetricsLog, ReadmeListsTheKeys) {
+  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/README.md");
+  std::string line, listing;
+  while (std::getline(in, line))
+    if (line.rfind("`metrics.jsonl` keys:", 0) == 0) listing = line;
+  ASSERT_FALSE(listing.empty()) << "README.md has no line starting with `metrics.jsonl` keys:";
+  std::set<std::string> documented;
+  for (std::size_t at = listing.find('`', 15); at != std::string::npos; at = listing.find('`', at + 1)) {
+    const std::size_t end = listing.find('`', at + 1);
+    if (end == std::string::npos) break;
+    documented.insert(listing.substr(at + 1, end - at - 1));
+    at = end;
+  }
+  EXPECT_EQ(documented, std::set<std::string>(kMetricsKeys.begin(), kMetricsKeys.end()));
+}
