@@ -150,8 +150,20 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
     }
 
     const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
-    unsupported_if(!normalizer.is_null() && normalizer.value("type", "") != "NFC", path,
-                   cat("normalizer ", normalizer.dump()));
+    std::vector<nlohmann::json> kinds;
+    if (normalizer.is_object() && normalizer.value("type", "") == "Sequence") {
+      for (const auto& n : require(normalizer, "normalizers", "normalizer", path)) kinds.push_back(n);
+    } else if (!normalizer.is_null()) {
+      kinds.push_back(normalizer);
+    }
+    std::vector<NormalForm> forms;
+    for (const auto& kind : kinds) {
+      NormalForm form;
+      unsupported_if(!kind.is_object() || !parse_normal_form(kind.value("type", ""), form), path,
+                     cat("normalizer ", kind.dump(), " (only NFC, NFD, NFKC, NFKD and a Sequence of them)"));
+      forms.push_back(form);
+    }
+    t->normalizer_ = UnicodeNormalizer(std::move(forms));
 
     const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
     std::vector<nlohmann::json> steps;
@@ -211,8 +223,12 @@ void BpeTokenizer::encode(std::string_view text, std::vector<uint32_t>& out) con
   encode_ordinary(text.substr(at), out);
 }
 
-void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const {
-  if (text.empty()) return;
+void BpeTokenizer::encode_ordinary(std::string_view raw, std::vector<uint32_t>& out) const {
+  if (raw.empty()) return;
+  // As HF does: the text between added tokens is normalized, then pre-tokenized.
+  std::string normalized;
+  std::string_view text = raw;
+  if (normalizer_.may_change(raw)) text = normalized = normalizer_.apply(raw);
   // Each Split keeps its matches and the gaps between them as separate pieces.
   std::vector<std::string_view> pieces{text};
   for (const auto& pattern : split_patterns_) {

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "test_dir.h"
@@ -9,6 +10,7 @@
 #include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/byte_tokenizer.h"
 #include "topotrain/data/chat_template.h"
+#include "topotrain/data/unicode_normalizer.h"
 #include "topotrain/data/unicode_regex.h"
 
 namespace topotrain::data {
@@ -143,6 +145,97 @@ TEST(BpeTokenizer, UnknownByteAndUnsupportedFilesAreNamed) {
     EXPECT_NE(std::string(e.what()).find("model.type \"WordPiece\""), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(wordpiece), std::string::npos) << e.what();
   }
+}
+
+// Expected values from Python's unicodedata (an independent implementation, Unicode 14):
+// composition, Hangul jamo, compatibility ligatures and numbers, a singleton (U+212B).
+TEST(UnicodeNormalizer, TheFourFormsAsUnicodeDefinesThem) {
+  struct Case {
+    std::string input, nfc, nfd, nfkc, nfkd;
+  };
+  const std::vector<Case> cases = {
+      {"e\xcc\x81", "\xc3\xa9", "e\xcc\x81", "\xc3\xa9", "e\xcc\x81"},
+      {"\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81", "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", "\xea\xb0\x81",
+       "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8"},
+      {"\xef\xac\x81", "\xef\xac\x81", "\xef\xac\x81", "fi", "fi"},
+      {"\xe2\x84\xab", "\xc3\x85", "A\xcc\x8a", "\xc3\x85", "A\xcc\x8a"},
+      {"\xe2\x91\xa0", "\xe2\x91\xa0", "\xe2\x91\xa0", "1", "1"},
+      {"Cafe\xcc\x81 \xc3\xa9", "Caf\xc3\xa9 \xc3\xa9", "Cafe\xcc\x81 e\xcc\x81", "Caf\xc3\xa9 \xc3\xa9",
+       "Cafe\xcc\x81 e\xcc\x81"},
+  };
+  const UnicodeNormalizer nfc({NormalForm::nfc}), nfd({NormalForm::nfd}), nfkc({NormalForm::nfkc}),
+      nfkd({NormalForm::nfkd});
+  for (const Case& c : cases) {
+    EXPECT_EQ(nfc.apply(c.input), c.nfc) << c.input;
+    EXPECT_EQ(nfd.apply(c.input), c.nfd) << c.input;
+    EXPECT_EQ(nfkc.apply(c.input), c.nfkc) << c.input;
+    EXPECT_EQ(nfkd.apply(c.input), c.nfkd) << c.input;
+    EXPECT_TRUE(nfc.may_change(c.input));
+  }
+  // A Sequence applies its forms in order: NFD then NFKC is NFKC.
+  EXPECT_EQ(UnicodeNormalizer({NormalForm::nfd, NormalForm::nfkc}).apply("\xef\xac\x81 e\xcc\x81"), "fi \xc3\xa9");
+  EXPECT_FALSE(nfc.may_change("plain ASCII, even with \0 inside"));
+  EXPECT_FALSE(UnicodeNormalizer().may_change("\xc3\xa9"));
+  NormalForm form;
+  EXPECT_TRUE(parse_normal_form("NFKD", form) && form == NormalForm::nfkd);
+  EXPECT_FALSE(parse_normal_form("Lowercase", form));
+  try {
+    nfc.apply("ok \xc3\xa9 then \xff");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid UTF-8 at byte 11"), std::string::npos) << e.what();
+  }
+}
+
+// The declared normalizer acts before the pre-tokenizer: decomposed input (macOS file names,
+// combining accents) gets the ids of its composed form. Kinds that are not implemented are
+// refused at load, naming the file and the kind.
+TEST(BpeTokenizer, DeclaredNormalizerActsAndOthersAreRefused) {
+  std::string json = tiny_tokenizer_json(qwen_pre_tokenizer(), false);
+  const std::string vocab_end = R"("S": 23})";
+  json.replace(json.find(vocab_end), vocab_end.size(), R"("S": 23, "Ã": 24, "©": 25})");  // é's bytes C3 A9
+  const auto t = BpeTokenizer::load(write_temp("nfc.json", json), "");
+  EXPECT_EQ(encode(*t, "he\xc3\xa9"), (Ids{9, 24, 25}));
+  EXPECT_EQ(encode(*t, "he" "e\xcc\x81"), (Ids{9, 24, 25}));
+  EXPECT_EQ(encode(*t, "<|im_start|>e\xcc\x81<|im_end|>"), (Ids{18, 24, 25, 19}));
+  const std::string nfc = R"("normalizer": {"type": "NFC"})";
+  std::string sequence = json;
+  sequence.replace(sequence.find(nfc), nfc.size(),
+                   R"("normalizer": {"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFKC"}]})");
+  EXPECT_EQ(encode(*BpeTokenizer::load(write_temp("seq.json", sequence), ""), "e\xcc\x81"), (Ids{24, 25}));
+  std::string lowercase = json;
+  lowercase.replace(lowercase.find(nfc), nfc.size(),
+                    R"("normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]})");
+  const std::string path = write_temp("lower.json", lowercase);
+  try {
+    BpeTokenizer::load(path, "");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(R"(normalizer {"type":"Lowercase"})"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+// The real Qwen3 tokenizer.json (../shared/data/qwen3-tokenizer next to the repository, or
+// TOPOTRAIN_QWEN3_TOKENIZER; skipped when absent): it declares NFC, so decomposed text
+// (Korean jamo, combining accents) tokenizes exactly as its composed form, where it used to
+// come out up to ~2.8x longer; compatibility characters are left alone (NFC, not NFKC).
+TEST(BpeTokenizer, RealQwen3TokenizerAppliesItsNfc) {
+  const char* from_env = std::getenv("TOPOTRAIN_QWEN3_TOKENIZER");
+  const std::string path =
+      from_env ? std::string(from_env) : std::string(TOPOTRAIN_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer/tokenizer.json";
+  if (!std::ifstream(path)) GTEST_SKIP() << "no Qwen3 tokenizer.json at " << path;
+  const auto t = BpeTokenizer::load(path, "");
+  const UnicodeNormalizer nfd({NormalForm::nfd});
+  for (const std::string composed :
+       {"\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xed\x85\x8d\xec\x8a\xa4\xed\x8a\xb8",  // 한국어 텍스트
+        "Caf\xc3\xa9 cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e, na\xc3\xafve r\xc3\xa9sum\xc3\xa9",
+        "Ti\xe1\xba\xbfng Vi\xe1\xbb\x87t c\xc3\xb3 d\xe1\xba\xa5u"}) {  // Tiếng Việt có dấu
+    const std::string decomposed = nfd.apply(composed);
+    ASSERT_NE(decomposed, composed);
+    EXPECT_EQ(encode(*t, decomposed), encode(*t, composed)) << composed;
+  }
+  EXPECT_NE(encode(*t, "\xef\xac\x81"), encode(*t, "fi"));  // the ligature stays a ligature
 }
 
 TEST(ChatTemplate, AssistantContentAndItsEndAreTrained) {

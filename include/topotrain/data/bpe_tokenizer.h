@@ -1,13 +1,14 @@
 // HF tokenizer.json byte-level BPE (the GPT-2 / Qwen kind).
 //
 // encode(text): added tokens (e.g. "<|im_end|>") are matched first, longest first; the
-// rest is cut by the pre-tokenizer regexes (Split "Isolated" patterns, then ByteLevel's
+// rest is normalized (the declared NFC, NFD, NFKC, NFKD or Sequence of them:
+// unicode_normalizer.h) and cut by the pre-tokenizer regexes (Split "Isolated" patterns, then ByteLevel's
 // GPT-2 pattern when its use_regex is true); each piece's bytes are mapped to the
 // byte-to-unicode alphabet and merged by merge rank (lowest first, all non-overlapping
 // occurrences left to right) into vocabulary ids.
 // Not supported (load fails naming the key): other models than BPE, add_prefix_space,
-// subword prefixes/suffixes, normalizers other than NFC. NFC is not applied: the input is
-// taken to be NFC already, as nearly all text is.
+// subword prefixes/suffixes, other normalizers (Lowercase, Replace, Strip, ...). Added
+// tokens are matched in the text as given (HF's `normalized: false`, what Qwen's are).
 #pragma once
 
 #include <memory>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "topotrain/data/tokenizer.h"
+#include "topotrain/data/unicode_normalizer.h"
 #include "topotrain/data/unicode_regex.h"
 
 namespace topotrain::data {
@@ -48,6 +50,7 @@ class BpeTokenizer : public Tokenizer {
   int64_t byte_ids_[256];                       // id of each byte's alphabet character, -1 if none
   std::unordered_map<std::string, uint32_t> added_;
   std::unique_ptr<UnicodeRegex> added_pattern_;
+  UnicodeNormalizer normalizer_;
   std::vector<std::unique_ptr<UnicodeRegex>> split_patterns_;
   bool ignore_merges_ = false;
   uint64_t vocab_size_ = 0;
