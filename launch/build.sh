@@ -2,7 +2,7 @@
 # Configures and builds topotrain into BUILD_DIR (default: build; BUILD_TYPE default
 # Release, whose lack of debug info keeps LibTorch-heavy builds short), finding LibTorch by
 # itself: the pip torch's when python3 can import torch (GPU machines), else the system's
-# (Debian's libtorch-dev). toml++ and PCRE2 unpacked into .deps/root
+# (Debian's libtorch-dev). toml++, PCRE2 and utf8proc unpacked into .deps/root
 # (launch/prepare-gpu-deps.sh) are used when present.
 #   launch/build.sh [extra cmake args...]
 set -euo pipefail

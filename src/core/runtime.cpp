@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <vector>
 
 #ifdef TOPOTRAIN_CUDA
@@ -12,6 +14,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/core/visible_devices.h"
 
 namespace topotrain {
 
@@ -64,6 +67,17 @@ void Runtime::bind(const Topology& topology, bool select_device) {
   if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
   role_ = role->role;
   device_ = topology.device_of(rank_, local_rank_);
+  if (!device_.is_cpu) {
+    // validate_device refused a device the process lacks (a dry run goes on with the
+    // topology's number, selecting no device).
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (const std::optional<int> ordinal = cuda_ordinal(device_.index, gpus_present(), visible)) {
+      if (*ordinal != device_.index)
+        log_info_here(cat("cuda:", device_.index, " of the topology is the one GPU CUDA_VISIBLE_DEVICES=", visible,
+                          " shows this process (cuda:0)"));
+      device_.index = *ordinal;
+    }
+  }
   int color = static_cast<int>(role - topology.roles.data());
   MPI_Comm_split(MPI_COMM_WORLD, color, index, &role_comm_);
   MPI_Comm_rank(role_comm_, &role_rank_);

@@ -5,6 +5,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/suggest.h"
+#include "topotrain/core/visible_devices.h"
 
 namespace topotrain {
 
@@ -149,16 +150,19 @@ void validate_world(const Topology& topology, int world_size) {
                           "; run it with mpirun -np ", listed, " (or change [[roles]] ranks)"));
 }
 
-void validate_device(const Topology& topology, int rank, int local_rank, int gpus_present) {
+void validate_device(const Topology& topology, int rank, int local_rank, int gpus_present, const char* visible) {
   Device device = topology.device_of(rank, local_rank);
   if (device.is_cpu) return;
-  if (device.index < 0 || device.index >= gpus_present) {
+  if (!cuda_ordinal(device.index, gpus_present, visible)) {
     const RoleSpec* role = topology.role_of(rank);
     std::string fix = gpus_present == 0
-                          ? std::string("this node has no usable GPU (or this build has no CUDA); use a CPU "
-                                        "topology such as topology/cpu4.toml, or devices = \"cpu\"")
-                          : cat("this node has ", gpus_present, " GPUs (0..", gpus_present - 1,
-                                "); fix devices = [...] or start fewer ranks per node");
+                          ? cat("this node has no usable GPU", visible_devices_note(visible),
+                                " (or this build has no CUDA); use a CPU topology such as topology/cpu4.toml, or "
+                                "devices = \"cpu\"")
+                          : cat("this process sees ", gpus_present, " GPUs (0..", gpus_present - 1, ")",
+                                visible_devices_note(visible),
+                                "; fix devices = [...], start fewer ranks per node, or show each process its own "
+                                "GPU with CUDA_VISIBLE_DEVICES");
     throw ConfigError(cat(topology.source, ": rank ", rank, " (", role ? role->role : "?", ") is placed on ",
                           device.str(), role && role->devices.empty() ? " (its node-local rank)" : "", " but ",
                           fix));

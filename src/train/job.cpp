@@ -36,7 +36,8 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
   validate_world(run.topology, runtime.world_size());
   std::string device_warning;
   try {
-    validate_device(run.topology, runtime.rank(), runtime.local_rank(), Runtime::gpus_present());
+    validate_device(run.topology, runtime.rank(), runtime.local_rank(), Runtime::gpus_present(),
+                    std::getenv("CUDA_VISIBLE_DEVICES"));
   } catch (const ConfigError& e) {
     if (!options.dry_run) throw;
     device_warning = e.what();

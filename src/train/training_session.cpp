@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "topotrain/comm/resume_agreement.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
@@ -50,7 +51,10 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   for (auto& [name, p] : spec_.parameters) backend_->broadcast(p.data(), 0);
   optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
   const std::string model_name = spec_.model ? spec_.model->source : spec_.model_name;
-  if (auto path = CheckpointReader::resolve_resume(config_.run_dir, context.options.resume)) {
+  // Every rank resumes from the lead's checkpoint, or all start fresh.
+  if (auto path = comm::agree_resume_path(CheckpointReader::resolve_resume(config_.run_dir, context.options.resume),
+                                          runtime_.role_comm(),
+                                          cat("rank ", runtime_.rank(), " on ", runtime_.host()))) {
     CheckpointState checkpoint =
         CheckpointReader::load(*path, expectations_for(model_name, spec_.parameters, *optimizer_));
     restore(checkpoint, spec_.parameters, *optimizer_, state_);

@@ -6,6 +6,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/run_file.h"
 #include "topotrain/core/topology.h"
+#include "topotrain/core/visible_devices.h"
 #include "topotrain/train/dflash_trainer.h"
 #include "topotrain/train/moe_trainer.h"
 
@@ -137,12 +138,34 @@ TEST(Topology, DeviceBeyondGpusPresent) {
   Topology t = parse("[[roles]]\nrole = \"trainer\"\nranks = [0, 1]\ndevices = [0, 3]\n");
   EXPECT_EQ(error_of([&] { validate_device(t, 0, 0, 2); }), "");
   std::string message = error_of([&] { validate_device(t, 1, 1, 2); });
-  EXPECT_NE(message.find("rank 1 (trainer) is placed on cuda:3 but this node has 2 GPUs (0..1)"), std::string::npos)
+  EXPECT_NE(message.find("rank 1 (trainer) is placed on cuda:3 but this process sees 2 GPUs (0..1)"),
+            std::string::npos)
       << message;
   std::string none = error_of([&] { validate_device(t, 0, 0, 0); });
   EXPECT_NE(none.find("no usable GPU"), std::string::npos) << none;
   Topology cpu = parse(kTwoTrainers);
   EXPECT_EQ(error_of([&] { validate_device(cpu, 1, 1, 0); }), "");
+}
+
+// A launcher that shows each process only its GPU (CUDA_VISIBLE_DEVICES with one entry):
+// the process's one device is the rank's, whatever number the topology gives it. Two
+// visible GPUs are numbered as the process sees them, and the message says what it sees.
+TEST(Topology, OneVisibleGpuPerProcessIsTheRanksDevice) {
+  Topology t = parse("[[roles]]\nrole = \"trainer\"\nranks = [0, 1]\ndevices = [0, 3]\n");
+  EXPECT_EQ(error_of([&] { validate_device(t, 1, 1, 1, "3"); }), "");
+  EXPECT_EQ(error_of([&] { validate_device(t, 1, 1, 1, "GPU-8f2c1a7e-uuid"); }), "");
+  std::string two = error_of([&] { validate_device(t, 1, 1, 2, "2,3"); });
+  EXPECT_NE(two.find("this process sees 2 GPUs (0..1) (CUDA_VISIBLE_DEVICES=2,3)"), std::string::npos) << two;
+  std::string hidden = error_of([&] { validate_device(t, 0, 0, 0, ""); });
+  EXPECT_NE(hidden.find("no usable GPU (CUDA_VISIBLE_DEVICES=)"), std::string::npos) << hidden;
+  EXPECT_EQ(cuda_ordinal(3, 1, "3"), 0);
+  EXPECT_EQ(cuda_ordinal(3, 1, "0"), 0);  // a cgroup-confined task
+  EXPECT_EQ(cuda_ordinal(1, 4, nullptr), 1);
+  EXPECT_EQ(cuda_ordinal(1, 4, "0,1,2,3"), 1);
+  EXPECT_EQ(cuda_ordinal(3, 1, nullptr), std::nullopt);  // one GPU, but nobody chose it for this rank
+  EXPECT_EQ(cuda_ordinal(0, 0, "0"), std::nullopt);
+  EXPECT_FALSE(one_visible_device(""));
+  EXPECT_FALSE(one_visible_device("1,2"));
 }
 
 TEST(Topology, DeviceCountMustMatchRanks) {

@@ -82,7 +82,9 @@ void validate_topology(const Topology& topology, const JobSpec& job);
 // Checks against the launched job: the world size equals the ranks listed.
 void validate_world(const Topology& topology, int world_size);
 
-// Checks one rank's placement against the GPUs present on its node.
-void validate_device(const Topology& topology, int rank, int local_rank, int gpus_present);
+// Checks one rank's placement against the GPUs its process sees: `gpus_present`, with
+// CUDA_VISIBLE_DEVICES = `visible` (nullptr: unset; core/visible_devices.h).
+void validate_device(const Topology& topology, int rank, int local_rank, int gpus_present,
+                     const char* visible = nullptr);
 
 }  // namespace topotrain
