@@ -1,7 +1,5 @@
 #include "topotrain/comm/resume_agreement.h"
 
-#include <vector>
-
 #include "mpi_types.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"

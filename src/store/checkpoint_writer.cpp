@@ -6,6 +6,7 @@
 #include <iterator>
 #include <memory>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #ifdef TOPOTRAIN_CUDA
@@ -93,8 +94,8 @@ void copy_from_device(CheckpointWriter::Snapshot& snapshot, const at::Tensor& te
     buffer.copy_(tensor, /*non_blocking=*/snapshot.pinned);
     return;
   }
-  // The runtime's own call: into page-locked memory it returns at once, whatever torch's
-  // copy_ decides about memory its allocator did not hand out.
+  // CUDA's own call, whose contract makes a device-to-host copy into page-locked memory
+  // asynchronous; torch's copy_ is not relied on for memory its allocator did not hand out.
   const cudaError_t status =
       cudaMemcpyAsync(buffer.data_ptr(), tensor.data_ptr(), static_cast<std::size_t>(tensor.nbytes()),
                       cudaMemcpyDeviceToHost, copies->stream.stream());
@@ -160,12 +161,12 @@ std::int64_t CheckpointWriter::reserve(const std::map<std::string, at::Tensor>& 
   wait();
   auto snapshot = std::make_shared<Snapshot>();
   std::int64_t total = 0;
-  std::vector<std::int64_t> offsets;
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // each tensor's offset and bytes in the block
   for (const auto& [name, tensor] : tensors) {
     if (!tensor.defined()) throw std::runtime_error("checkpoint: tensor '" + name + "' is undefined");
-    offsets.push_back(total);
     snapshot->devices.push_back(tensor.device());
     const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
+    spans.emplace_back(total, bytes);
     total += (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     snapshot->pinned = snapshot->pinned || (pinned_ && tensor.is_cuda());
 #ifdef TOPOTRAIN_CUDA
@@ -177,10 +178,10 @@ std::int64_t CheckpointWriter::reserve(const std::map<std::string, at::Tensor>& 
   }
   const std::int64_t size = std::max<std::int64_t>(total, 1);
   snapshot->block = snapshot->pinned ? compat::pinned_host_bytes(size) : at::empty({size}, at::kByte);
-  std::size_t i = 0;
+  auto span = spans.begin();
   for (const auto& [name, tensor] : tensors) {
-    const std::int64_t bytes = tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
-    snapshot->buffers[name] = snapshot->block.narrow(0, offsets[i++], bytes).view(tensor.scalar_type()).view(tensor.sizes());
+    const auto [offset, bytes] = *span++;
+    snapshot->buffers[name] = snapshot->block.narrow(0, offset, bytes).view(tensor.scalar_type()).view(tensor.sizes());
   }
   snapshot->bytes = total;
   snapshot_ = std::move(snapshot);
@@ -218,17 +219,8 @@ double CheckpointWriter::save(const CheckpointState& state) {
   wait();
   if (!snapshot_ || !same_layout(*snapshot_, state.tensors)) reserve(state.tensors);
   Snapshot& snapshot = *snapshot_;
-  CheckpointState& copy = snapshot.state;
-  copy.step = state.step;
-  copy.tensors = snapshot.buffers;
-  copy.ints = state.ints;
-  copy.reals = state.reals;
-  copy.texts = state.texts;
-  copy.settings_toml = state.settings_toml;
-  copy.topology_text = state.topology_text;
-  copy.model_identity = state.model_identity;
-  copy.model_config_json = state.model_config_json;
-  copy.model_config_source = state.model_config_source;
+  snapshot.state = state;  // the metadata; the tensor handles are replaced by the buffers
+  snapshot.state.tensors = snapshot.buffers;
 #ifdef TOPOTRAIN_CUDA
   snapshot.copies.clear();
 #endif

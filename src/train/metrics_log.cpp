@@ -21,9 +21,14 @@ namespace {
 // JSON has no NaN or infinity: such a value is null.
 nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 
-// The launch of the last line in an existing file, 0 when there is none.
+// The launch of the last line in an existing file, 0 when there is none. Only the file's
+// end is read: a long run's file holds a line per step, and its last one is short.
 int last_launch(const std::string& path) {
-  std::ifstream in(path);
+  constexpr std::streamoff kTail = 1 << 16;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return 0;
+  const std::streamoff size = in.tellg();
+  in.seekg(size > kTail ? size - kTail : 0);
   std::string line, last;
   while (std::getline(in, line))
     if (!line.empty()) last = line;

@@ -21,7 +21,6 @@ class UnicodeNormalizer {
   UnicodeNormalizer() = default;  // no normalizer: text passes as it is
   explicit UnicodeNormalizer(std::vector<NormalForm> forms) : forms_(std::move(forms)) {}
 
-  bool empty() const { return forms_.empty(); }
   // False when apply() would return `text` as it is without looking it up: no forms, or
   // ASCII text, which every form leaves alone (what keeps tokenizing English at full speed).
   bool may_change(std::string_view text) const;

@@ -31,9 +31,10 @@
 // * A failed step still gets its row in timings.h5 on every rank. A job that ends on it
 //   keeps what it trained: finish() saves the last good step (a failed one changed no
 //   weight), and the failure (failure()) is the job's to report.
-// * The host waits for the device once per step, in agree's one read of the sums and the
-//   gradient norm; everything else it enqueues (clipping scales by a factor computed from
-//   that read, checkpoint snapshots copy on a side stream).
+// * The session makes the host wait for the device once per step, in agree's one read of
+//   the sums and the gradient norm; the rest of its work is enqueued (clipping scales by a
+//   factor computed from that read, checkpoint snapshots copy on a side stream). The model
+//   may wait too (the LM loss reads its target count in the forward).
 // * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
 //   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
 //   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
