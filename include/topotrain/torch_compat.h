@@ -267,6 +267,35 @@ inline bool fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double
 
 }  // namespace topotrain::compat
 
+// ---- index selection -------------------------------------------------------------------
+// at::nonzero_static (CUDA from 2.6) fills a result of a size the caller gives instead of
+// reading the count back: at::nonzero waits for the device to learn how big its result is.
+#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 6)
+#define TOPOTRAIN_HAS_NONZERO_STATIC_CUDA 1
+#else
+#define TOPOTRAIN_HAS_NONZERO_STATIC_CUDA 0
+#endif
+
+namespace topotrain::compat {
+
+// The indices of the true entries of a 1-D bool tensor, int64 [count], where the caller
+// knows `count` on the host. On CUDA (where nonzero_static exists) the host is not held;
+// elsewhere the count is checked, so that CPU runs catch a caller whose count is wrong
+// (on CUDA a wrong count would pad with -1 or drop indices).
+inline at::Tensor nonzero_of_count(const at::Tensor& mask, std::int64_t count) {
+#if TOPOTRAIN_HAS_NONZERO_STATIC_CUDA
+  if (mask.is_cuda()) return at::nonzero_static(mask, count, /*fill_value=*/-1).squeeze(1);
+#endif
+  at::Tensor rows = mask.nonzero().squeeze(1);
+  if (rows.size(0) != count) {
+    throw std::logic_error("nonzero_of_count: the mask has " + std::to_string(rows.size(0)) +
+                           " true entries, the caller counted " + std::to_string(count));
+  }
+  return rows;
+}
+
+}  // namespace topotrain::compat
+
 // ---- profiler --------------------------------------------------------------------------
 // torch's profiler events report microseconds up to 1.13 and nanoseconds from 2.x on.
 // Templates, so that only the profiling code includes the profiler's headers.

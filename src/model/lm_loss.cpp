@@ -4,6 +4,7 @@
 
 #include "kernel_launch.h"
 #include "topotrain/core/error.h"
+#include "topotrain/torch_compat.h"
 
 #ifdef TOPOTRAIN_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -13,7 +14,10 @@ namespace topotrain::model {
 namespace {
 
 // Rows of a packed batch that have a next-token target the loss trains on (every token
-// but the last of its sequence, whose next token has loss mask 1) and those targets.
+// but the last of its sequence, whose next token has loss mask 1) and those targets. Their
+// count is the batch's host field num_loss_targets (a token j has loss mask 1 and is not
+// its sequence's first exactly when row j - 1 has a target), so the rows are found without
+// waiting for the device.
 struct NextTokenTargets {
   torch::Tensor rows;     // int64 [N]
   torch::Tensor targets;  // int64 [N]
@@ -28,7 +32,7 @@ NextTokenTargets next_token_targets(const PackedBatch& batch) {
   if (batch.loss_mask.defined() && n > 1) {
     has_target.narrow(0, 0, n - 1).logical_and_(batch.loss_mask.narrow(0, 1, n - 1));
   }
-  auto rows = has_target.nonzero().squeeze(1);
+  auto rows = compat::nonzero_of_count(has_target, batch.num_loss_targets);
   return {rows, batch.tokens.index_select(0, rows + 1)};
 }
 

@@ -60,13 +60,23 @@ struct BatchFates {
 };
 
 // A step's sums on this drafter, as the agreement adds them: valid-slot weight, tokens,
-// loss sum and model FLOPs (which vary with the anchors drawn). Draft quality stays this
-// drafter's (the lead's progress line shows its own).
+// loss sum, model FLOPs (which vary with the anchors drawn), then per block slot the
+// correct drafts and the valid slots. Draft quality is thus every drafter's, read with the
+// loss in the agreement's one wait for the device.
 struct DraftSums {
   double weight = 0, tokens = 0, flops = 0;
-  torch::Tensor loss, slot_correct;  // on the device, read once by the agreement
+  torch::Tensor loss, slot_correct;  // on the device
   std::vector<std::int64_t> slot_valid;
+
+  std::vector<torch::Tensor> agreed() const {
+    const std::int64_t slots = static_cast<std::int64_t>(slot_valid.size());
+    auto host = [](double v) { return torch::tensor(v, torch::kFloat64); };
+    return {host(weight), host(tokens), loss, host(flops),
+            slot_correct.defined() ? slot_correct : torch::zeros({slots}, torch::kInt64),
+            torch::tensor(slot_valid, torch::kInt64)};
+  }
 };
+constexpr std::size_t kFirstSlotSum = 4;
 
 model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model::DFlashConfig& config,
                                  const torch::Device& device) {
@@ -78,8 +88,8 @@ model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model:
   return batch;
 }
 
-// The drafters' step as the progress line shows it: the agreed sums, this drafter's draft
-// quality, its wait for batches.
+// The drafters' step as the progress line shows it: the agreed sums (draft quality
+// included), this drafter's wait for batches.
 StepReport step_report(const comm::StepAgreement& all, const DraftSums& sums, double waited) {
   StepReport report;
   report.tokens = static_cast<std::int64_t>(all.sums[1]);
@@ -87,11 +97,10 @@ StepReport step_report(const comm::StepAgreement& all, const DraftSums& sums, do
   report.loss_weight = all.sums[0];
   report.flops = all.sums[3];
   report.starved_seconds = waited;
-  report.slot_valid = sums.slot_valid;
-  report.slot_correct.assign(sums.slot_valid.size(), 0);
-  if (sums.slot_correct.defined()) {
-    const at::Tensor correct = sums.slot_correct.cpu();
-    std::copy_n(correct.data_ptr<std::int64_t>(), report.slot_correct.size(), report.slot_correct.begin());
+  const std::size_t slots = sums.slot_valid.size();
+  for (std::size_t k = 0; k < slots; ++k) {
+    report.slot_correct.push_back(static_cast<std::int64_t>(all.sums[kFirstSlotSum + k]));
+    report.slot_valid.push_back(static_cast<std::int64_t>(all.sums[kFirstSlotSum + slots + k]));
   }
   return report;
 }
@@ -288,9 +297,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
       session.accumulate(static_cast<int>(m), static_cast<int>(rounds), m < inputs.size(),
                          [&] { train_micro_batch(inputs[m], cursors[m], sums); });
     }
-    const comm::StepAgreement all = session.agree(
-        {torch::tensor(sums.weight, torch::kFloat64), torch::tensor(sums.tokens, torch::kFloat64), sums.loss,
-         torch::tensor(sums.flops, torch::kFloat64)});
+    const comm::StepAgreement all = session.agree(sums.agreed());
     if (all.out_of_memory()) {
       fates_.discard(inputs);
       restart = session.after_out_of_memory(all, token_budget_);

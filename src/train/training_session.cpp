@@ -137,16 +137,22 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     const torch::Tensor norm_squared = squared_gradient_norm(spec_.parameters);
     std::vector<torch::Tensor> on_device;
     for (const torch::Tensor& sum : sums)
-      if (sum.defined() && sum.device() == device_) on_device.push_back(sum.detach().reshape({1}).to(torch::kFloat64));
+      if (sum.defined() && sum.device() == device_) on_device.push_back(sum.detach().reshape({-1}).to(torch::kFloat64));
     if (norm_squared.defined()) on_device.push_back(norm_squared.reshape({1}));
-    const torch::Tensor read = on_device.empty() ? torch::Tensor() : torch::cat(on_device).cpu();
-    std::size_t next = 0;
+    const torch::Tensor read = on_device.empty() ? torch::Tensor() : torch::cat(on_device).cpu().contiguous();
+    const double* next = read.defined() ? read.data_ptr<double>() : nullptr;
     for (const torch::Tensor& sum : sums) {
-      if (!sum.defined()) mine.sums.push_back(0.0);
-      else if (sum.device() == device_) mine.sums.push_back(read[static_cast<std::int64_t>(next++)].item<double>());
-      else mine.sums.push_back(sum.item<double>());
+      if (!sum.defined()) {
+        mine.sums.push_back(0.0);
+      } else if (sum.device() == device_) {
+        mine.sums.insert(mine.sums.end(), next, next + sum.numel());
+        next += sum.numel();
+      } else {
+        const torch::Tensor host = sum.reshape({-1}).to(torch::kFloat64).contiguous();
+        mine.sums.insert(mine.sums.end(), host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+      }
     }
-    unscaled_grad_norm_ = norm_squared.defined() ? std::sqrt(read[static_cast<std::int64_t>(next)].item<double>()) : 0.0;
+    unscaled_grad_norm_ = norm_squared.defined() ? std::sqrt(*next) : 0.0;
   }
   for (double sum : mine.sums)
     if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();

@@ -1,19 +1,27 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
 // combine) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
-// gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step.
+// gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, and the
+// LM loss enqueues without waiting for the device.
 #include <cmath>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/compute_weight.h"
+#include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/moe.h"
+#include "topotrain/model/qwen3.h"
 #include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
 #include "topotrain/model/swiglu.h"
 #include "topotrain/torch_compat.h"
+
+#ifdef TOPOTRAIN_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace mdl = topotrain::model;
 
@@ -236,3 +244,45 @@ TEST_F(FusedOpsGpu, KeptComputeWeightFollowsAFusedAdamwStep) {
   EXPECT_FALSE(torch::equal(after, before));
   EXPECT_TRUE(torch::equal(after, w.detach().to(torch::kBFloat16)));
 }
+
+#ifdef TOPOTRAIN_CUDA
+// While it lives, an operation that makes the host wait for the device throws.
+class ThrowOnDeviceWait {
+ public:
+  ThrowOnDeviceWait() : before_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  ~ThrowOnDeviceWait() { c10::cuda::warning_state().set_sync_debug_mode(before_); }
+
+ private:
+  c10::cuda::SyncDebugMode before_;
+};
+
+// The LM loss finds its target rows from the packer's host count: on the GPU it enqueues
+// without waiting for the device, and its loss is the CPU model's, where the count is
+// checked against the mask.
+TEST_F(FusedOpsGpu, LmLossOfAMaskedBatchEnqueuesWithoutWaitingForTheDevice) {
+  const auto config = mdl::ModelConfig::preset("tiny-moe");
+  torch::manual_seed(3);
+  mdl::Qwen3CausalLM on_cpu(config);
+  torch::manual_seed(3);
+  mdl::Qwen3CausalLM on_gpu(config);
+  on_gpu->to(torch::kCUDA);
+  auto batch = topotrain::PackedBatch::from_documents({{5, 6, 7, 8, 9}, {10, 11}, {12, 13, 14, 15, 16, 17, 18}});
+  batch.loss_mask = (torch::arange(batch.num_tokens()) % 3 != 0).to(torch::kUInt8);
+  batch.summarize();
+  const auto hidden = torch::randn({batch.num_tokens(), config.hidden_size});
+  const auto expected = mdl::lm_loss(*on_cpu, hidden, batch).loss_sum;
+  const auto batch_on_gpu = batch.to(torch::kCUDA);
+  const auto hidden_on_gpu = hidden.to(torch::kCUDA);
+  on_gpu->lm_head_compute_values(torch::kFloat32);  // made once, outside the checked region
+  torch::cuda::synchronize();
+  torch::Tensor loss;
+  {
+    ThrowOnDeviceWait strict;
+    EXPECT_THROW(batch_on_gpu.loss_mask.nonzero(), c10::Error);  // the check itself works
+    loss = mdl::lm_loss(*on_gpu, hidden_on_gpu, batch_on_gpu).loss_sum;
+  }
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-3 * std::abs(expected.item<double>()));
+}
+#endif

@@ -215,6 +215,7 @@ TEST_F(ModelTest, LmLossTrainsOnlyTargetsWithLossMaskOne) {
   // 1 on every other token; a document's first token (mask 1 in the second document) is
   // no target of anything.
   batch.loss_mask = (torch::arange(batch.num_tokens()) % 2).to(torch::kUInt8);
+  batch.summarize();  // the loss sizes its target rows by the host count
   batch.check();
   const auto hidden = model->forward_backbone(batch).hidden;
   const auto masked = mdl::lm_loss(*model, hidden, batch, /*chunk_rows=*/3);
@@ -236,12 +237,17 @@ TEST_F(ModelTest, LmLossTrainsOnlyTargetsWithLossMaskOne) {
   EXPECT_EQ(targets, 2 + 0 + 3);
   expect_close(masked.loss_sum, expected, 1e-4, "masked loss sum");
   batch.loss_mask = torch::Tensor();
+  batch.summarize();
   EXPECT_GT((mdl::lm_loss(*model, hidden, batch).loss_sum - masked.loss_sum).abs().item<double>(), 1e-3);
   // A batch whose every token is masked out trains nothing and still has a loss (zero).
   batch.loss_mask = torch::zeros({batch.num_tokens()}, torch::kUInt8);
+  batch.summarize();
   const auto none = mdl::lm_loss(*model, hidden, batch);
   EXPECT_EQ(none.num_targets, 0);
   EXPECT_EQ(none.loss_sum.item<double>(), 0.0);
+  // A host count that disagrees with the mask is refused where it can be checked.
+  batch.num_loss_targets = 1;
+  EXPECT_THROW(mdl::lm_loss(*model, hidden, batch), std::logic_error);
 }
 // The sorted dispatch must equal the textbook definition: for every token, the weighted
 // sum of its top-k experts' SwiGLU outputs.

@@ -65,7 +65,8 @@ struct PackedBatch {
   void summarize();
   // The contract above for a batch of at least one sequence (what the models take): dtypes,
   // lengths, the host fields against the tensors, and, on CPU tensors, cu_seqlens itself.
-  // num_loss_targets is not checked (the models count targets from loss_mask themselves).
+  // num_loss_targets is not checked here (that would read a GPU loss mask back); the LM
+  // loss sizes its target rows by it, and checks it where the mask is on the CPU.
   // Throws std::invalid_argument saying what is wrong.
   void check() const;
 };

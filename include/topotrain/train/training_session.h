@@ -33,8 +33,8 @@
 //   weight), and the failure (failure()) is the job's to report.
 // * The session makes the host wait for the device once per step, in agree's one read of
 //   the sums and the gradient norm; the rest of its work is enqueued (clipping scales by a
-//   factor computed from that read, checkpoint snapshots copy on a side stream). The model
-//   may wait too (the LM loss reads its target count in the forward).
+//   factor computed from that read, checkpoint snapshots copy on a side stream). The jobs
+//   hand agree everything they report from the device, so that nothing else waits.
 // * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
 //   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
 //   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
@@ -129,8 +129,9 @@ class TrainingSession {
   void accumulate(int m, int count, bool has_data, const std::function<void()>& work);
   bool out_of_memory() const { return oom_; }
   // Finishes the gradient reduction, enqueues the reduced gradients' norm, then reads this
-  // rank's `sums` (scalars, on the device or the host; undefined ones count 0) and that norm
-  // in one device-to-host copy (the step's only wait for the device) and agrees.
+  // rank's `sums` (scalars or 1-D tensors, on the device or the host, each adding its
+  // elements in order to StepAgreement::sums; an undefined one adds one 0) and that norm in
+  // one device-to-host copy (the step's only wait for the device) and agrees.
   comm::StepAgreement agree(const std::vector<torch::Tensor>& sums);
 
   // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
