@@ -4,7 +4,8 @@ namespace topotrain {
 
 const std::array<const char*, kPhaseCount>& phase_names() {
   static const std::array<const char*, kPhaseCount> names = {
-      "data_wait", "h2d", "forward", "backward", "comm_wait", "optimizer", "queue_wait", "send", "recv", "checkpoint"};
+      "data_wait", "h2d",  "forward", "backward",   "comm_wait", "optimizer",
+      "queue_wait", "send", "recv",    "checkpoint", "eval"};
   return names;
 }
 

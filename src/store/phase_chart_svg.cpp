@@ -14,7 +14,7 @@ namespace {
 
 constexpr std::size_t kSeries = kPhaseCount + 1;  // the phases, then other
 const char* const kColors[kSeries] = {"#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c",
-                                      "#9467bd", "#17becf", "#bcbd22", "#7f7f7f", "#c7c7c7"};
+                                      "#9467bd", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8", "#c7c7c7"};
 
 constexpr double kWidth = 1000, kPanelHeight = 330, kLeft = 80, kRight = 190, kTop = 46, kBottom = 56;
 

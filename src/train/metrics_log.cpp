@@ -14,7 +14,8 @@ namespace topotrain {
 const std::vector<std::string> kMetricsKeys = {
     "step",        "time",         "launch",        "tokens",      "tokens_total", "loss",
     "lr",          "grad_norm",    "step_seconds",  "tokens_per_s", "memory_bytes", "collectives",
-    "skipped",     "mfu",          "aux_loss",      "starved_seconds", "tau",      "draft_accuracy"};
+    "skipped",     "mfu",          "aux_loss",      "starved_seconds", "tau",      "draft_accuracy",
+    "eval_loss"};
 
 namespace {
 
@@ -65,6 +66,7 @@ void MetricsLog::record(const StepReport& report, std::int64_t tokens_total, boo
   if (const std::optional<double> mfu = config_.mfu(config_.flops_of(report), report.seconds)) line["mfu"] = *mfu;
   if (report.aux_loss) line["aux_loss"] = number(*report.aux_loss);
   if (report.starved_seconds) line["starved_seconds"] = *report.starved_seconds;
+  if (report.eval_loss) line["eval_loss"] = number(*report.eval_loss);
   if (!report.slot_valid.empty()) {
     const std::vector<double> accuracy = model::slot_accuracy(report.slot_correct, report.slot_valid);
     line["tau"] = model::acceptance_length(accuracy);

@@ -1,5 +1,7 @@
 #include "topotrain/train/moe_trainer.h"
 
+#include <chrono>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -11,6 +13,7 @@
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/torch_compat.h"
+#include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/training_session.h"
@@ -75,6 +78,25 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
   loss.backward();
 }
 
+// The held-out loss after the step just trained, timed as the step's eval phase; the lead
+// logs it.
+double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, model::Qwen3CausalLMImpl& net,
+                         MPI_Comm group) {
+  const auto started = std::chrono::steady_clock::now();
+  HeldOutLoss result;
+  {
+    auto t = session.scope(Phase::eval);
+    result = held_out.evaluate(net, group);
+  }
+  if (session.lead())
+    log_info(cat("held-out loss after step ", session.state().step, ": ", fixed_point(result.loss, 4),
+                 " (perplexity ", fixed_point(std::exp(result.loss), 2), ") over ", result.targets, " targets of ",
+                 result.documents, " documents, in ",
+                 fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),
+                 " s"));
+  return result.loss;
+}
+
 }  // namespace
 
 const JobSpec& moe_job() {
@@ -94,9 +116,12 @@ void train_moe(JobContext& context) {
   const int world = runtime.world_size();
   at::set_num_threads(1);
   model::Qwen3CausalLM net = build_model(context, device);
-  auto dataset = load_dataset(config);
+  const TrainingData data = load_training_data(config);
+  const std::shared_ptr<const data::TokenDataset>& dataset = data.train;
   std::int64_t token_budget = config.step.token_budget;
   const int grad_accum = config.step.grad_accum;
+  std::optional<HeldOutEval> held_out;
+  if (data.held_out) held_out.emplace(data.held_out, config, token_budget, runtime.role_rank(), world, device);
 
   SessionSpec spec;
   spec.parameters = named_parameters_of(*net);
@@ -106,11 +131,12 @@ void train_moe(JobContext& context) {
   TimingLogConfig timing = timing_log_config(config.cadences, device);
   timing.flops_per_token =
       3.0 * model::forward_flops_per_token(config.model, attention_context(config.data, *dataset, token_budget));
-  timing.extra_fields = {"aux_loss"};
+  timing.extra_fields = {"aux_loss", "eval_loss"};
   spec.progress = progress_config_from(spec.length, world, device, timing.flops_per_token);
   TrainingSession session(context, std::move(spec));
   session.start(timing);
   TrainingState& state = session.state();
+  adopt_training_documents(state, *dataset, config);
   auto prefetcher = make_step_prefetcher(dataset, config, token_budget, runtime.role_rank(), world, grad_accum,
                                          state.data, device);
   log_info(cat("training ", session.length().describe(), " with ", world, " ranks x ", grad_accum,
@@ -149,10 +175,12 @@ void train_moe(JobContext& context) {
     report.loss = all.sums[0] / sums.global_targets;
     report.loss_weight = sums.global_targets;
     report.aux_loss = all.sums[1];
+    if (held_out && held_out->due(state.step, session.done() || all.stop))
+      report.eval_loss = evaluate_held_out(session, *held_out, *net, runtime.role_comm());
     // The timing log holds one row per rank and the report sums rows: this rank's tokens.
     StepMetrics metrics;
     for (const auto& batch : plan.micro_batches) metrics.tokens += static_cast<double>(batch.num_tokens());
-    metrics.extra = {all.sums[1]};
+    metrics.extra = {all.sums[1], report.eval_loss.value_or(StepMetrics::kUnset)};
     session.end_step(report, metrics);
     if (all.stop) {
       log_info(cat("stopped on request after step ", state.step, "; resume with --resume auto"));

@@ -73,6 +73,20 @@ std::string run_directory(const RunFile& run) {
   return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
 }
 
+// data.eval_path or data.eval_fraction, never both; train.eval_every only with one of them.
+DataConfig held_out_config_from(const Settings& settings, DataConfig data) {
+  if (settings.has("data.eval_path")) data.eval_path = settings.string("data.eval_path");
+  data.eval_fraction = settings.real("data.eval_fraction");
+  if (!data.eval_path.empty() && data.eval_fraction > 0)
+    throw ConfigError(cat("data.eval_path (", settings.origin("data.eval_path"), ") and data.eval_fraction (",
+                          settings.origin("data.eval_fraction"), ") both name held-out documents: keep one"));
+  if (settings.integer("train.eval_every") > 0 && !data.has_eval())
+    throw ConfigError(cat("train.eval_every = ", settings.integer("train.eval_every"), " (",
+                          settings.origin("train.eval_every"), ") has nothing to evaluate: set data.eval_path to a "
+                          "held-out dataset or data.eval_fraction to the share of data.path to hold out"));
+  return data;
+}
+
 }  // namespace
 
 model::ModelConfig model_config_from(const Settings& settings) {
@@ -116,6 +130,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.data.path = s.has("data.path") ? s.string("data.path") : TOPOTRAIN_DEMO_DATASET;
   config.data.long_samples = data::parse_long_sample_policy(s.string("data.long_samples"));
   config.data.prefetch = static_cast<std::size_t>(s.integer("data.prefetch"));
+  if (job == "moe_train") config.data = held_out_config_from(s, config.data);
 
   config.length = length_config_from(s);
   config.lr = LrConfig{s.real("train.lr"), s.real("train.min_lr_ratio"), s.real("train.warmup")};
@@ -140,6 +155,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.timings_every = static_cast<int>(s.integer("log.timings_every"));
   cadences.profile_step = s.integer("log.profile_step");
   cadences.log_samples = s.boolean("log.samples");
+  if (job == "moe_train") cadences.eval_every = s.integer("train.eval_every");
   config.log_level = parse_log_level(s.string("log.level"));
   config.log_all_ranks = s.boolean("log.all_ranks");
   return config;

@@ -8,6 +8,7 @@
 #include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/process_memory.h"
+#include "topotrain/data/held_out_split.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
@@ -141,27 +142,69 @@ void check_run_inputs(const RunFile& run, const RunConfig& config, const model::
                       std::int64_t activations_per_token) {
   const std::string& path = config.data.path;
   check_vocabulary(path, data::TokenDataset::read_header(path), model);
+  if (!config.data.eval_path.empty())
+    check_vocabulary(config.data.eval_path, data::TokenDataset::read_header(config.data.eval_path), model);
   check_token_budget(run, config.step.token_budget, model, activations_per_token);
   if (!config.weights.empty() && !file_exists(config.weights))
     throw ConfigError(cat("model.weights = \"", config.weights, "\": no such file or directory (",
                           run.settings.origin("model.weights"), ")"));
 }
 
-std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config) {
-  const std::string& path = config.data.path;
-  const model::ModelConfig& model = config.model;
+namespace {
+
+data::TokenDataset load_checked(const std::string& path, const model::ModelConfig& model) {
   const auto started = std::chrono::steady_clock::now();
-  auto dataset = std::make_shared<const data::TokenDataset>(data::TokenDataset::load(path));
-  check_vocabulary(path, {dataset->vocab_size(), dataset->eos_id(), dataset->tokenizer(), dataset->num_tokens()},
-                   model);
-  log_info(cat("dataset ", path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(),
+  data::TokenDataset dataset = data::TokenDataset::load(path);
+  check_vocabulary(path, {dataset.vocab_size(), dataset.eos_id(), dataset.tokenizer(), dataset.num_tokens()}, model);
+  log_info(cat("dataset ", path, ": ", dataset.num_samples(), " documents, ", dataset.num_tokens(),
                " tokens, loaded in ", seconds_since(started)));
+  return dataset;
+}
+
+std::string describe(const data::TokenDataset& dataset) {
+  return cat(dataset.num_samples(), " documents (", dataset.num_tokens(), " tokens)");
+}
+
+}  // namespace
+
+std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config) {
+  return load_training_data(config).train;
+}
+
+TrainingData load_training_data(const RunConfig& config) {
+  const DataConfig& data = config.data;
+  TrainingData out;
+  data::TokenDataset loaded = load_checked(data.path, config.model);
+  if (data.eval_fraction > 0) {
+    data::HeldOutSplit split = data::split_held_out(std::move(loaded), data.eval_fraction, config.step.seed);
+    log_info(cat("held out ", describe(split.held_out), " of ", data.path, " for evaluation (data.eval_fraction = ",
+                 data.eval_fraction, "); training on the other ", describe(split.train)));
+    out.train = std::make_shared<const data::TokenDataset>(std::move(split.train));
+    out.held_out = std::make_shared<const data::TokenDataset>(std::move(split.held_out));
+  } else {
+    out.train = std::make_shared<const data::TokenDataset>(std::move(loaded));
+    if (!data.eval_path.empty())
+      out.held_out = std::make_shared<const data::TokenDataset>(load_checked(data.eval_path, config.model));
+  }
+  const data::TokenDataset& dataset = *out.train;
   const std::int64_t budget = config.step.token_budget;
-  if (static_cast<std::uint64_t>(budget) > dataset->num_tokens())
-    log_info(cat("train.token_budget = ", budget, " is larger than the whole dataset (", dataset->num_tokens(),
+  if (static_cast<std::uint64_t>(budget) > dataset.num_tokens())
+    log_info(cat("train.token_budget = ", budget, " is larger than the whole dataset (", dataset.num_tokens(),
                  " tokens): a micro-batch holds at most one pass over the data, so micro-batches hold fewer "
                  "tokens than the budget; a smaller budget and more train.grad_accum use the memory better"));
-  return dataset;
+  return out;
+}
+
+void adopt_training_documents(TrainingState& state, const data::TokenDataset& train, const RunConfig& config) {
+  const auto documents = static_cast<std::int64_t>(train.num_samples());
+  if (state.data_documents != 0 && state.data_documents != documents)
+    throw ConfigError(cat("the checkpoint resumed (step ", state.step, ") was trained on ", state.data_documents,
+                          " documents, but this launch trains on ", documents, " (", config.data.path,
+                          config.data.eval_fraction > 0 ? cat(" less data.eval_fraction = ", config.data.eval_fraction)
+                                                        : std::string(),
+                          "): its data position would skip or repeat samples; resume with the data.path and "
+                          "data.eval_fraction it was trained with, or start a new run (another checkpoint.run)"));
+  state.data_documents = documents;
 }
 
 void log_run_to_file(const std::string& run_dir) {

@@ -34,6 +34,7 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
                      {"data_epoch", static_cast<std::int64_t>(state.data.epoch)},
                      {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
                      {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
+  if (state.data_documents > 0) checkpoint.ints["data_documents"] = state.data_documents;
   checkpoint.ints["streams"] = static_cast<std::int64_t>(state.streams.size());
   for (std::size_t i = 0; i < state.streams.size(); ++i) {
     const data::DataPosition& p = state.streams[i];
@@ -101,6 +102,8 @@ void restore(const CheckpointState& checkpoint, const NamedParameters& parameter
   state.data.epoch = static_cast<std::uint64_t>(integer("data_epoch"));
   state.data.consumed_samples = static_cast<std::uint64_t>(integer("data_consumed_samples"));
   state.data.offset_in_sample = static_cast<std::uint64_t>(integer("data_offset_in_sample"));
+  const auto documents = checkpoint.ints.find("data_documents");
+  state.data_documents = documents != checkpoint.ints.end() ? documents->second : 0;
   state.streams.clear();
   auto streams = checkpoint.ints.find("streams");
   for (std::int64_t i = 0; streams != checkpoint.ints.end() && i < streams->second; ++i) {

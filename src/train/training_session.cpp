@@ -19,7 +19,8 @@ namespace {
 // Work the device does; the other phases are the host waiting (for data, peers, a queue,
 // the checkpoint snapshot), which only a host clock sees.
 bool is_device_work(Phase phase) {
-  return phase == Phase::h2d || phase == Phase::forward || phase == Phase::backward || phase == Phase::optimizer;
+  return phase == Phase::h2d || phase == Phase::forward || phase == Phase::backward || phase == Phase::optimizer ||
+         phase == Phase::eval;
 }
 
 }  // namespace

@@ -26,6 +26,10 @@
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
 #                                      counts the steps trained
+#   moe_train_e2e.sh BIN_DIR eval      data.eval_fraction holds documents out: the held-out loss is
+#                                      logged and in metrics.jsonl on every train.eval_every-th step and
+#                                      the last; a resume holding out another share is refused, the same
+#                                      share resumes and evaluates on
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -269,6 +273,28 @@ epochs)
   grep -q "train.token_budget = 30000 is larger than the whole dataset" "$work/huge.log" ||
     { cat "$work/huge.log"; echo "no warning about a budget larger than the dataset"; exit 1; }
   [[ $(cat "$work"/huge/samples-rank-*.txt | wc -l) -eq 66 ]] || { echo "expected 2 x 33 pieces"; exit 1; }
+  ;;
+eval)
+  held=(--set data.eval_fraction=0.2 --set train.eval_every=2 --set checkpoint.every_steps=2)
+  train 2 held "${held[@]}" --set train.max_steps=5
+  for step in 2 4 5; do
+    grep -Eq "held-out loss after step $step: [0-9.]+ \(perplexity [0-9.]+\) over [0-9]+ targets of [0-9]+ documents" \
+      "$work/held.log" || { echo "no held-out loss after step $step"; cat "$work/held.log"; exit 1; }
+  done
+  grep -q "held out .* documents .* for evaluation (data.eval_fraction = 0.2)" "$work/held.log"
+  python3 - "$work/held/metrics.jsonl" <<'PY'
+import json, math, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+evaluated = [m["step"] for m in lines if "eval_loss" in m]
+assert evaluated == [2, 4, 5], evaluated
+assert all(math.isfinite(m["eval_loss"]) and m["eval_loss"] > 0 for m in lines if "eval_loss" in m)
+PY
+  if train 2 held "${held[@]}" --set data.eval_fraction=0.3 --set train.max_steps=7 --resume auto; then
+    echo "a resume holding out another share of the documents was not refused"; exit 1
+  fi
+  grep -q "was trained on [0-9]* documents, but this launch trains on [0-9]*" "$work/held.log"
+  train 2 held "${held[@]}" --set train.max_steps=6 --resume auto
+  grep -q "held-out loss after step 6" "$work/held.log"
   ;;
 epoch)
   "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null

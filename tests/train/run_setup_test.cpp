@@ -158,3 +158,25 @@ TEST(TrainingLength, StepScheduleNeedsMaxSteps) {
         << e.what();
   }
 }
+
+TEST(RunConfig, HeldOutDocumentsComeFromOneSourceAndEvalEveryNeedsOne) {
+  Settings settings;
+  settings.set_from_assignment("data.eval_fraction=0.1");
+  settings.set_from_assignment("train.eval_every=5");
+  const RunConfig config = run_config_of(settings);
+  EXPECT_DOUBLE_EQ(config.data.eval_fraction, 0.1);
+  EXPECT_EQ(config.cadences.eval_every, 5);
+  EXPECT_TRUE(config.data.has_eval());
+
+  settings.set_from_assignment("data.eval_path=held.h5");
+  EXPECT_THROW(run_config_of(settings), ConfigError);
+
+  Settings nothing_to_evaluate;
+  nothing_to_evaluate.set_from_assignment("train.eval_every=5");
+  try {
+    run_config_of(nothing_to_evaluate);
+    ADD_FAILURE() << "train.eval_every without held-out documents was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set data.eval_path"), std::string::npos) << e.what();
+  }
+}

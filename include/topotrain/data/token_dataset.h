@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace topotrain::data {
@@ -74,6 +75,8 @@ class TokenDataset {
   // O(1) for a whole sample, like loss_tokens.
   uint64_t loss_targets(uint64_t i, uint64_t begin, uint64_t end) const;
   const TokenDatasetContents& contents() const { return contents_; }
+  // Hands the contents over without a copy (a split rebuilds datasets from them).
+  TokenDatasetContents release_contents() && { return std::move(contents_); }
 
  private:
   TokenDatasetContents contents_;

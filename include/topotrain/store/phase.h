@@ -5,10 +5,10 @@
 // What a phase's seconds are depends on where its work runs (PhaseTimer):
 // * host phases (data_wait, queue_wait, send, recv, checkpoint; every phase in a CPU build)
 //   are host time in exclusive CPU scopes: they never add up to more than the step's wall.
-// * device phases on CUDA (h2d, forward, backward, comm_wait, optimizer) are the device
+// * device phases on CUDA (h2d, forward, backward, comm_wait, optimizer, eval) are the device
 //   time of the work on the stream it runs on, read from CUDA events a step later:
-//     forward, backward, optimizer  the compute stream, from the first kernel enqueued in
-//                                   the phase to the last one's end (device idle inside
+//     forward, backward, optimizer, the compute stream, from the first kernel enqueued in
+//     eval                          the phase to the last one's end (device idle inside
 //                                   the phase included: a launch-bound phase shows here);
 //     comm_wait                     the gradient all-reduce on the NCCL stream, bucket by
 //                                   bucket from its inputs being ready to its end (waiting
@@ -41,9 +41,10 @@ enum class Phase : unsigned char {
   send,
   recv,
   checkpoint,  // snapshot for the checkpoint writer (the write itself is on a thread)
+  eval,        // the held-out loss (train.eval_every), on the steps that evaluate
 };
 
-constexpr std::size_t kPhaseCount = 10;
+constexpr std::size_t kPhaseCount = 11;
 
 // Column names: "data_wait", "h2d", ...
 const std::array<const char*, kPhaseCount>& phase_names();

@@ -8,7 +8,8 @@
 //   this step), tokens_total, loss, lr, grad_norm, step_seconds, tokens_per_s, memory_bytes
 //   (device peak, or the resident set on CPU ranks), collectives, skipped (a non-finite
 //   step skipped), and where they apply: mfu, aux_loss, starved_seconds, tau (DFlash
-//   acceptance length), draft_accuracy (per predicted block slot, 1..B-1).
+//   acceptance length), draft_accuracy (per predicted block slot, 1..B-1), eval_loss (the
+//   held-out loss, on the steps that evaluate it).
 // A value that is not finite (the loss of a skipped step) is written as null.
 #pragma once
 

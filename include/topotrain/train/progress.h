@@ -38,6 +38,7 @@ struct StepReport {
   std::int64_t collectives = 0;    // collectives issued in the step
   std::optional<double> aux_loss;         // an MoE router's load-balancing loss
   std::optional<double> starved_seconds;  // time waiting for input (a pipeline stage)
+  std::optional<double> eval_loss;        // the held-out loss, on a step that evaluated it
   // Draft quality (DFlash), over all drafters: per block slot, positions predicted right
   // and positions scored. Empty: not a drafter.
   std::vector<std::int64_t> slot_correct, slot_valid;

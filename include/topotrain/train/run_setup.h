@@ -52,8 +52,15 @@ torch::ScalarType compute_dtype(DtypeChoice choice, const torch::Device& device)
 // train.token_budget larger than the whole dataset is said (rank 0's log): a micro-batch
 // never crosses an epoch boundary, so its steps hold fewer tokens than the budget.
 std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config);
+// The documents a run trains on and those it evaluates on: load_dataset's, less the
+// data.eval_fraction held out (held_out then has them), or with data.eval_path's file
+// (checked against the model alike) as held_out; no held_out without either.
+struct TrainingData {
+  std::shared_ptr<const data::TokenDataset> train, held_out;
+};
+TrainingData load_training_data(const RunConfig& config);
 // What a job checks before it starts (and in --dry-run), cheaply: load_dataset's checks
-// from the dataset file's header alone, without reading its tokens; that model.weights
+// from the dataset files' headers alone (data.eval_path's too), without reading their tokens; that model.weights
 // names something that
 // exists; that one micro-batch of train.token_budget tokens fits the memory of the ranks'
 // devices (RAM for CPU ranks, the GPU's memory where this machine has it) at the least:
@@ -79,9 +86,18 @@ struct TrainingState {
   // Pipelines (dflash_train): where each target's own sample stream stands, counting only
   // batches a drafter has trained on. Empty for moe_train.
   std::vector<data::DataPosition> streams;
+  // Documents of the training set the data position counts in (moe_train); 0: not known
+  // (a fresh state, or a checkpoint of an older topotrain).
+  std::int64_t data_documents = 0;
 };
 // A fresh run's state: step 0, the data at the start of epoch 0 of the sample order `seed` draws.
 TrainingState initial_state(std::uint64_t seed);
+
+// A resumed state's data position indexes the training set it was trained on: a launch
+// whose set has another number of documents (another data.path, or another
+// data.eval_fraction holding out another share) would silently skip or repeat samples.
+// Throws ConfigError naming both counts and the fix; then records this set's count.
+void adopt_training_documents(TrainingState& state, const data::TokenDataset& train, const RunConfig& config);
 
 // When to stop, and the LR schedule's clock and length (train.schedule).
 struct TrainingLength {
