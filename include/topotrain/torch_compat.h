@@ -116,6 +116,18 @@ inline std::int64_t peak_allocated_bytes(const at::Device& device) {
   return 0;
 }
 
+// Bytes allocated by torch's caching allocator on `device` now (0 on CPU).
+inline std::int64_t allocated_bytes(const at::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  (void)device;
+  return 0;
+}
+
 // `bytes` of page-locked host memory as a uint8 CPU tensor, from one cudaHostAlloc of
 // exactly that size (torch's pinned allocator rounds every block up to a power of two:
 // 8 GiB for a 5.6 GiB checkpoint). CUDA builds only; the error names the size.
