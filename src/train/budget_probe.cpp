@@ -225,11 +225,11 @@ MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfi
   const std::int64_t agreed = agree[0];
   if (agreed == 0)
     throw JobExit(2, cat("train.token_budget = \"auto\": not even a micro-batch of ",
-                          std::min(kBudgetGranule, max_budget), " tokens fits train.memory_fraction = ",
-                          step.memory_fraction, " of ", bytes_text(measured.capacity_bytes),
-                          step.memory_limit > 0 ? " (train.memory_limit)" : "", " on every rank (a rank holds ",
-                          bytes_text(-agree[2]), " before any micro-batch): raise train.memory_limit or "
-                          "train.memory_fraction, or train a smaller model"));
+                         std::min(kBudgetGranule, max_budget), " tokens fits train.memory_fraction = ",
+                         step.memory_fraction, " of ", bytes_text(measured.capacity_bytes),
+                         step.memory_limit > 0 ? " (train.memory_limit)" : "", " on one of the ranks (the fullest "
+                         "holds ", bytes_text(-agree[2]), " before any micro-batch): raise train.memory_limit or "
+                         "train.memory_fraction, or train a smaller model"));
   measured.budget = agreed;
   measured.planned_bytes = agree[1];
   measured.fixed_bytes = -agree[2];
