@@ -84,6 +84,7 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
     draft.slot_correct = {4, 3, 1};  // slot 0 is the anchor, not predicted
     draft.slot_valid = {4, 4, 4};
     draft.starved_seconds = 0.1;
+    draft.eval_loss = 2.5;
     log.record(draft, 2000, false);
   }
   const auto lines = lines_of(join_path(dir, kMetricsFileName));
@@ -97,6 +98,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][0].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][1].get<double>(), 0.25);
   EXPECT_TRUE(lines[2].contains("tau"));
+  EXPECT_DOUBLE_EQ(lines[2]["eval_loss"].get<double>(), 2.5);
+  EXPECT_FALSE(lines[0].contains("eval_loss"));  // only on the steps that evaluated
   const std::set<std::string> listed(kMetricsKeys.begin(), kMetricsKeys.end());
   std::set<std::string> written;
   for (const auto& line : lines)
