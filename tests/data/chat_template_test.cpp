@@ -319,6 +319,21 @@ TEST(ChatTemplate, Qwen25RendersItsDocumentedFormat) {
   const ChatTemplate qwen25 = ChatTemplate::beside_tokenizer(join_path(dir, "tokenizer.json"));
   ASSERT_EQ(qwen25.family(), ChatTemplateFamily::qwen2_5);
   EXPECT_NE(qwen25.description().find("Qwen2.5 ("), std::string::npos);
+  // chat_template.jinja, where newer transformers save the template, wins over the config.
+  write(join_path(dir, "chat_template.jinja"), "{{ messages }}");
+  EXPECT_THROW(ChatTemplate::beside_tokenizer(join_path(dir, "tokenizer.json")), ConfigError);
+  remove_file(join_path(dir, "chat_template.jinja"));
+  const std::string named = test_file("named");
+  make_directories(named);
+  write(join_path(named, "tokenizer_config.json"), R"({"chat_template": [{"name": "default", "template": "x"}]})");
+  try {
+    ChatTemplate::beside_tokenizer(join_path(named, "tokenizer.json"));
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("named templates are not supported"), std::string::npos) << e.what();
+  }
+  write(join_path(named, "tokenizer_config.json"), R"({"model_max_length": 8})");
+  EXPECT_EQ(ChatTemplate::beside_tokenizer(join_path(named, "tokenizer.json")).family(), ChatTemplateFamily::chatml);
 
   const std::string default_system =
       "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
