@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   long long skip = 0;
   std::string launch = "all";
   app.add_option("run", run, "run directory (holding timings.h5) or a timings .h5 file")->required();
-  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace (JSON) of the newest launch, or of --launch N, here");
+  app.add_option("--trace", trace_path,
+                 "write a Chrome/Perfetto trace (JSON) of the newest launch, or of --launch N, here");
   app.add_option("--plot", plot_path, "write an SVG chart of loss, tokens/s and the phases over the steps here");
   app.add_option("--skip", skip, "leave out each rank's first N steps of every launch (warm-up)")
       ->check(CLI::NonNegativeNumber);

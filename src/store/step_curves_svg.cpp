@@ -16,8 +16,7 @@ struct Point {
 };
 
 // Mean of every `per` points, in order.
-std::vector<Point> binned(const std::vector<Point>& points, std::size_t max_points) {
-  const std::size_t per = (points.size() + max_points - 1) / max_points;
+std::vector<Point> binned(const std::vector<Point>& points, std::size_t per) {
   if (per <= 1) return points;
   std::vector<Point> out;
   for (std::size_t i = 0; i < points.size(); i += per) {
@@ -42,14 +41,17 @@ struct Axis {
   }
 };
 
-// One panel of `points` (already binned) from y0, with the launch boundaries and x ticks.
+// One panel of a value per step, binned to at most max_points points, from y0, with the
+// launch boundaries and x ticks.
 std::string curve_panel(const std::string& title, const std::string& css_class, const char* color,
-                        const std::vector<Point>& points, const Axis& axis,
+                        const std::vector<Point>& steps, std::size_t max_points, const Axis& axis,
                         const std::vector<std::pair<double, int>>& boundaries, double y0) {
   std::string svg = cat("<text x=\"", kPlotLeft, "\" y=\"", y0 + 28, "\" font-size=\"16\" font-weight=\"bold\">",
                         title, "</text>\n");
   const double plot_height = kPanelHeight - kPlotTop - kPlotBottom;
   const double base = y0 + kPlotTop + plot_height;
+  const std::size_t per = (steps.size() + max_points - 1) / max_points;
+  const std::vector<Point> points = binned(steps, per);
   if (points.empty()) {
     return svg + cat("<text x=\"", kPlotLeft, "\" y=\"", y0 + kPlotTop + 20,
                      "\" font-size=\"13\">none recorded</text>\n");
@@ -80,7 +82,7 @@ std::string curve_panel(const std::string& title, const std::string& css_class, 
   }
   svg += cat("<text x=\"", svg_number(kPlotLeft + (kChartWidth - kPlotLeft - kPlotRight) / 2), "\" y=\"",
              svg_number(base + 40), "\" font-size=\"13\" text-anchor=\"middle\">step",
-             points.size() > 1 && points[1].step - points[0].step > 1 ? " (each point: mean of its steps)" : "",
+             per > 1 ? cat(" (each point: mean of ", per, " steps)") : "",
              "</text>\n");
   return svg;
 }
@@ -130,10 +132,10 @@ SvgPanels step_curves_svg(const StitchedRun& run, double y0, int max_points) {
   const auto most = static_cast<std::size_t>(std::max(1, max_points));
   const std::string of = roles.empty() ? std::string("no role records a loss") : roles;
   SvgPanels out;
-  out.svg = curve_panel(cat("Loss (", of, ": mean over the ranks)"), "loss", "#d62728", binned(loss, most), axis,
+  out.svg = curve_panel(cat("Loss (", of, ": mean over the ranks)"), "loss", "#d62728", loss, most, axis,
                         boundaries, y0) +
             curve_panel(cat("Tokens/s (", of, ": summed over the ranks)"), "tokens-per-second", "#1f77b4",
-                        binned(tokens_per_second, most), axis, boundaries, y0 + kPanelHeight);
+                        tokens_per_second, most, axis, boundaries, y0 + kPanelHeight);
   out.height = 2 * kPanelHeight;
   return out;
 }

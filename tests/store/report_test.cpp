@@ -15,6 +15,7 @@
 #include "topotrain/store/phase_timer.h"
 #include "topotrain/store/run_chart_svg.h"
 #include "topotrain/store/run_report.h"
+#include "topotrain/store/step_curves_svg.h"
 #include "topotrain/store/timings_file.h"
 
 using namespace topotrain;
@@ -512,6 +513,7 @@ TEST_F(ResumedReportTest, PlotDrawsLossAndTokensPerSecondOfEveryStitchedStep) {
   EXPECT_DOUBLE_EQ(rate[0].second, rate[2].second);
   EXPECT_DOUBLE_EQ(rate[3].second, rate[8].second);
   EXPECT_GT(rate[3].second, rate[2].second);
+  EXPECT_NE(svg.find("Role trainer (2, then 1 ranks)"), std::string::npos);
   // One boundary in each panel: loss, tokens/s, the trainer's phases.
   EXPECT_EQ(count_of(svg, "class=\"launch-boundary\""), 3u) << svg;
   EXPECT_EQ(count_of(svg, ">launch 2</text>"), 3u);
@@ -520,6 +522,16 @@ TEST_F(ResumedReportTest, PlotDrawsLossAndTokensPerSecondOfEveryStitchedStep) {
       "/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E; "
       "print(len(E.parse(sys.argv[1]).getroot().findall(\"{http://www.w3.org/2000/svg}polyline\")))' " + plot);
   EXPECT_EQ(parsed, "2\n");
+}
+
+// A long run's curves are binned: each point the mean of its steps, at their mean step.
+TEST_F(ResumedReportTest, CurvesOfLongRunsAreBinned) {
+  const std::string svg = step_curves_svg(stitch_launches(launches_, 0), 0, 4).svg;
+  const auto loss = polyline(svg, "loss");
+  ASSERT_EQ(loss.size(), 3u);  // 9 steps, 3 a point
+  const double width = kChartWidth - kPlotLeft - kPlotRight;
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(loss[i].first, kPlotLeft + (1.0 + 3 * i) / 8 * width, 0.051);
+  EXPECT_NE(svg.find("each point: mean of 3 steps"), std::string::npos);
 }
 
 // A role that records no loss (a DFlash target) numbers its batches from 1 in every launch:
