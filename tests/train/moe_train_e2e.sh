@@ -6,7 +6,9 @@
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted (weights, and the losses
 #                                      of metrics.jsonl, whose curve the resumed launch continues);
 #                                      resumed at half the token_budget trains every sample piece
-#                                      once, none skipped
+#                                      once, none skipped; resumed again from an earlier checkpoint,
+#                                      the report reads the launches as one run, the steps trained
+#                                      twice counted as repeated
 #   moe_train_e2e.sh BIN_DIR slow_checkpoint  checkpoints written slower than their cadence are
 #                                      deferred (logged), never block a step and change no weight; the
 #                                      final one is written; a deferred one resumes like any other
@@ -143,6 +145,22 @@ assert [m["launch"] for m in split] == [1, 1, 1, 2, 2, 2], [m["launch"] for m in
 assert [m["tokens_total"] for m in split] == [m["tokens_total"] for m in straight]
 for a, b in zip(straight, split):
     assert abs(a["loss"] - b["loss"]) <= 1e-6 * a["loss"], (a["step"], a["loss"], b["loss"])
+PY
+  # Resumed from step 3 once more, as after a crash past the last checkpoint: the report
+  # reads the three launches as one run of steps 1..6, launch 2's steps 4..6 repeated, and
+  # the plot draws the loss and tokens/s of each of those six steps.
+  train 2 split "${common[@]}" --set train.max_steps=6 --resume "$work/split/step-00000003.h5"
+  "$bin/topotrain-report" "$work/split" --plot "$work/split.svg" > "$work/split.report"
+  for line in "launches 1, 2, 3 stitched into one run (2 ranks)" \
+    "repeated: 3 steps ran again in a later launch (launch 2: 3 steps, 4..6)" \
+    "role trainer (ranks 0,1): steps 1..6, 12 rank-steps"; do
+    grep -qF "$line" "$work/split.report" || { cat "$work/split.report"; echo "report lacks: $line"; exit 1; }
+  done
+  python3 - "$work/split.svg" <<'PY'
+import sys, xml.etree.ElementTree as ET
+lines = {l.get("class"): l.get("points").split() for l in ET.parse(sys.argv[1]).iter("{http://www.w3.org/2000/svg}polyline")}
+assert sorted(lines) == ["loss", "tokens-per-second"], sorted(lines)
+assert all(len(points) == 6 for points in lines.values()), lines
 PY
   # Half the budget after step 3, up to at least the tokens the straight run trained.
   tokens=$(grep -Eo 'done: [0-9]+ steps, [0-9]+ tokens' "$work/straight.log" | awk '{print $4}')
