@@ -28,6 +28,8 @@
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
 #                                      counts the steps trained
+#   moe_train_e2e.sh BIN_DIR nodes     the README's several-node launch (hostfile, TCP between ranks, -x for
+#                                      the environment) on one node's slots trains what plain mpirun does
 #   moe_train_e2e.sh BIN_DIR eval      data.eval_fraction holds documents out: the held-out loss is
 #                                      logged and in metrics.jsonl on every train.eval_every-th step and
 #                                      the last; a resume holding out another share is refused, the same
@@ -291,6 +293,26 @@ epochs)
   grep -q "train.token_budget = 30000 is larger than the whole dataset" "$work/huge.log" ||
     { cat "$work/huge.log"; echo "no warning about a budget larger than the dataset"; exit 1; }
   [[ $(cat "$work"/huge/samples-rank-*.txt | wc -l) -eq 66 ]] || { echo "expected 2 x 33 pieces"; exit 1; }
+  ;;
+nodes)
+  # The README's several-node launch line on one node: a hostfile, ranks mapped by slot,
+  # TCP between the ranks, -x for the environment.
+  printf 'localhost slots=4\n' > "$work/hosts"
+  common=(--set train.grad_accum=2 --set train.max_steps=3)
+  train 4 one-node "${common[@]}"
+  timeout 300 mpirun --allow-run-as-root --bind-to none --hostfile "$work/hosts" --map-by slot --mca btl self,tcp \
+    -x OMP_NUM_THREADS -x TOPOTRAIN_NODE_CHECK=1 \
+    -np 4 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK local $OMPI_COMM_WORLD_LOCAL_RANK node-check $TOPOTRAIN_NODE_CHECK"; \
+      exec "$0" "$@"' "$bin/moe_train" "$(topology 4)" \
+    --set model.preset=tiny-moe --set train.token_budget=256 --set train.lr=1e-2 --set train.warmup=0 \
+    --set log.every=1 --set checkpoint.dir="$work" --set checkpoint.run=hostfile "${common[@]}" \
+    > "$work/hostfile.log" 2>&1 || { cat "$work/hostfile.log"; exit 1; }
+  for rank in 0 1 2 3; do
+    grep -q "^rank $rank local $rank node-check 1$" "$work/hostfile.log" ||
+      { echo "rank $rank: not placed or without the forwarded environment"; cat "$work/hostfile.log"; exit 1; }
+  done
+  grep -q "done: 3 steps" "$work/hostfile.log"
+  "$bin/checkpoint_diff" "$(latest one-node)" "$(latest hostfile)" 0
   ;;
 eval)
   held=(--set data.eval_fraction=0.2 --set train.eval_every=2 --set checkpoint.every_steps=2)
