@@ -65,6 +65,7 @@ struct Cadences {
   int timings_every = 1;               // log.timings_every: rows shipped to rank 0 every N steps
   std::int64_t profile_step = 0;       // log.profile_step; 0: none
   bool log_samples = false;            // log.samples
+  bool tensorboard = false;            // log.tensorboard: the lead's TensorBoard event files
 };
 
 // model.dtype: the compute dtype on a device (auto: bf16 on CUDA, fp32 on CPU).
