@@ -1,10 +1,9 @@
-// TensorBoard event files against an independent reader (tests/store/read_tfevents.py: pure
+// TensorBoard event files against an independent reader (tests/read_tfevents.py: pure
 // Python CRC-32C and protobuf decoding), and CRC-32C against RFC 3720's test vectors.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -13,34 +12,12 @@
 #include "topotrain/core/files.h"
 #include "topotrain/store/crc32c.h"
 #include "topotrain/store/tensorboard_events.h"
+#include "../tfevents_reader.h"
 
 using namespace topotrain;
 
-namespace {
-
-// The reader's JSON object of each file.
-std::vector<nlohmann::json> read_events(const std::vector<std::string>& paths) {
-  std::string command = "/usr/bin/python3 " + std::string(TOPOTRAIN_SOURCE_DIR) + "/tests/store/read_tfevents.py";
-  for (const std::string& path : paths) command += " '" + path + "'";
-  FILE* pipe = popen(command.c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  std::string output;
-  char buffer[4096];
-  for (std::size_t n; pipe && (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
-  EXPECT_EQ(pipe ? pclose(pipe) : -1, 0) << command << "\n" << output;
-  std::vector<nlohmann::json> files;
-  for (std::size_t at = 0, end; (end = output.find('\n', at)) != std::string::npos; at = end + 1)
-    files.push_back(nlohmann::json::parse(output.substr(at, end - at)));
-  return files;
-}
-
-std::vector<std::string> event_files(const std::string& dir) {
-  std::vector<std::string> paths;
-  for (const std::string& name : list_directory(dir)) paths.push_back(join_path(dir, name));
-  return paths;
-}
-
-}  // namespace
+using test_support::files_in;
+using test_support::read_tfevents;
 
 TEST(Crc32c, Rfc3720Vectors) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);
@@ -71,7 +48,7 @@ TEST(TensorBoardWriter, EventsReadBackByAnIndependentReader) {
     writer.add_scalars(std::int64_t{1} << 40, 1700000002.0,
                        {{"train/loss", 1e-7}, {"train/lr", -2.5}, {"inf", std::numeric_limits<double>::infinity()}});
     writer.add_scalars(-3, 1700000003.0, {{"x", 1}});
-    const auto files = read_events({writer.path()});
+    const auto files = read_tfevents({writer.path()});
     ASSERT_EQ(files.size(), 1u);
     EXPECT_EQ(files[0]["file_version"], "brain.Event:2");
     const auto& events = files[0]["events"];
@@ -101,7 +78,7 @@ TEST(TensorBoardWriter, EachWriterAddsAFile) {
     second.add_scalars(2, 2.0, {{"train/loss", 1}});
     EXPECT_NE(first.path(), second.path());
   }
-  const auto files = read_events(event_files(dir));
+  const auto files = read_tfevents(files_in(dir));
   ASSERT_EQ(files.size(), 2u);
   std::vector<std::int64_t> steps;
   for (const auto& file : files) {
