@@ -1,8 +1,21 @@
 #include "topotrain/store/protobuf_wire.h"
 
 #include <cstring>
+#include <limits>
 
 namespace topotrain {
+namespace {
+
+// The IEEE-754 bits of `value` (binary64 or binary32), as the wire format stores them.
+template <typename Bits, typename Float>
+Bits ieee_bits(Float value) {
+  static_assert(sizeof(Bits) == sizeof(Float) && std::numeric_limits<Float>::is_iec559, "IEEE-754 floats");
+  Bits bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+}  // namespace
 
 void ProtoMessage::key(int field, WireType type) { varint((static_cast<std::uint64_t>(field) << 3) | type); }
 
@@ -26,19 +39,13 @@ void ProtoMessage::varint_field(int field, std::uint64_t value) {
 }
 
 void ProtoMessage::double_field(int field, double value) {
-  static_assert(sizeof(double) == 8, "IEEE-754 binary64");
-  std::uint64_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
   key(field, kFixed64);
-  bytes_ += little_endian_bytes(bits, 8);
+  bytes_ += little_endian_bytes(ieee_bits<std::uint64_t>(value), 8);
 }
 
 void ProtoMessage::float_field(int field, float value) {
-  static_assert(sizeof(float) == 4, "IEEE-754 binary32");
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
   key(field, kFixed32);
-  bytes_ += little_endian_bytes(bits, 4);
+  bytes_ += little_endian_bytes(ieee_bits<std::uint32_t>(value), 4);
 }
 
 void ProtoMessage::string_field(int field, const std::string& bytes) {
