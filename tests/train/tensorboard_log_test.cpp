@@ -35,6 +35,14 @@ StepReport full_report() {
   return report;
 }
 
+// 1 GFLOP per token on devices of 1 TFLOP/s: steps have an MFU.
+ProgressConfig known_peak() {
+  ProgressConfig config;
+  config.flops_per_token = 1e9;
+  config.peak_flops = 1e12;
+  return config;
+}
+
 // The tag list's name of a written tag: a draft slot's tag is listed once, as <slot>.
 std::string listed_as(const std::string& tag) {
   return std::regex_replace(tag, std::regex("^draft/accuracy/[0-9]+$"), "draft/accuracy/<slot>");
@@ -48,9 +56,7 @@ std::string listed_as(const std::string& tag) {
 // and the record give is one of kTensorBoardTags, and every listed tag is written here.
 TEST(TensorBoardLog, StepValuesPhaseSharesAndExtraScalars) {
   const std::string run_dir = make_temp_directory("topotrain-tensorboard-");
-  ProgressConfig config;
-  config.flops_per_token = 1e9;
-  config.peak_flops = 1e12;
+  const ProgressConfig config = known_peak();
   {
     TensorBoardLog log(run_dir);
     EXPECT_EQ(parent_directory(log.path()), join_path(run_dir, kTensorBoardDirName));
