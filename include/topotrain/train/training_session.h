@@ -65,8 +65,8 @@
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
-#include "topotrain/train/tensorboard_log.h"
 #include "topotrain/train/step_profile.h"
+#include "topotrain/train/tensorboard_log.h"
 
 namespace topotrain {
 
