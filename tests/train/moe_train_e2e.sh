@@ -9,6 +9,9 @@
 #                                      once, none skipped; resumed again from an earlier checkpoint,
 #                                      the report reads the launches as one run, the steps trained
 #                                      twice counted as repeated
+#   moe_train_e2e.sh BIN_DIR tensorboard  log.tensorboard: a run and its resume each add an event file
+#                                      in <run>/tensorboard/, the resumed one's steps continuing the
+#                                      first's, train/loss = metrics.jsonl's loss, phase shares per step
 #   moe_train_e2e.sh BIN_DIR slow_checkpoint  checkpoints written slower than their cadence are
 #                                      deferred (logged), never block a step and change no weight; the
 #                                      final one is written; a deferred one resumes like any other
@@ -190,6 +193,28 @@ for s, rs in straight.items():
         assert any(hb <= b and e <= he for hb, he in have) or sum(min(e, he) - max(b, hb) for hb, he in have if he > b and hb < e) == e - b, \
             f"sample {s} tokens {b}..{e} were skipped after the resume"
 print(f"{sum(len(r) for r in straight.values())} pieces of the straight run all trained once after the resume")
+PY
+  ;;
+tensorboard)
+  common=(--set checkpoint.every_steps=2 --set log.tensorboard=true)
+  train 2 tb "${common[@]}" --set train.max_steps=3
+  train 2 tb "${common[@]}" --set train.max_steps=5 --resume auto
+  /usr/bin/python3 "$(dirname "$0")/../read_tfevents.py" "$work"/tb/tensorboard/* >"$work/tb-events.jsonl"
+  /usr/bin/python3 - "$work/tb-events.jsonl" "$work/tb/metrics.jsonl" <<'PY'
+import json, sys
+files = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda f: f["events"][0]["step"])
+metrics = [json.loads(l) for l in open(sys.argv[2])]
+assert len(files) == 2, [f["path"] for f in files]  # one per launch, rank 0's only
+for launch, f in enumerate(files, 1):
+    assert f["file_version"] == "brain.Event:2", f
+    losses = {e["step"]: e["values"]["train/loss"] for e in f["events"] if "train/loss" in e["values"]}
+    shared = {e["step"] for e in f["events"] if "phase/forward" in e["values"]}
+    mine = {m["step"]: m["loss"] for m in metrics if m["launch"] == launch}
+    assert sorted(losses) == sorted(mine) == sorted(shared), (launch, sorted(losses), sorted(mine), sorted(shared))
+    for step, loss in mine.items():
+        assert abs(losses[step] - loss) <= 1e-6 * abs(loss), (launch, step, losses[step], loss)
+first, second = (sorted({e["step"] for e in f["events"]}) for f in files)
+assert first == [1, 2, 3] and second == [4, 5], (first, second)
 PY
   ;;
 slow_checkpoint)
