@@ -70,10 +70,10 @@ TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
   ASSERT_TRUE(advice.applicable) << advice.reason;
   EXPECT_EQ(advice.targets, 7);
   EXPECT_EQ(advice.drafters, 1);
-  EXPECT_DOUBLE_EQ(advice.target_rate, 1000 / 0.02);
+  EXPECT_NEAR(advice.target_rate, 1000 / 0.02, 1e-6);
   // One drafter: its comm_wait is no all-reduce, so it stays in the step's compute.
   EXPECT_FALSE(advice.allreduce_known);
-  EXPECT_DOUBLE_EQ(advice.drafter_compute_seconds, 0.1);
+  EXPECT_NEAR(advice.drafter_compute_seconds, 0.1, 1e-12);
   EXPECT_NEAR(advice.measured_throughput, 10000, 1e-6);
   EXPECT_NEAR(advice.measured.throughput, 10000, 1e-6);
   EXPECT_EQ(advice.measured.bound, "drafters");
