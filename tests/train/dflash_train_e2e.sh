@@ -257,6 +257,7 @@ recommend)
   grep -q "role drafter (ranks $(seq -s, "$targets" 7))" "$work/resplit-report.txt" || { cat "$work/resplit-report.txt"; exit 1; }
   before=$(grep -Eo 'measured [0-9]+ tok/s trained' "$work/report.txt" | awk '{print $2}')
   after=$(grep -Eo 'measured [0-9]+ tok/s trained' "$work/resplit-report.txt" | awk '{print $2}')
+  sed -n '/^topology model/,/^recommended split/p' "$work/report.txt"
   echo "7t1d: $before tok/s trained; $split: $after tok/s: measured x$(awk -v a="$after" -v b="$before" 'BEGIN {printf "%.2f", a / b}'), predicted x$predicted"
   awk -v a="$after" -v b="$before" 'BEGIN {exit !(a > b)}' || { cat "$work/report.txt" "$work/resplit-report.txt"; echo "slower"; exit 1; }
   ;;
