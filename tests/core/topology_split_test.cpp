@@ -1,24 +1,16 @@
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "../config_error_text.h"
+#include "../source_text.h"
 #include "topotrain/core/run_file.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/core/topology_split.h"
 
 using namespace topotrain;
 using topotrain::test_support::config_error_of;
+using topotrain::test_support::read_source_file;
 
 namespace {
-
-std::string read_source_file(const std::string& relative) {
-  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/" + relative);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // dflash_train's roles (train/dflash_trainer.cpp), without linking the trainers.
 const JobSpec kDflashRoles{"dflash_train", {"target", "drafter"}, {"target", "drafter"}};

@@ -1,9 +1,8 @@
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <map>
-#include <sstream>
 
+#include "../source_text.h"
 #include "topotrain/core/run_file.h"
 #include "topotrain/store/phase_timer.h"
 #include "topotrain/store/run_stitch.h"
@@ -11,6 +10,7 @@
 #include "topotrain/store/topology_advice.h"
 
 using namespace topotrain;
+using topotrain::test_support::read_source_file;
 
 namespace {
 
@@ -48,13 +48,6 @@ const SplitPrediction& split(const TopologyAdvice& advice, int targets, int draf
   for (const SplitPrediction& p : advice.splits)
     if (p.targets == targets && p.drafters == drafters) return p;
   throw std::logic_error("no such split");
-}
-
-std::string read_source_file(const std::string& relative) {
-  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/" + relative);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 }  // namespace
