@@ -6,7 +6,8 @@ set -euo pipefail
 
 packages=(build-essential cmake git pkg-config python3
           libopenmpi-dev openmpi-bin libhdf5-dev libtomlplusplus-dev libcli11-dev
-          nlohmann-json3-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev)
+          nlohmann-json3-dev libgtest-dev libgmock-dev libpcre2-dev libutf8proc-dev
+          python3-jinja2)  # the chat-template reference the tokenizer tests render with
 if ! python3 -c 'import torch' >/dev/null 2>&1; then
   packages+=(libtorch-dev)
 fi

@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
                 (unsigned long long)t.loss_tokens, (unsigned long long)t.files, t.bytes / 1e6);
     std::printf("tokenizer %s, vocab_size %llu; %.2f s, %.2f M tokens/s, %.1f MB/s\n", t.tokenizer.c_str(),
                 (unsigned long long)t.vocab_size, t.seconds, t.tokens / t.seconds / 1e6, t.bytes / t.seconds / 1e6);
+    if (t.chat_documents > 0) {
+      std::printf("%llu conversations rendered with the %s chat template\n", (unsigned long long)t.chat_documents,
+                  t.chat_template.c_str());
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "topotrain-prepare: %s\n", e.what());
     return 1;

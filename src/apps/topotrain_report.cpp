@@ -1,7 +1,12 @@
 // topotrain-report RUN_DIR: where the time of every step went, per role, from the run's
-// timings.h5 (its newest launch, or --launch N; a resumed run also gets one line per
-// launch); optionally a Chrome/Perfetto trace and an SVG chart of that launch.
+// timings.h5: every launch of a resumed run stitched into one (run_stitch.h), or the one
+// --launch names; a resumed run also gets one line per launch. Then the throughput model's
+// advice (store/topology_advice.h): for a DFlash run the fastest splits of its ranks between
+// targets and drafters, written as a topology file with --recommend-topology; for moe_train
+// what more grad_accum would gain. Optionally an SVG chart of the same steps and a
+// Chrome/Perfetto trace (of one launch: each has its own clock).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <vector>
@@ -9,10 +14,12 @@
 #include <CLI/CLI.hpp>
 
 #include "topotrain/core/files.h"
+#include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/chrome_trace.h"
-#include "topotrain/store/phase_chart_svg.h"
+#include "topotrain/store/run_chart_svg.h"
 #include "topotrain/store/run_report.h"
 #include "topotrain/store/timings_file.h"
+#include "topotrain/store/topology_advice.h"
 
 namespace {
 
@@ -30,14 +37,21 @@ int main(int argc, char** argv) {
   std::string run;
   std::string trace_path;
   std::string plot_path;
+  std::string topology_path;
   long long skip = 0;
-  int launch = 0;
+  std::string launch = "all";
   app.add_option("run", run, "run directory (holding timings.h5) or a timings .h5 file")->required();
-  app.add_option("--trace", trace_path, "write a Chrome/Perfetto trace (JSON) here");
-  app.add_option("--plot", plot_path, "write an SVG chart of the phase breakdown over steps here");
-  app.add_option("--skip", skip, "leave out each rank's first N steps (warm-up)")->check(CLI::NonNegativeNumber);
-  app.add_option("--launch", launch, "analyse this launch of a resumed run (default: the newest)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--trace", trace_path,
+                 "write a Chrome/Perfetto trace (JSON) of the newest launch, or of --launch N, here");
+  app.add_option("--plot", plot_path, "write an SVG chart of loss, tokens/s and the phases over the steps here");
+  app.add_option("--recommend-topology", topology_path,
+                 "write the run's topology re-split to the recommended targets and drafters here (DFlash runs; "
+                 "the topology is read from the run's newest checkpoint)");
+  app.add_option("--skip", skip, "leave out each rank's first N steps of every launch (warm-up)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--launch", launch,
+                 "a resumed run's launches to analyse: all (stitched into one run), last, or a launch number")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     const std::string path =
@@ -45,27 +59,56 @@ int main(int argc, char** argv) {
     if (!topotrain::file_exists(path))
       throw std::runtime_error(path + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
     const std::vector<topotrain::TimingsData> launches = topotrain::read_timing_launches(path);
-    const topotrain::TimingsData* chosen = &launches.back();
-    if (launch > 0) {
-      chosen = nullptr;
+    const topotrain::TimingsData* chosen = nullptr;  // null: all, stitched
+    if (launch == "last") {
+      chosen = &launches.back();
+    } else if (launch != "all") {
+      char* end = nullptr;
+      const long number = std::strtol(launch.c_str(), &end, 10);
+      if (launch.empty() || *end != '\0' || number < 1)
+        throw std::runtime_error("--launch " + launch + ": expected all, last or a launch number (1, 2, ...)");
       std::string numbers;
       for (const topotrain::TimingsData& l : launches) {
-        if (l.launch == launch) chosen = &l;
+        if (l.launch == number) chosen = &l;
         numbers += (numbers.empty() ? "" : ", ") + std::to_string(l.launch);
       }
       if (!chosen)
-        throw std::runtime_error(path + " holds no launch " + std::to_string(launch) + " (it holds " + numbers +
+        throw std::runtime_error(path + " holds no launch " + launch + " (it holds " + numbers +
                                  "; a launch that recorded no step is not kept)");
     }
     if (launches.size() > 1) {
       std::vector<topotrain::LaunchSummary> summaries;
       for (const topotrain::TimingsData& l : launches) summaries.push_back(topotrain::summarise_launch(l));
-      std::printf("%s\nlaunch %d:\n", topotrain::format_launches(summaries).c_str(), chosen->launch);
+      std::printf("%s\n", topotrain::format_launches(summaries).c_str());
+      if (chosen) std::printf("launch %d:\n", chosen->launch);
     }
-    const topotrain::TimingsData& data = *chosen;
-    std::fputs(topotrain::format_report(topotrain::analyse_timings(data, skip)).c_str(), stdout);
-    if (!trace_path.empty()) write_output(trace_path, topotrain::chrome_trace_json(data), "trace");
-    if (!plot_path.empty()) write_output(plot_path, topotrain::phase_chart_svg(data, skip), "chart");
+    const topotrain::TimingsData& traced = chosen ? *chosen : launches.back();
+    const topotrain::StitchedRun stitched = topotrain::stitch_launches(
+        chosen ? std::vector<topotrain::TimingsData>{*chosen} : launches, skip);
+    std::fputs(topotrain::format_report(topotrain::analyse_timings(stitched)).c_str(), stdout);
+    const topotrain::TopologyAdvice advice = topotrain::advise_topology(stitched);
+    std::fputs(topotrain::format_topology_advice(advice, 3).c_str(), stdout);
+    std::fputs(topotrain::format_accumulation_advice(topotrain::advise_accumulation(stitched)).c_str(), stdout);
+    if (!topology_path.empty()) {
+      if (!advice.applicable)
+        throw std::runtime_error("--recommend-topology: " + path + " is " + advice.reason +
+                                 "; only a DFlash run's split is recommended");
+      const std::string run_dir = topotrain::is_directory(run) ? run : topotrain::parent_directory(path);
+      const auto checkpoint = topotrain::CheckpointReader::find_latest(run_dir);
+      if (!checkpoint)
+        throw std::runtime_error("--recommend-topology: " + run_dir +
+                                 " holds no complete checkpoint, which is where a run keeps its topology; "
+                                 "run it until it writes one (checkpoint.every_steps, or its last step)");
+      const std::string text = topotrain::CheckpointReader::load_header(*checkpoint).topology_text;
+      if (text.empty())
+        throw std::runtime_error("--recommend-topology: " + *checkpoint +
+                                 " keeps no topology text (an older topotrain wrote it); run a newer build first");
+      write_output(topology_path,
+                   topotrain::recommended_topology_text(advice, text, "the topology of " + *checkpoint),
+                   "recommended topology");
+    }
+    if (!trace_path.empty()) write_output(trace_path, topotrain::chrome_trace_json(traced), "trace");
+    if (!plot_path.empty()) write_output(plot_path, topotrain::run_chart_svg(stitched), "chart");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "topotrain-report: error: %s\n", e.what());
     return 1;

@@ -124,6 +124,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"log.all_ranks", T::boolean, false, any(), "every rank logs, not only rank 0"},
       {"log.samples", T::boolean, false, any(),
        "every rank lists the sample pieces it trains in the run directory's samples-rank-N.txt (resume audits)"},
+      {"log.tensorboard", T::boolean, false, any(),
+       "TensorBoard event files of the run's curves in the run directory's tensorboard/ (one per launch)"},
       {"log.timings_every", T::integer, std::int64_t{20}, between(1, kIntMax),
        "ship step timings to rank 0 every N steps"},
       {"log.profile_step", T::integer, std::int64_t{0}, at_least(0),

@@ -103,6 +103,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
       t->vocab_[token] = id.get<uint32_t>();
       max_id = std::max<uint64_t>(max_id, id.get<uint32_t>());
     }
+    // Each character of the alphabet spells one byte: count the characters (UTF-8 lead bytes).
+    t->byte_length_.assign(max_id + 1, 0);
+    for (const auto& [token, id] : t->vocab_) {
+      t->byte_length_[id] = static_cast<uint32_t>(
+          std::count_if(token.begin(), token.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+    }
     const auto& merges = require(model, "merges", "model", path);
     for (size_t rank = 0; rank < merges.size(); ++rank) {
       std::string left, right;
@@ -212,23 +218,39 @@ std::optional<uint32_t> BpeTokenizer::special_token(const std::string& content) 
 }
 
 void BpeTokenizer::encode(std::string_view text, std::vector<uint32_t>& out) const {
+  encode_added_and_ordinary(text, out, nullptr);
+}
+
+void BpeTokenizer::encode_with_spans(std::string_view text, std::vector<uint32_t>& ids,
+                                     std::vector<ByteRange>& spans) const {
+  encode_added_and_ordinary(text, ids, &spans);
+}
+
+void BpeTokenizer::encode_added_and_ordinary(std::string_view text, std::vector<uint32_t>& out,
+                                             std::vector<ByteRange>* spans) const {
   size_t at = 0;
   if (added_pattern_) {
     for (const auto& [begin, end] : added_pattern_->find_all(text)) {
-      encode_ordinary(text.substr(at, begin - at), out);
+      encode_ordinary(text.substr(at, begin - at), at, out, spans);
       out.push_back(added_.at(std::string(text.substr(begin, end - begin))));
+      if (spans) spans->push_back({begin, end});
       at = end;
     }
   }
-  encode_ordinary(text.substr(at), out);
+  encode_ordinary(text.substr(at), at, out, spans);
 }
 
-void BpeTokenizer::encode_ordinary(std::string_view raw, std::vector<uint32_t>& out) const {
+void BpeTokenizer::encode_ordinary(std::string_view raw, size_t offset, std::vector<uint32_t>& out,
+                                   std::vector<ByteRange>* spans) const {
   if (raw.empty()) return;
   // As HF does: the text between added tokens is normalized, then pre-tokenized.
   std::string normalized;
   std::string_view text = raw;
-  if (normalizer_.may_change(raw)) text = normalized = normalizer_.apply(raw);
+  std::vector<std::pair<size_t, size_t>> source;  // raw bytes of each normalized byte; empty: the same
+  if (normalizer_.may_change(raw)) {
+    text = normalized = spans ? normalizer_.apply_aligned(raw, source) : normalizer_.apply(raw);
+    if (normalized == raw) source.clear();
+  }
   // Each Split keeps its matches and the gaps between them as separate pieces.
   std::vector<std::string_view> pieces{text};
   for (const auto& pattern : split_patterns_) {
@@ -244,7 +266,18 @@ void BpeTokenizer::encode_ordinary(std::string_view raw, std::vector<uint32_t>& 
     }
     pieces.swap(next);
   }
-  for (std::string_view piece : pieces) encode_piece(piece, out);
+  for (std::string_view piece : pieces) {
+    const size_t first = out.size();
+    encode_piece(piece, out);
+    if (!spans) continue;
+    size_t at = static_cast<size_t>(piece.data() - text.data());
+    for (size_t i = first; i < out.size(); ++i) {
+      const size_t end = at + byte_length_[out[i]];
+      spans->push_back(source.empty() ? ByteRange{offset + at, offset + end}
+                                      : ByteRange{offset + source[at].first, offset + source[end - 1].second});
+      at = end;
+    }
+  }
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out) const {

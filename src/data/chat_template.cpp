@@ -1,46 +1,138 @@
 #include "topotrain/data/chat_template.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "chat_renderers.h"
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 namespace topotrain::data {
 namespace {
 
-uint32_t require_special(const Tokenizer& tokenizer, const char* content) {
-  const auto id = tokenizer.special_token(content);
-  if (!id) {
-    throw ConfigError(cat("tokenizer ", tokenizer.description(), " has no ", content,
-                          " token; chat data needs a Qwen-style tokenizer (or the byte tokenizer)"));
+// The template without whitespace and Jinja's trim markers, double quotes as single ones:
+// what two spellings of the same template have in common.
+std::string canonical(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) continue;
+    out += c == '"' ? '\'' : c;
   }
-  return *id;
+  for (const char* marker : {"{%-", "-%}", "{{-", "-}}"}) {
+    const std::string m = marker, plain = m[0] == '-' ? m.substr(1) : m.substr(0, 2);
+    for (size_t at = out.find(m); at != std::string::npos; at = out.find(m, at)) out.replace(at, m.size(), plain);
+  }
+  return out;
 }
 
-void append(const Tokenizer& tokenizer, std::string_view text, uint8_t mask, EncodedDocument& out) {
-  tokenizer.encode(text, out.tokens);
-  out.loss_mask.resize(out.tokens.size(), mask);
+struct Feature {
+  const char* text;  // in canonical form
+  const char* what;  // for the error message
+};
+
+// What makes a template render as Qwen3's: each is a behaviour render_qwen3 reproduces.
+const Feature kQwen3Features[] = {
+    {"<|im_start|>", "<|im_start|> turns"},
+    {"<|im_end|>", "<|im_end|> turns"},
+    {"reasoning_content", "a reasoning_content field"},
+    {"last_query_index", "reasoning kept only after the last user query (last_query_index)"},
+    {R"('\n<think>\n'+reasoning_content.strip('\n')+'\n</think>\n\n')", "the <think>\\n...\\n</think>\\n\\n block"},
+    {"loop.lastor(notloop.lastandreasoning_content)", "a think block on the last turn even when empty"},
+    {"<tool_call>", "<tool_call> tags"},
+    {"tool_call.argumentsisstring", "string tool-call arguments written as they are"},
+    {"<tool_response>", "<tool_response> tags"},
+};
+
+// Qwen2.5's: ChatML turns, its default system prompt, tool calls and responses, no reasoning.
+const Feature kQwen2_5Features[] = {
+    {"<|im_start|>", "<|im_start|> turns"},
+    {"<|im_end|>", "<|im_end|> turns"},
+    {"YouareQwen,createdbyAlibabaCloud.Youareahelpfulassistant.", "Qwen2.5's default system prompt"},
+    {"<tool_call>", "<tool_call> tags"},
+    {"tojson", "tool-call arguments written with tojson"},
+    {"<tool_response>", "<tool_response> tags"},
+};
+
+template <size_t N>
+std::string missing(const std::string& text, const Feature (&features)[N]) {
+  std::string out;
+  for (const Feature& f : features) {
+    if (text.find(f.text) == std::string::npos) out += (out.empty() ? "" : ", ") + std::string(f.what);
+  }
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(cat("cannot read '", path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
 
-void encode_text_document(const Tokenizer& tokenizer, std::string_view text, EncodedDocument& out) {
-  append(tokenizer, text, 1, out);
-  out.tokens.push_back(tokenizer.eos_id());
-  out.loss_mask.push_back(1);
+ChatTemplate ChatTemplate::chatml() { return ChatTemplate(ChatTemplateFamily::chatml, ""); }
+
+ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string& source) {
+  const std::string c = canonical(text);
+  const std::string fix =
+      "topotrain renders Qwen3's and Qwen2.5's chat templates; give a tokenizer with one of those, or move the file "
+      "away to use the fixed <|im_start|>{role}\\n{content}<|im_end|>\\n template";
+  if (c.find("reasoning_content") != std::string::npos || c.find("<think>") != std::string::npos) {
+    const std::string absent = missing(c, kQwen3Features);
+    if (!absent.empty()) {
+      throw ConfigError(cat("the chat_template in '", source,
+                            "' reasons (<think>/reasoning_content) but is not Qwen3's: it lacks ", absent, "; ", fix));
+    }
+    return ChatTemplate(ChatTemplateFamily::qwen3, source);
+  }
+  const std::string absent = missing(c, kQwen2_5Features);
+  if (!absent.empty()) {
+    throw ConfigError(cat("the chat_template in '", source, "' is not one topotrain recognises (neither Qwen3's, "
+                          "which reasons, nor Qwen2.5's: it lacks ", absent, "); ", fix));
+  }
+  return ChatTemplate(ChatTemplateFamily::qwen2_5, source);
 }
 
-void encode_chat_document(const Tokenizer& tokenizer, const std::vector<ChatMessage>& messages,
-                          EncodedDocument& out) {
-  const uint32_t im_start = require_special(tokenizer, "<|im_start|>");
-  const uint32_t im_end = require_special(tokenizer, "<|im_end|>");
-  for (const ChatMessage& message : messages) {
-    const uint8_t trained = message.role == "assistant" ? 1 : 0;
-    out.tokens.push_back(im_start);
-    out.loss_mask.push_back(0);
-    append(tokenizer, message.role + "\n", 0, out);
-    append(tokenizer, message.content, trained, out);
-    out.tokens.push_back(im_end);
-    out.loss_mask.push_back(trained);
-    append(tokenizer, "\n", 0, out);
+ChatTemplate ChatTemplate::beside_tokenizer(const std::string& tokenizer_spec) {
+  if (tokenizer_spec == "byte") return chatml();
+  const std::string directory = parent_directory(tokenizer_spec);
+  // Newer transformers save the template in a file of its own, which wins when present.
+  const std::string jinja = join_path(directory, "chat_template.jinja");
+  if (is_regular_file(jinja)) return recognise(read_file(jinja), jinja);
+  const std::string config_path = join_path(directory, "tokenizer_config.json");
+  if (!is_regular_file(config_path)) return chatml();
+  const nlohmann::json config = nlohmann::json::parse(read_file(config_path), nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) throw ConfigError(cat("'", config_path, "' is not a JSON object"));
+  if (!config.contains("chat_template")) return chatml();
+  if (!config["chat_template"].is_string()) {
+    throw ConfigError(cat("'", config_path,
+                          "': chat_template is not one string (named templates are not supported); keep the "
+                          "\"default\" one as the chat_template string"));
   }
+  return recognise(config["chat_template"].get<std::string>(), config_path);
+}
+
+std::string ChatTemplate::description() const {
+  switch (family_) {
+    case ChatTemplateFamily::qwen3: return "Qwen3 (" + source_ + ")";
+    case ChatTemplateFamily::qwen2_5: return "Qwen2.5 (" + source_ + ")";
+    case ChatTemplateFamily::chatml: break;
+  }
+  return "fixed <|im_start|>{role}\\n{content}<|im_end|>\\n";
+}
+
+RenderedChat ChatTemplate::render(const ChatConversation& conversation, const std::string& origin) const {
+  switch (family_) {
+    case ChatTemplateFamily::qwen3: return detail::render_qwen3(conversation, origin);
+    case ChatTemplateFamily::qwen2_5: return detail::render_qwen2_5(conversation, origin);
+    case ChatTemplateFamily::chatml: break;
+  }
+  return detail::render_chatml(conversation, origin);
 }
 
 }  // namespace topotrain::data

@@ -7,10 +7,13 @@
 #include <cstdio>
 #include <deque>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "topotrain/core/error.h"
+#include "topotrain/data/chat_conversation.h"
 #include "topotrain/data/chat_template.h"
+#include "topotrain/data/document_encoder.h"
 #include "topotrain/data/tokenizer.h"
 
 namespace topotrain::data {
@@ -21,42 +24,42 @@ struct TokenizedBatch {
   std::vector<uint64_t> lengths;
   std::vector<uint8_t> loss_mask;
   uint64_t loss_tokens = 0;
+  uint64_t chat_documents = 0;
   uint64_t text_bytes = 0;  // of the raw documents, for the progress bar
 };
 
-std::vector<ChatMessage> parse_messages(const nlohmann::json& messages, const std::string& origin) {
-  if (!messages.is_array() || messages.empty()) {
-    throw ConfigError(cat(origin, ": \"messages\" must be a non-empty list of {\"role\", \"content\"}"));
-  }
-  std::vector<ChatMessage> out;
-  for (const auto& m : messages) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-        !m["content"].is_string()) {
-      throw ConfigError(cat(origin, ": every message needs a \"role\" and a \"content\" string"));
-    }
-    out.push_back(ChatMessage{m["role"].get<std::string>(), m["content"].get<std::string>()});
-  }
-  return out;
-}
+// The chat template, or why there is none: a template topotrain cannot render is refused
+// only when a conversation needs it, so plain text still prepares with that tokenizer.
+struct ChatRendering {
+  std::optional<ChatTemplate> chat_template;
+  std::string refusal;
+};
 
-void encode_document(const Tokenizer& tokenizer, const RawDocument& doc, EncodedDocument& out) {
+// Returns whether the document is a conversation.
+bool encode_document(const Tokenizer& tokenizer, const ChatRendering& chat, const RawDocument& doc,
+                     EncodedDocument& out) {
   if (!doc.json) {
     encode_text_document(tokenizer, doc.body, out);
-    return;
+    return false;
   }
-  const nlohmann::json j = nlohmann::json::parse(doc.body, nullptr, /*allow_exceptions=*/false);
+  // Ordered: tools and tool-call arguments are written back in the order they were given.
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(doc.body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw ConfigError(cat(doc.origin, ": not a JSON object"));
   if (j.contains("messages")) {
-    encode_chat_document(tokenizer, parse_messages(j["messages"], doc.origin), out);
-  } else if (j.contains("text") && j["text"].is_string()) {
+    const ChatConversation conversation = parse_chat_conversation(j, doc.origin);
+    if (!chat.chat_template) throw ConfigError(cat(doc.origin, ": chat data, but ", chat.refusal));
+    encode_chat_document(tokenizer, chat.chat_template->render(conversation, doc.origin), out);
+    return true;
+  }
+  if (j.contains("text") && j["text"].is_string()) {
     const std::string text = j["text"].get<std::string>();
     if (text.find_first_not_of(" \t\r\n") != std::string::npos) encode_text_document(tokenizer, text, out);
-  } else {
-    throw ConfigError(cat(doc.origin, ": a JSONL line needs a \"text\" string or a \"messages\" list"));
+    return false;
   }
+  throw ConfigError(cat(doc.origin, ": a JSONL line needs a \"text\" string or a \"messages\" list"));
 }
 
-TokenizedBatch tokenize(const Tokenizer& tokenizer, const std::vector<RawDocument>& docs) {
+TokenizedBatch tokenize(const Tokenizer& tokenizer, const ChatRendering& chat, const std::vector<RawDocument>& docs) {
   TokenizedBatch batch;
   EncodedDocument doc;
   for (const RawDocument& raw : docs) {
@@ -64,7 +67,7 @@ TokenizedBatch tokenize(const Tokenizer& tokenizer, const std::vector<RawDocumen
     doc.tokens.clear();
     doc.loss_mask.clear();
     try {
-      encode_document(tokenizer, raw, doc);
+      if (encode_document(tokenizer, chat, raw, doc)) ++batch.chat_documents;
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {
@@ -97,6 +100,12 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   const auto start = std::chrono::steady_clock::now();
   const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(config.tokenizer, config.eos);
+  ChatRendering chat;
+  try {
+    chat.chat_template = ChatTemplate::beside_tokenizer(config.tokenizer);
+  } catch (const ConfigError& e) {
+    chat.refusal = e.what();
+  }
   CorpusReader reader(config.inputs, config.format, config.split);
   TokenDatasetWriter writer(config.output, tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->description(),
                             config.write);
@@ -106,6 +115,7 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   totals.files = reader.num_files();
   totals.vocab_size = tokenizer->vocab_size();
   totals.tokenizer = tokenizer->description();
+  totals.chat_template = chat.chat_template ? chat.chat_template->description() : "none (" + chat.refusal + ")";
   std::deque<std::future<TokenizedBatch>> in_flight;
   uint64_t done_bytes = 0;
   const auto write_oldest = [&] {
@@ -115,6 +125,7 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
     totals.documents += batch.lengths.size();
     totals.tokens += batch.tokens.size();
     totals.loss_tokens += batch.loss_tokens;
+    totals.chat_documents += batch.chat_documents;
     done_bytes += batch.text_bytes;
     if (config.progress) draw_progress(done_bytes, reader.total_bytes(), totals, elapsed());
   };
@@ -123,8 +134,8 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   // the number of threads.
   while (reader.next_batch(docs, config.batch_bytes)) {
     if (docs.empty()) continue;
-    in_flight.push_back(std::async(std::launch::async, [&tokenizer, batch = std::move(docs)] {
-      return tokenize(*tokenizer, batch);
+    in_flight.push_back(std::async(std::launch::async, [&tokenizer, &chat, batch = std::move(docs)] {
+      return tokenize(*tokenizer, chat, batch);
     }));
     docs = {};
     if (in_flight.size() >= workers) write_oldest();

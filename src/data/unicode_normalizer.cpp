@@ -70,4 +70,33 @@ std::string UnicodeNormalizer::apply(std::string_view text) const {
   return out;
 }
 
+std::string UnicodeNormalizer::apply_aligned(std::string_view text,
+                                             std::vector<std::pair<size_t, size_t>>& source) const {
+  const auto is_ascii = [&](size_t i) { return static_cast<unsigned char>(text[i]) < 0x80; };
+  std::string out;
+  source.clear();
+  const auto append = [&](const std::string& normalized, size_t begin, size_t end) {
+    out += normalized;
+    source.resize(out.size(), {begin, end});
+  };
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t next = at + 1;
+    while (next < text.size() && !is_ascii(next)) ++next;
+    const std::string stretch = apply(text.substr(at, next - at));
+    if (is_ascii(at) && next > at + 1) {
+      const std::string run = apply(text.substr(at + 1, next - at - 1));
+      if (stretch.size() == run.size() + 1 && stretch[0] == text[at] && stretch.compare(1, run.size(), run) == 0) {
+        append(std::string(1, text[at]), at, at + 1);
+        append(run, at + 1, next);
+        at = next;
+        continue;
+      }
+    }
+    append(stretch, at, next);
+    at = next;
+  }
+  return out;
+}
+
 }  // namespace topotrain::data

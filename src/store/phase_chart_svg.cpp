@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdio>
 #include <map>
 
 #include "topotrain/core/error.h"
@@ -16,71 +15,50 @@ constexpr std::size_t kSeries = kPhaseCount + 1;  // the phases, then other
 const char* const kColors[kSeries] = {"#8c564b", "#e377c2", "#1f77b4", "#ff7f0e", "#d62728", "#2ca02c",
                                       "#9467bd", "#17becf", "#bcbd22", "#7f7f7f", "#aec7e8", "#c7c7c7"};
 
-constexpr double kWidth = 1000, kPanelHeight = 330, kLeft = 80, kRight = 190, kTop = 46, kBottom = 56;
-
-// 1, 2 or 5 times a power of ten, at least `raw`.
-double nice_step(double raw) {
-  const double power = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * power >= raw) return m * power;
-  return 10 * power;
-}
-
-std::string fmt(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", value);
-  return text;
-}
-
-std::string label(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
+constexpr double kPanelHeight = 330;
 
 struct Bar {
   double first_step = 0, last_step = 0;
+  std::size_t launch = 0;  // the launch of its first step
+  bool starts_launch = false;  // a later launch than the previous bar's last step begins in it
   std::array<double, kSeries> ms{};
 };
 
 // Mean ms per series for each step of `role`, binned into at most max_bars bars.
-std::vector<Bar> role_bars(const TimingsData& data, const std::string& role, std::int64_t skip_steps, int max_bars) {
-  const TableData& steps = data.steps;
-  const int c_step = steps.column("step"), c_rank = steps.column("rank"), c_other = steps.column("other");
-  std::vector<int> c_phase;
-  for (const char* name : phase_names()) c_phase.push_back(steps.column(name));
-  std::map<std::int64_t, std::pair<std::array<double, kSeries>, int>> by_step;
-  std::map<int, std::int64_t> first_step_of_rank;
-  for (std::size_t row = 0; row < steps.rows; ++row) {
-    const int rank = static_cast<int>(steps.at(row, c_rank));
-    if (data.roles[static_cast<std::size_t>(rank)] != role) continue;
-    const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
-    auto it = first_step_of_rank.find(rank);
-    if (it == first_step_of_rank.end() || step < it->second) first_step_of_rank[rank] = step;
-  }
-  for (std::size_t row = 0; row < steps.rows; ++row) {
-    const int rank = static_cast<int>(steps.at(row, c_rank));
-    if (data.roles[static_cast<std::size_t>(rank)] != role) continue;
-    const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
-    if (step < first_step_of_rank[rank] + skip_steps) continue;
-    auto& [sums, count] = by_step[step];
-    for (std::size_t p = 0; p < kPhaseCount; ++p) sums[p] += c_phase[p] >= 0 ? steps.at(row, c_phase[p]) * 1e3 : 0;
+std::vector<Bar> role_bars(const StitchedRun& run, const std::string& role, int max_bars) {
+  struct Step {
+    std::array<double, kSeries> sums{};
+    int count = 0;
+    std::size_t launch = 0;
+  };
+  std::map<std::int64_t, Step> by_step;
+  for (const StitchedRow& row : run.rows) {
+    if (run.role_of(row) != role) continue;
+    Step& step = by_step[row.step];
+    for (std::size_t p = 0; p < kPhaseCount; ++p) step.sums[p] += run.phase_seconds(row, p) * 1e3;
     // Negative `other` (GPU phases overlapping CPU ones) cannot be stacked.
-    sums[kPhaseCount] += std::max(0.0, steps.at(row, c_other) * 1e3);
-    ++count;
+    step.sums[kPhaseCount] += std::max(0.0, run.value(row, &StepColumns::other) * 1e3);
+    ++step.count;
+    step.launch = row.launch;
   }
   std::vector<Bar> bars;
   if (by_step.empty()) return bars;
   const std::size_t per_bar = (by_step.size() + static_cast<std::size_t>(max_bars) - 1) / static_cast<std::size_t>(max_bars);
-  std::size_t in_bar = 0;
+  std::size_t in_bar = 0, launch = by_step.begin()->second.launch;
   for (const auto& [step, entry] : by_step) {
     if (in_bar == 0) {
       bars.emplace_back();
       bars.back().first_step = static_cast<double>(step);
+      bars.back().launch = entry.launch;
     }
     Bar& bar = bars.back();
     bar.last_step = static_cast<double>(step);
-    for (std::size_t s = 0; s < kSeries; ++s) bar.ms[s] += entry.first[s] / entry.second;
+    if (entry.launch > launch) {
+      bar.starts_launch = true;
+      bar.launch = entry.launch;
+    }
+    launch = entry.launch;
+    for (std::size_t s = 0; s < kSeries; ++s) bar.ms[s] += entry.sums[s] / entry.count;
     if (++in_bar == per_bar) in_bar = 0;
   }
   // Each bar holds per_bar steps except maybe the last.
@@ -90,29 +68,35 @@ std::vector<Bar> role_bars(const TimingsData& data, const std::string& role, std
   return bars;
 }
 
+// "2 ranks", or "4, then 2 ranks" where launches ran the role on different rank counts.
+std::string rank_counts(const StitchedRun& run, const std::string& role) {
+  std::vector<int> counts;
+  for (const TimingsData& data : run.launches) {
+    const auto n = static_cast<int>(std::count(data.roles.begin(), data.roles.end(), role));
+    if (n > 0 && (counts.empty() || counts.back() != n)) counts.push_back(n);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < counts.size(); ++i) out += cat(i ? ", then " : "", counts[i]);
+  return out + (counts.size() == 1 && counts[0] == 1 ? " rank" : " ranks");
+}
+
 }  // namespace
 
-std::string phase_chart_svg(const TimingsData& data, std::int64_t skip_steps, int max_bars) {
-  std::vector<std::string> roles;
-  for (const std::string& role : data.roles)
-    if (std::find(roles.begin(), roles.end(), role) == roles.end()) roles.push_back(role);
-  const double height = kPanelHeight * static_cast<double>(roles.size()) + 10;
-  std::string svg = cat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", kWidth, "\" height=\"", height,
-                        "\" viewBox=\"0 0 ", kWidth, ' ', height, "\" font-family=\"DejaVu Sans, Arial, sans-serif\">\n",
-                        "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
-  const double plot_width = kWidth - kLeft - kRight;
-  const double plot_height = kPanelHeight - kTop - kBottom;
-  for (std::size_t panel = 0; panel < roles.size(); ++panel) {
-    const double y0 = kPanelHeight * static_cast<double>(panel);
-    const double base = y0 + kTop + plot_height;  // y of 0 ms
-    std::vector<Bar> bars = role_bars(data, roles[panel], skip_steps, max_bars);
-    int ranks = 0;
-    for (const std::string& r : data.roles) ranks += r == roles[panel];
-    svg += cat("<text x=\"", kLeft, "\" y=\"", y0 + 28, "\" font-size=\"16\" font-weight=\"bold\">Role ", roles[panel],
-               " (", ranks, ranks == 1 ? " rank" : " ranks", "): time per step by phase",
-               ranks > 1 ? ", mean over ranks" : "", "</text>\n");
+SvgPanels phase_chart_svg(const StitchedRun& run, double y_start, int max_bars) {
+  SvgPanels out;
+  std::string& svg = out.svg;
+  const double plot_width = kChartWidth - kPlotLeft - kPlotRight;
+  const double plot_height = kPanelHeight - kPlotTop - kPlotBottom;
+  for (std::size_t panel = 0; panel < run.roles.size(); ++panel) {
+    const std::string& role = run.roles[panel];
+    const double y0 = y_start + kPanelHeight * static_cast<double>(panel);
+    const double base = y0 + kPlotTop + plot_height;  // y of 0 ms
+    std::vector<Bar> bars = role_bars(run, role, max_bars);
+    const std::string ranks = rank_counts(run, role);
+    svg += cat("<text x=\"", kPlotLeft, "\" y=\"", y0 + 28, "\" font-size=\"16\" font-weight=\"bold\">Role ", role, " (",
+               ranks, "): time per step by phase", ranks == "1 rank" ? "" : ", mean over ranks", "</text>\n");
     if (bars.empty()) {
-      svg += cat("<text x=\"", kLeft, "\" y=\"", y0 + kTop + 20, "\" font-size=\"13\">no steps recorded</text>\n");
+      svg += cat("<text x=\"", kPlotLeft, "\" y=\"", y0 + kPlotTop + 20, "\" font-size=\"13\">no steps recorded</text>\n");
       continue;
     }
     double top = 0;
@@ -129,14 +113,8 @@ std::string phase_chart_svg(const TimingsData& data, std::int64_t skip_steps, in
     const double tick = nice_step(top / 5);
     const double y_max = std::ceil(top * 1.05 / tick) * tick;
     auto y_of = [&](double ms) { return base - ms / y_max * plot_height; };
-    // Grid and y axis.
-    for (double v = 0; v <= y_max + tick / 2; v += tick) {
-      svg += cat("<line x1=\"", kLeft, "\" x2=\"", kLeft + plot_width, "\" y1=\"", fmt(y_of(v)), "\" y2=\"", fmt(y_of(v)),
-                 "\" stroke=\"#e0e0e0\"/>\n");
-      svg += cat("<text x=\"", kLeft - 8, "\" y=\"", fmt(y_of(v) + 4), "\" font-size=\"12\" text-anchor=\"end\">",
-                 label(v), "</text>\n");
-    }
-    svg += cat("<text transform=\"translate(", kLeft - 52, ",", fmt(y0 + kTop + plot_height / 2),
+    svg += y_ticks(0, y_max, tick, y_of);
+    svg += cat("<text transform=\"translate(", kPlotLeft - 52, ",", svg_number(y0 + kPlotTop + plot_height / 2),
                ") rotate(-90)\" font-size=\"13\" text-anchor=\"middle\">ms per step</text>\n");
     // Bars.
     const double slot = plot_width / static_cast<double>(bars.size());
@@ -146,43 +124,43 @@ std::string phase_chart_svg(const TimingsData& data, std::int64_t skip_steps, in
       for (std::size_t s = 0; s < kSeries; ++s) {
         if (bars[b].ms[s] <= 0) continue;
         const double y_top = y_of(stacked + bars[b].ms[s]);
-        svg += cat("<rect x=\"", fmt(kLeft + slot * b + gap / 2), "\" y=\"", fmt(y_top), "\" width=\"",
-                   fmt(std::max(slot - gap, 0.5)), "\" height=\"", fmt(y_of(stacked) - y_top), "\" fill=\"", kColors[s],
-                   "\"/>\n");
+        svg += cat("<rect x=\"", svg_number(kPlotLeft + slot * b + gap / 2), "\" y=\"", svg_number(y_top),
+                   "\" width=\"", svg_number(std::max(slot - gap, 0.5)), "\" height=\"",
+                   svg_number(y_of(stacked) - y_top), "\" fill=\"", kColors[s], "\"/>\n");
         stacked += bars[b].ms[s];
       }
+      if (bars[b].starts_launch)
+        svg += launch_boundary(kPlotLeft + slot * b, y0 + kPlotTop, base,
+                               run.launches[bars[b].launch].launch);
     }
     // x axis: about eight labelled bars.
-    svg += cat("<line x1=\"", kLeft, "\" x2=\"", kLeft + plot_width, "\" y1=\"", fmt(base), "\" y2=\"", fmt(base),
-               "\" stroke=\"black\"/>\n");
-    svg += cat("<line x1=\"", kLeft, "\" x2=\"", kLeft, "\" y1=\"", fmt(y0 + kTop), "\" y2=\"", fmt(base),
-               "\" stroke=\"black\"/>\n");
+    svg += plot_axes(y0 + kPlotTop, base);
     const std::size_t every = std::max<std::size_t>(1, (bars.size() + 7) / 8);
     for (std::size_t b = 0; b < bars.size(); b += every) {
-      const double x = kLeft + slot * (static_cast<double>(b) + 0.5);
-      svg += cat("<line x1=\"", fmt(x), "\" x2=\"", fmt(x), "\" y1=\"", fmt(base), "\" y2=\"", fmt(base + 5),
-                 "\" stroke=\"black\"/>\n");
-      svg += cat("<text x=\"", fmt(x), "\" y=\"", fmt(base + 19), "\" font-size=\"12\" text-anchor=\"middle\">",
-                 label(bars[b].first_step), "</text>\n");
+      const double x = kPlotLeft + slot * (static_cast<double>(b) + 0.5);
+      svg += cat("<line x1=\"", svg_number(x), "\" x2=\"", svg_number(x), "\" y1=\"", svg_number(base), "\" y2=\"",
+                 svg_number(base + 5), "\" stroke=\"black\"/>\n");
+      svg += cat("<text x=\"", svg_number(x), "\" y=\"", svg_number(base + 19),
+                 "\" font-size=\"12\" text-anchor=\"middle\">", tick_label(bars[b].first_step), "</text>\n");
     }
-    svg += cat("<text x=\"", fmt(kLeft + plot_width / 2), "\" y=\"", fmt(base + 40),
+    svg += cat("<text x=\"", svg_number(kPlotLeft + plot_width / 2), "\" y=\"", svg_number(base + 40),
                "\" font-size=\"13\" text-anchor=\"middle\">step",
                bars.size() > 1 && bars[0].last_step > bars[0].first_step ? " (each bar: mean of its steps)" : "",
                "</text>\n");
     // Legend, top of stack first, as the bars read.
-    double legend_y = y0 + kTop + 6;
+    double legend_y = y0 + kPlotTop + 6;
     for (std::size_t s = kSeries; s-- > 0;) {
       if (!used[s]) continue;
       const std::string name = s < kPhaseCount ? phase_names()[s] : "other (untimed)";
-      svg += cat("<rect x=\"", kLeft + plot_width + 18, "\" y=\"", fmt(legend_y), "\" width=\"14\" height=\"14\" fill=\"",
-                 kColors[s], "\"/>\n");
-      svg += cat("<text x=\"", kLeft + plot_width + 38, "\" y=\"", fmt(legend_y + 12), "\" font-size=\"13\">", name,
-                 "</text>\n");
+      svg += cat("<rect x=\"", kPlotLeft + plot_width + 18, "\" y=\"", svg_number(legend_y),
+                 "\" width=\"14\" height=\"14\" fill=\"", kColors[s], "\"/>\n");
+      svg += cat("<text x=\"", kPlotLeft + plot_width + 38, "\" y=\"", svg_number(legend_y + 12),
+                 "\" font-size=\"13\">", name, "</text>\n");
       legend_y += 21;
     }
   }
-  svg += "</svg>\n";
-  return svg;
+  out.height = kPanelHeight * static_cast<double>(run.roles.size());
+  return out;
 }
 
 }  // namespace topotrain

@@ -14,12 +14,6 @@
 namespace topotrain {
 namespace {
 
-int require_column(const TableData& table, const std::string& field, const std::string& path) {
-  const int column = table.column(field);
-  if (column < 0) throw std::runtime_error(path + ": the steps table has no column '" + field + "'");
-  return column;
-}
-
 PhaseStats stats_of(const std::string& name, const std::vector<double>& values, double wall_total) {
   PhaseStats s;
   s.name = name;
@@ -92,112 +86,113 @@ double percentile(std::vector<double> values, double p) {
   return values[std::min(index, values.size() - 1)];
 }
 
-RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
+RunReport analyse_timings(const StitchedRun& run) {
   RunReport report;
-  report.path = data.path;
-  report.world_size = data.world_size;
-  report.skipped_steps = skip_steps;
-  const TableData& steps = data.steps;
-  const int c_step = require_column(steps, "step", data.path);
-  const int c_rank = require_column(steps, "rank", data.path);
-  const int c_wall = require_column(steps, "wall", data.path);
-  const int c_other = require_column(steps, "other", data.path);
-  const int c_tokens = require_column(steps, "tokens", data.path);
-  const int c_queue = steps.column("queue_depth");
-  const int c_step_flops = steps.column("flops");  // -1: an older log
-  std::vector<int> c_phase;
-  for (const char* name : phase_names()) c_phase.push_back(steps.column(name));  // -1: an older log
-  const int c_overlap = steps.column("overlap");            // -1: an older log
-  const int c_comm_overlap = steps.column("comm_overlap");  // -1: an older log
+  report.path = run.path;
+  for (const TimingsData& data : run.launches) {
+    report.launches.push_back(data.launch);
+    report.launch_world_sizes.push_back(data.world_size);
+  }
+  report.world_size = run.launches.empty() ? 0 : run.launches.back().world_size;
+  report.skipped_steps = run.skip_steps;
+  report.repeated = run.repeated;
 
-  // A row without tokens and without compute is an iteration that trained nothing (logs
-  // of older builds end each dflash rank with one), not a step.
-  auto computed_nothing = [&](std::size_t row) {
-    if (steps.at(row, c_tokens) != 0) return false;
-    for (Phase phase : {Phase::forward, Phase::backward, Phase::optimizer}) {
-      const int column = c_phase[static_cast<std::size_t>(phase)];
-      if (column >= 0 && steps.at(row, column) > 0) return false;
-    }
-    return true;
+  // Per launch and rank: its rows, whether its comm_wait and backward are both device time
+  // (spans timed on a stream: only there does comm_overlap say how much of the all-reduce
+  // backward hid), and its FLOPs per token and peak.
+  struct RankData {
+    std::vector<const StitchedRow*> rows;
+    std::array<bool, kPhaseCount> on_device{};
+    double flops_per_token = 0, peak = 0;
   };
-  // Rows per rank, in step order, without each rank's first skip_steps steps.
-  std::vector<std::vector<std::size_t>> rows_of_rank(static_cast<std::size_t>(data.world_size));
-  for (std::size_t row = 0; row < steps.rows; ++row) {
-    const int rank = static_cast<int>(steps.at(row, c_rank));
-    if (rank < 0 || rank >= data.world_size) throw std::runtime_error(cat(data.path, ": a step row has rank ", rank));
-    if (!computed_nothing(row)) rows_of_rank[static_cast<std::size_t>(rank)].push_back(row);
+  std::vector<std::vector<RankData>> ranks(run.launches.size());
+  for (std::size_t li = 0; li < run.launches.size(); ++li) {
+    const TimingsData& data = run.launches[li];
+    std::vector<RankData>& of_rank = ranks[li];
+    of_rank.resize(static_cast<std::size_t>(data.world_size));
+    const int s_rank = data.spans.column("rank"), s_phase = data.spans.column("phase"), s_gpu = data.spans.column("gpu");
+    for (std::size_t row = 0; s_rank >= 0 && s_phase >= 0 && s_gpu >= 0 && row < data.spans.rows; ++row) {
+      const auto rank = static_cast<std::size_t>(data.spans.at(row, s_rank));
+      const auto index = static_cast<std::size_t>(data.spans.at(row, s_phase));
+      if (rank >= of_rank.size() || index >= data.span_phases.size() || data.spans.at(row, s_gpu) == 0) continue;
+      for (std::size_t p = 0; p < kPhaseCount; ++p)
+        if (data.span_phases[index] == phase_names()[p]) of_rank[rank].on_device[p] = true;
+    }
+    const int c_rank = data.ranks.column("rank");
+    const int c_flops = data.ranks.column("flops_per_token"), c_peak = data.ranks.column("peak_flops");
+    for (std::size_t row = 0; c_rank >= 0 && row < data.ranks.rows; ++row) {
+      const auto rank = static_cast<std::size_t>(data.ranks.at(row, c_rank));
+      if (rank >= of_rank.size()) continue;
+      of_rank[rank].flops_per_token = c_flops >= 0 ? data.ranks.at(row, c_flops) : 0;
+      of_rank[rank].peak = c_peak >= 0 ? data.ranks.at(row, c_peak) : 0;
+    }
   }
-  for (auto& rows : rows_of_rank) {
-    std::sort(rows.begin(), rows.end(),
-              [&](std::size_t a, std::size_t b) { return steps.at(a, c_step) < steps.at(b, c_step); });
-    rows.erase(rows.begin(), rows.begin() + std::min<std::ptrdiff_t>(skip_steps, rows.size()));
-  }
+  for (const StitchedRow& row : run.rows)
+    ranks[row.launch][static_cast<std::size_t>(run.rank_of(row))].rows.push_back(&row);
 
-  // Ranks whose comm_wait and backward are both device time (spans timed on a stream):
-  // only there does comm_overlap say how much of the all-reduce backward hid.
-  std::vector<std::array<bool, kPhaseCount>> on_device(static_cast<std::size_t>(data.world_size));
-  const int s_rank = data.spans.column("rank"), s_phase = data.spans.column("phase"), s_gpu = data.spans.column("gpu");
-  for (std::size_t row = 0; s_rank >= 0 && s_phase >= 0 && s_gpu >= 0 && row < data.spans.rows; ++row) {
-    const auto rank = static_cast<std::size_t>(data.spans.at(row, s_rank));
-    const auto index = static_cast<std::size_t>(data.spans.at(row, s_phase));
-    if (rank >= on_device.size() || index >= data.span_phases.size() || data.spans.at(row, s_gpu) == 0) continue;
-    for (std::size_t p = 0; p < kPhaseCount; ++p)
-      if (data.span_phases[index] == phase_names()[p]) on_device[rank][p] = true;
-  }
-
-  const int c_flops = data.ranks.column("flops_per_token");
-  const int c_peak = data.ranks.column("peak_flops");
-  std::map<int, std::pair<double, double>> flops_of_rank;  // rank -> (flops/token, peak)
-  for (std::size_t row = 0; row < data.ranks.rows; ++row)
-    flops_of_rank[static_cast<int>(data.ranks.at(row, data.ranks.column("rank")))] = {
-        c_flops >= 0 ? data.ranks.at(row, c_flops) : 0, c_peak >= 0 ? data.ranks.at(row, c_peak) : 0};
-
-  std::vector<std::string> role_order;
-  for (const std::string& role : data.roles)
-    if (std::find(role_order.begin(), role_order.end(), role) == role_order.end()) role_order.push_back(role);
-
-  for (const std::string& role_name : role_order) {
+  for (const std::string& role_name : run.roles) {
     RoleReport role;
     role.role = role_name;
     std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
     std::vector<double> walls, queue, overlaps, comm_overlaps;
-    double mfu_sum = 0;
-    int mfu_ranks = 0;
+    // A launch's tokens/s (summed over its ranks) and MFU (their mean) are combined over
+    // the launches weighted by each launch's time (its ranks' mean summed wall).
+    double weighted_rate = 0, rate_time = 0, weighted_mfu = 0, mfu_time = 0;
     bool any_row = false;
     bool device_comm = false;
-    for (int rank = 0; rank < data.world_size; ++rank) {
-      if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
-      role.ranks.push_back(rank);
-      const auto& device_phases = on_device[static_cast<std::size_t>(rank)];
-      device_comm = device_comm || (device_phases[static_cast<std::size_t>(Phase::comm_wait)] &&
-                                    device_phases[static_cast<std::size_t>(Phase::backward)]);
-      double rank_tokens = 0, rank_wall = 0, rank_flops = 0;
-      for (std::size_t row : rows_of_rank[static_cast<std::size_t>(rank)]) {
-        const auto step = static_cast<std::int64_t>(steps.at(row, c_step));
-        role.first_step = any_row ? std::min(role.first_step, step) : step;
-        role.last_step = any_row ? std::max(role.last_step, step) : step;
-        any_row = true;
-        ++role.rows;
-        for (std::size_t p = 0; p < kPhaseCount; ++p)
-          phase_values[p].push_back(c_phase[p] >= 0 ? steps.at(row, c_phase[p]) : 0);
-        phase_values[kPhaseCount].push_back(steps.at(row, c_other));
-        walls.push_back(steps.at(row, c_wall));
-        overlaps.push_back(c_overlap >= 0 ? steps.at(row, c_overlap) : 0);
-        comm_overlaps.push_back(c_comm_overlap >= 0 ? steps.at(row, c_comm_overlap) : 0);
-        rank_tokens += steps.at(row, c_tokens);
-        rank_wall += steps.at(row, c_wall);
-        if (c_queue >= 0 && !std::isnan(steps.at(row, c_queue))) queue.push_back(steps.at(row, c_queue));
-        if (c_step_flops >= 0 && steps.at(row, c_step_flops) > 0) rank_flops += steps.at(row, c_step_flops);
+    for (std::size_t li = 0; li < run.launches.size(); ++li) {
+      const TimingsData& data = run.launches[li];
+      double launch_rate = 0, launch_wall = 0, mfu_sum = 0;
+      int ranks_with_rows = 0, mfu_ranks = 0;
+      for (int rank = 0; rank < data.world_size; ++rank) {
+        if (data.roles[static_cast<std::size_t>(rank)] != role_name) continue;
+        if (std::find(role.ranks.begin(), role.ranks.end(), rank) == role.ranks.end()) role.ranks.push_back(rank);
+        const RankData& rank_data = ranks[li][static_cast<std::size_t>(rank)];
+        device_comm = device_comm || (rank_data.on_device[static_cast<std::size_t>(Phase::comm_wait)] &&
+                                      rank_data.on_device[static_cast<std::size_t>(Phase::backward)]);
+        double rank_tokens = 0, rank_wall = 0, rank_flops = 0;
+        for (const StitchedRow* row : rank_data.rows) {
+          role.first_step = any_row ? std::min(role.first_step, row->step) : row->step;
+          role.last_step = any_row ? std::max(role.last_step, row->step) : row->step;
+          any_row = true;
+          ++role.rows;
+          for (std::size_t p = 0; p < kPhaseCount; ++p) phase_values[p].push_back(run.phase_seconds(*row, p));
+          phase_values[kPhaseCount].push_back(run.value(*row, &StepColumns::other));
+          const double wall = run.value(*row, &StepColumns::wall);
+          walls.push_back(wall);
+          overlaps.push_back(run.value(*row, &StepColumns::overlap));
+          comm_overlaps.push_back(run.value(*row, &StepColumns::comm_overlap));
+          rank_tokens += run.value(*row, &StepColumns::tokens);
+          rank_wall += wall;
+          const double depth = run.value(*row, &StepColumns::queue_depth, StepMetrics::kUnset);
+          if (!std::isnan(depth)) queue.push_back(depth);
+          const double flops = run.value(*row, &StepColumns::flops);
+          if (flops > 0) rank_flops += flops;
+        }
+        if (rank_wall <= 0) continue;
+        const double tokens_per_second = rank_tokens / rank_wall;
+        launch_rate += tokens_per_second;
+        launch_wall += rank_wall;
+        ++ranks_with_rows;
+        // A step's own FLOPs (where they vary per step) take precedence over FLOPs per token.
+        if (rank_data.peak > 0 && (rank_flops > 0 || rank_data.flops_per_token > 0)) {
+          mfu_sum += (rank_flops > 0 ? rank_flops / rank_wall : rank_data.flops_per_token * tokens_per_second) /
+                     rank_data.peak;
+          ++mfu_ranks;
+        }
       }
-      const double tokens_per_second = rank_wall > 0 ? rank_tokens / rank_wall : 0;
-      role.tokens_per_second += tokens_per_second;
-      // A step's own FLOPs (where they vary per step) take precedence over FLOPs per token.
-      const auto [per_token, peak] = flops_of_rank[rank];
-      if (peak > 0 && rank_wall > 0 && (rank_flops > 0 || per_token > 0)) {
-        mfu_sum += (rank_flops > 0 ? rank_flops / rank_wall : per_token * tokens_per_second) / peak;
-        ++mfu_ranks;
+      if (ranks_with_rows == 0) continue;
+      const double launch_time = launch_wall / ranks_with_rows;
+      weighted_rate += launch_rate * launch_time;
+      rate_time += launch_time;
+      if (mfu_ranks > 0) {
+        weighted_mfu += mfu_sum / mfu_ranks * launch_time;
+        mfu_time += launch_time;
       }
     }
+    std::sort(role.ranks.begin(), role.ranks.end());
+    if (rate_time > 0) role.tokens_per_second = weighted_rate / rate_time;
+    if (mfu_time > 0) role.mfu = weighted_mfu / mfu_time;
     double wall_total = 0;
     for (double w : walls) wall_total += w;
     role.wall = stats_of("wall", walls, wall_total);
@@ -212,7 +207,6 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
     role.wait_share -= role.comm_overlap.share;
     const double comm_wait = role.phase(phase_name(Phase::comm_wait)).total;
     if (comm_wait > 0 && device_comm) role.comm_hidden = role.comm_overlap.total / comm_wait;
-    if (mfu_ranks > 0) role.mfu = mfu_sum / mfu_ranks;
     if (!queue.empty()) {
       double sum = 0;
       for (double q : queue) sum += q;
@@ -226,9 +220,35 @@ RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps) {
 }
 
 std::string format_report(const RunReport& report) {
-  std::string out = cat(report.path, ": ", report.world_size, " ranks");
-  if (report.skipped_steps > 0) out += cat(", first ", report.skipped_steps, " steps of each rank left out");
+  const std::vector<int>& sizes = report.launch_world_sizes;
+  const bool stitched = report.launches.size() > 1;
+  const bool same_ranks = sizes.empty() || std::equal(sizes.begin() + 1, sizes.end(), sizes.begin());
+  std::string out = report.path + ": ";
+  if (stitched) {
+    std::string numbers, ranks;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      numbers += cat(i ? ", " : "", report.launches[i]);
+      ranks += cat(i ? ", then " : "", sizes[i]);
+    }
+    out += cat("launches ", numbers, " stitched into one run (", same_ranks ? cat(sizes.front()) : ranks, " ranks)");
+  } else {
+    out += cat(report.world_size, " ranks");
+  }
+  if (report.skipped_steps > 0)
+    out += cat(", first ", report.skipped_steps, " steps of each rank left out", stitched ? " in every launch" : "");
   out += "\n";
+  if (!report.repeated.empty()) {
+    std::int64_t count = 0;
+    std::string which;
+    for (const RepeatedSteps& r : report.repeated) {
+      count += r.count;
+      which += cat(which.empty() ? "" : "; ", "launch ", r.launch, ": ", r.count, " steps, ", r.first, "..", r.last);
+    }
+    out += cat("repeated: ", count, " steps ran again in a later launch (", which,
+               "); the later rows are kept, the earlier ones were work lost\n");
+  }
+  if (!same_ranks)
+    out += "ranks differ between launches: tokens/s and MFU are each launch's over its own ranks, weighted by its time\n";
   char line[256];
   for (const RoleReport& role : report.roles) {
     std::string ranks;
@@ -290,30 +310,26 @@ LaunchSummary summarise_launch(const TimingsData& data) {
   for (const auto& [role, count] : counts) summary.roles += cat(summary.roles.empty() ? "" : ", ", count, ' ', role);
   const TableData& steps = data.steps;
   if (steps.rows == 0) return summary;
-  const int step = require_column(steps, "step", data.path), rank = require_column(steps, "rank", data.path);
-  const int start = require_column(steps, "start", data.path), wall = require_column(steps, "wall", data.path);
-  const int tokens = require_column(steps, "tokens", data.path), loss = require_column(steps, "loss", data.path);
-  std::vector<bool> trains(static_cast<std::size_t>(data.world_size), false);
+  const StepColumns c(data);
+  const std::vector<bool> trains = training_ranks(data);
   double begin = INFINITY, end = -INFINITY;
   summary.first_step = std::numeric_limits<std::int64_t>::max();
   summary.last_step = std::numeric_limits<std::int64_t>::min();
   for (std::size_t row = 0; row < steps.rows; ++row) {
-    const auto r = static_cast<std::size_t>(steps.at(row, rank));
-    if (r < trains.size() && std::isfinite(steps.at(row, loss))) trains[r] = true;
-    summary.first_step = std::min(summary.first_step, static_cast<std::int64_t>(steps.at(row, step)));
-    summary.last_step = std::max(summary.last_step, static_cast<std::int64_t>(steps.at(row, step)));
-    begin = std::min(begin, steps.at(row, start));
-    end = std::max(end, steps.at(row, start) + steps.at(row, wall));
+    summary.first_step = std::min(summary.first_step, static_cast<std::int64_t>(steps.at(row, c.step)));
+    summary.last_step = std::max(summary.last_step, static_cast<std::int64_t>(steps.at(row, c.step)));
+    begin = std::min(begin, steps.at(row, c.start));
+    end = std::max(end, steps.at(row, c.start) + steps.at(row, c.wall));
   }
   summary.seconds = end - begin;
   double loss_sum = 0;
   int loss_rows = 0;
   for (std::size_t row = 0; row < steps.rows; ++row) {
-    const auto r = static_cast<std::size_t>(steps.at(row, rank));
+    const auto r = static_cast<std::size_t>(steps.at(row, c.rank));
     if (r >= trains.size() || !trains[r]) continue;
-    summary.tokens += steps.at(row, tokens);
-    if (static_cast<std::int64_t>(steps.at(row, step)) == summary.last_step && std::isfinite(steps.at(row, loss))) {
-      loss_sum += steps.at(row, loss);
+    summary.tokens += steps.at(row, c.tokens);
+    if (static_cast<std::int64_t>(steps.at(row, c.step)) == summary.last_step && std::isfinite(steps.at(row, c.loss))) {
+      loss_sum += steps.at(row, c.loss);
       ++loss_rows;
     }
   }

@@ -252,6 +252,7 @@ void TimingLog::collect_finished() {
     for (const PhaseSpan& span : record.spans)
       span_rows_.insert(span_rows_.end(), {double(rank_), double(record.step), double(static_cast<int>(span.phase)),
                                            span.start, span.seconds, span.gpu ? 1.0 : 0.0});
+    if (config_.on_record) config_.on_record(record);
   }
   if (sampler_) {
     for (const NvmlSample& s : sampler_->drain())

@@ -1,7 +1,5 @@
 #include "topotrain/train/held_out_eval.h"
 
-#include <algorithm>
-
 #include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/data/step_planner.h"
@@ -43,7 +41,7 @@ HeldOutLoss HeldOutEval::evaluate(model::Qwen3CausalLMImpl& net, MPI_Comm group)
   double total = sum.item<double>();
   comm::all_reduce_in_place(&total, 1, MPI_DOUBLE, MPI_SUM, group, "MPI_Iallreduce (held-out loss)");
   HeldOutLoss out = totals_;
-  out.loss = total / static_cast<double>(std::max<std::uint64_t>(1, totals_.targets));
+  out.loss = total / static_cast<double>(totals_.targets);  // never 0: the constructor refuses such a set
   return out;
 }
 

@@ -2,12 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <chrono>
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "topotrain/core/files.h"
-#include "topotrain/model/dflash_metrics.h"
 
 namespace topotrain {
 
@@ -42,36 +41,24 @@ int last_launch(const std::string& path) {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& run_dir, ProgressConfig config)
-    : path_(join_path(run_dir, kMetricsFileName)), config_(config), launch_(last_launch(path_) + 1) {
+MetricsLog::MetricsLog(const std::string& run_dir)
+    : path_(join_path(run_dir, kMetricsFileName)), launch_(last_launch(path_) + 1) {
   out_.open(path_, std::ios::app);
   if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
 }
 
-void MetricsLog::record(const StepReport& report, std::int64_t tokens_total, bool skipped) {
+void MetricsLog::record(std::int64_t step, double time, const std::vector<StepValue>& values) {
   nlohmann::json line;
-  line["step"] = report.step;
-  line["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  line["step"] = step;
+  line["time"] = time;
   line["launch"] = launch_;
-  line["tokens"] = report.tokens;
-  line["tokens_total"] = tokens_total;
-  line["loss"] = number(report.loss);
-  line["lr"] = report.lr;
-  line["grad_norm"] = number(report.grad_norm);
-  line["step_seconds"] = report.seconds;
-  line["tokens_per_s"] = report.seconds > 0 ? static_cast<double>(report.tokens) / report.seconds : 0.0;
-  line["memory_bytes"] = config_.memory_bytes(report);
-  line["collectives"] = report.collectives;
-  line["skipped"] = skipped;
-  if (const std::optional<double> mfu = config_.mfu(config_.flops_of(report), report.seconds)) line["mfu"] = *mfu;
-  if (report.aux_loss) line["aux_loss"] = number(*report.aux_loss);
-  if (report.starved_seconds) line["starved_seconds"] = *report.starved_seconds;
-  if (report.eval_loss) line["eval_loss"] = number(*report.eval_loss);
-  if (!report.slot_valid.empty()) {
-    const std::vector<double> accuracy = model::slot_accuracy(report.slot_correct, report.slot_valid);
-    line["tau"] = model::acceptance_length(accuracy);
-    line["draft_accuracy"] = accuracy;
-  }
+  for (const StepValue& value : values)
+    std::visit(
+        [&](const auto& v) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>) line[value.name] = number(v);
+          else line[value.name] = v;
+        },
+        value.value);
   out_ << line.dump() << '\n';
   out_.flush();
   if (!out_) throw std::runtime_error("cannot write " + path_);

@@ -174,6 +174,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.profile_step = s.integer("log.profile_step");
   cadences.log_samples = s.boolean("log.samples");
   if (job == "moe_train") cadences.eval_every = s.integer("train.eval_every");
+  cadences.tensorboard = s.boolean("log.tensorboard");
   config.log_level = parse_log_level(s.string("log.level"));
   config.log_all_ranks = s.boolean("log.all_ranks");
   return config;

@@ -1,5 +1,6 @@
 #include "topotrain/train/training_session.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "topotrain/comm/resume_agreement.h"
@@ -73,7 +74,8 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   if (lead_) {
     writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep,
                                                  config_.cadences.checkpoint_pinned);  // makes run_dir
-    metrics_ = std::make_unique<MetricsLog>(config_.run_dir, spec_.progress);
+    metrics_ = std::make_unique<MetricsLog>(config_.run_dir);
+    if (config_.cadences.tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(config_.run_dir);
     if (config_.cadences.checkpoint_every >= 0) {
       const std::int64_t bytes = writer_->reserve(checkpoint_tensors(spec_.parameters, *optimizer_));
       log_info_here(cat("checkpoint snapshots: ", fixed_point(static_cast<double>(bytes) / (1 << 30), 2), " GiB of ",
@@ -91,6 +93,7 @@ TrainingSession::~TrainingSession() = default;
 
 void TrainingSession::start(TimingLogConfig timing) {
   extra_fields_ = timing.extra_fields.size();
+  if (tensorboard_) timing.on_record = [this](const StepRecord& record) { tensorboard_->record_timing(record); };
   timings_ = std::make_unique<TimingLog>(config_.run_dir, runtime_.world(), runtime_.role(), std::move(timing));
 }
 
@@ -238,7 +241,12 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   if (!device_.is_cuda()) report.comm_seconds = timer().step_seconds(Phase::comm_wait);
   report.seconds = std::chrono::duration<double>(PhaseTimer::Clock::now() - started_).count();
   progress_.record(report, state_.tokens);
-  if (metrics_) metrics_->record(report, state_.tokens, skipped_);
+  if (lead_) {
+    const std::vector<StepValue> values = step_values(report, state_.tokens, skipped_, spec_.progress);
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    metrics_->record(report.step, now, values);
+    if (tensorboard_) tensorboard_->record_step(report.step, now, values);
+  }
 
   metrics.loss = report.loss;
   metrics.lr = lr_;

@@ -2,10 +2,13 @@
 // the number of threads; errors name the file and line.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 
 #include "test_dir.h"
 #include "topotrain/core/error.h"
+#include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/prepare.h"
 
 namespace topotrain::data {
@@ -81,6 +84,48 @@ TEST(Prepare, BadJsonlLineIsNamedByFileAndLine) {
   }
   config.inputs = {write_input("missing_dir/none.txt", "")};
   EXPECT_THROW(prepare_dataset(config), ConfigError);
+}
+
+// With a tokenizer.json, chat lines are rendered with the chat_template of the
+// tokenizer_config.json beside it; a template topotrain does not render refuses chat data
+// (naming the file) but not plain text.
+TEST(Prepare, ChatIsRenderedWithTheTemplateBesideTheTokenizer) {
+  const std::string qwen3 = std::string(TOPOTRAIN_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer/tokenizer.json";
+  if (!std::ifstream(qwen3)) GTEST_SKIP() << "no Qwen3 tokenizer.json at " << qwen3;
+  PrepareConfig config;
+  config.tokenizer = qwen3;
+  config.inputs = {write_input("chat.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                                             "{\"role\": \"assistant\", \"content\": \"\\n\\nyo\"}]}\n")};
+  config.output = write_input("chat.h5", "");
+  const PrepareTotals totals = prepare_dataset(config);
+  EXPECT_EQ(totals.chat_documents, 1u);
+  EXPECT_NE(totals.chat_template.find("Qwen3 ("), std::string::npos) << totals.chat_template;
+  const auto t = BpeTokenizer::load(qwen3, "");
+  const std::string rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nyo<|im_end|>\n";
+  std::vector<uint32_t> ids;
+  t->encode(rendered, ids);
+  const TokenDataset d = TokenDataset::load(config.output);
+  const SampleView s = d.sample(0);
+  EXPECT_EQ(std::vector<uint32_t>(s.tokens, s.tokens + s.length), ids);
+  // Trained: from <think> through <|im_end|>; not the final newline nor anything before.
+  const size_t think = std::find(ids.begin(), ids.end(), *t->special_token("<think>")) - ids.begin();
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(s.loss_mask[i], i >= think && i + 1 < ids.size()) << i;
+
+  const std::string elsewhere = test_file("other_model");
+  make_directories(elsewhere);
+  ASSERT_EQ(symlink(qwen3.c_str(), join_path(elsewhere, "tokenizer.json").c_str()), 0);
+  const std::string other_config = join_path(elsewhere, "tokenizer_config.json");
+  std::ofstream(other_config) << R"({"chat_template": "{% for m in messages %}[INST] {{ m.content }}{% endfor %}"})";
+  config.tokenizer = join_path(elsewhere, "tokenizer.json");
+  try {
+    prepare_dataset(config);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(config.inputs[0] + ":1: chat data, but the chat_template in '" + other_config),
+              std::string::npos) << e.what();
+  }
+  config.inputs = {write_input("text.jsonl", "{\"text\": \"plain\"}\n")};
+  EXPECT_EQ(prepare_dataset(config).documents, 1u);
 }
 
 }  // namespace

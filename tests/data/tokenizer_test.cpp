@@ -9,7 +9,6 @@
 #include "topotrain/core/error.h"
 #include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/byte_tokenizer.h"
-#include "topotrain/data/chat_template.h"
 #include "topotrain/data/unicode_normalizer.h"
 #include "topotrain/data/unicode_regex.h"
 
@@ -236,23 +235,6 @@ TEST(BpeTokenizer, RealQwen3TokenizerAppliesItsNfc) {
     EXPECT_EQ(encode(*t, decomposed), encode(*t, composed)) << composed;
   }
   EXPECT_NE(encode(*t, "\xef\xac\x81"), encode(*t, "fi"));  // the ligature stays a ligature
-}
-
-TEST(ChatTemplate, AssistantContentAndItsEndAreTrained) {
-  const ByteTokenizer t;
-  EncodedDocument doc;
-  encode_chat_document(t, {{"user", "hi"}, {"assistant", "yo"}}, doc);
-  const Ids expected = {257, 'u', 's', 'e', 'r', '\n', 'h', 'i', 258, '\n',
-                        257, 'a', 's', 's', 'i', 's', 't', 'a', 'n', 't', '\n', 'y', 'o', 258, '\n'};
-  std::vector<uint8_t> mask(expected.size(), 0);
-  mask[21] = mask[22] = mask[23] = 1;  // "yo" and the <|im_end|> after it
-  EXPECT_EQ(doc.tokens, expected);
-  EXPECT_EQ(doc.loss_mask, mask);
-
-  EncodedDocument text;
-  encode_text_document(t, "ab", text);
-  EXPECT_EQ(text.tokens, (Ids{'a', 'b', 256}));
-  EXPECT_EQ(text.loss_mask, (std::vector<uint8_t>{1, 1, 1}));
 }
 
 }  // namespace

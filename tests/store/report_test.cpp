@@ -1,14 +1,21 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
 #include <nlohmann/json.hpp>
 
+#include "../command_output.h"
+#include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/store/chrome_trace.h"
 #include "topotrain/store/h5_io.h"
 #include "topotrain/store/phase.h"
-#include "topotrain/store/phase_chart_svg.h"
 #include "topotrain/store/phase_timer.h"
+#include "topotrain/store/run_chart_svg.h"
 #include "topotrain/store/run_report.h"
+#include "topotrain/store/step_curves_svg.h"
 #include "topotrain/store/timings_file.h"
 
 using namespace topotrain;
@@ -33,28 +40,51 @@ std::map<std::string, double> synthetic_row(int rank, int step) {
 // Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
 double unset(const std::string& field) { return field == "queue_depth" || field == "loss" ? StepMetrics::kUnset : 0; }
 
-// An empty timings.h5 with the layout of timings_file.h, written directly, independent of
-// TimingLog: its attributes and tables, which the writers below fill.
-H5Handle create_timings_file(const std::string& path, std::int64_t world_size, const std::string& roles) {
+// Appends one /steps row of `values`, every other field unset.
+void append_step_row(std::vector<double>& rows, const std::map<std::string, double>& values) {
+  for (const std::string& field : step_fields({})) rows.push_back(values.count(field) ? values.at(field) : unset(field));
+}
+
+// A launch's attributes in the layout of timings_file.h, written directly, independent of
+// TimingLog, at `location`: a file's root or a group under /launches.
+void write_launch_attributes(hid_t location, std::int64_t world_size, const std::string& roles, std::int64_t launch) {
+  write_attribute(location, "format", std::string("topotrain-timings"));
+  write_attribute(location, "world_size", world_size);
+  write_attribute(location, "roles", roles);
+  if (launch > 0) write_attribute(location, "launch", launch);
+}
+
+// An empty timings.h5 with the layout of timings_file.h: its attributes and tables, which
+// the writers below fill (`launch` 0: a file of before launches were numbered).
+H5Handle create_timings_file(const std::string& path, std::int64_t world_size, const std::string& roles,
+                             std::int64_t launch = 0) {
   H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, path);
-  write_attribute(file, "format", std::string("topotrain-timings"));
-  write_attribute(file, "world_size", world_size);
-  write_attribute(file, "roles", roles);
+  write_launch_attributes(file, world_size, roles, launch);
   return file;
 }
 
+// An earlier launch of a resumed run: the group /launches/<launch> of `file`.
+H5Handle create_earlier_launch(hid_t file, std::int64_t world_size, const std::string& roles, std::int64_t launch) {
+  if (!link_exists(file, kTimingsLaunchesGroup))
+    H5Handle(H5Gcreate2(file, kTimingsLaunchesGroup, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, "launches");
+  const std::string name = std::string(kTimingsLaunchesGroup) + "/" + std::to_string(launch);
+  H5Handle group(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose, name);
+  write_launch_attributes(group, world_size, roles, launch);
+  return group;
+}
+
 struct TimingsTables {
-  TimingsTables(const std::string& path, std::int64_t world_size, const std::string& roles)
-      : file(create_timings_file(path, world_size, roles)),
-        ranks(file, "ranks", rank_fields()),
-        steps(file, "steps", step_fields({})),
-        spans(file, "spans", span_fields()),
-        nvml(file, "nvml", nvml_fields()) {
+  explicit TimingsTables(H5Handle at)
+      : location(std::move(at)),
+        ranks(location, "ranks", rank_fields()),
+        steps(location, "steps", step_fields({})),
+        spans(location, "spans", span_fields()),
+        nvml(location, "nvml", nvml_fields()) {
     std::string phases;
     for (const char* name : phase_names()) phases += (phases.empty() ? "" : ",") + std::string(name);
-    write_attribute(H5Handle(H5Dopen2(file, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
+    write_attribute(H5Handle(H5Dopen2(location, "spans", H5P_DEFAULT), H5Dclose, "spans"), "phases", phases);
   }
-  H5Handle file;
+  H5Handle location;
   H5Table ranks, steps, spans, nvml;
 };
 
@@ -63,10 +93,9 @@ struct TimingsTables {
 // compute; the drafter waited on its queue), as older dflash builds wrote.
 std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
   const std::string path = join_path(dir, kTimingsFileName);
-  TimingsTables t(path, 3, "target,target,drafter");
+  TimingsTables t(create_timings_file(path, 3, "target,target,drafter"));
   // Targets record each step's FLOPs, the drafter FLOPs per token.
   t.ranks.append({0, 0, 1e12, -1, 1, 0, 1e12, -1, 2, 6e9, 1e12, -1});
-  const auto fields = step_fields({});
   t.nvml.append({2, 0.05, 97, 40, 1e9, 300, 1980});
   std::vector<double> rows, span_rows;
   for (int step = kSteps - 1; step >= 0; --step) {  // out of order, as gathers may deliver them
@@ -78,8 +107,7 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
       values["rank"] = rank;
       values["start"] = step * 0.2;
       values["other"] = values["wall"] - named;
-      for (const auto& field : fields)
-        rows.push_back(values.count(field) ? values[field] : unset(field));
+      append_step_row(rows, values);
       span_rows.insert(span_rows.end(), {double(rank), double(step), double(int(Phase::forward)), step * 0.2, 0.02, 0});
     }
   }
@@ -89,8 +117,7 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
                                               {"wall", 0.004}, {"other", 0.001}};
       if (rank == 2) values["queue_wait"] = 0.003;
       else values["data_wait"] = 0.003;
-      for (const auto& field : fields)
-        rows.push_back(values.count(field) ? values[field] : unset(field));
+      append_step_row(rows, values);
     }
   }
   t.steps.append(rows);
@@ -119,7 +146,7 @@ TEST(Percentile, NearestRank) {
 }
 
 TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
-  RunReport report = analyse_timings(data_, 0);
+  RunReport report = analyse_timings(stitch_launches({data_}, 0));
   ASSERT_EQ(report.roles.size(), 2u);
   const RoleReport& target = report.roles[0];
   const RoleReport& drafter = report.roles[1];
@@ -166,7 +193,7 @@ TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
 }
 
 TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {
-  RunReport report = analyse_timings(data_, 3);
+  RunReport report = analyse_timings(stitch_launches({data_}, 3));
   const RoleReport& drafter = report.roles[1];
   EXPECT_EQ(drafter.rows, 7u);
   EXPECT_EQ(drafter.first_step, 3);
@@ -175,8 +202,8 @@ TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {
 
 TEST_F(ReportTest, RowsThatTrainedNothingAreNotSteps) {
   const std::string dir = make_temp_directory("topotrain-report-phantom-");
-  const RunReport with = analyse_timings(read_timings(write_synthetic(dir, true)), 0);
-  const RunReport without = analyse_timings(data_, 0);
+  const RunReport with = analyse_timings(stitch_launches({read_timings(write_synthetic(dir, true))}, 0));
+  const RunReport without = analyse_timings(stitch_launches({data_}, 0));
   remove_tree(dir);
   ASSERT_EQ(with.roles.size(), 2u);
   for (std::size_t r = 0; r < 2; ++r) {
@@ -209,7 +236,7 @@ TEST_F(ReportTest, TraceHasALanePerRankAndEverySpan) {
 }
 
 TEST_F(ReportTest, ChartHasAPanelPerRoleAndALegend) {
-  const std::string svg = phase_chart_svg(data_, 0);
+  const std::string svg = run_chart_svg(stitch_launches({data_}, 0));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("Role target (2 ranks)"), std::string::npos);
   EXPECT_NE(svg.find("Role drafter (1 rank)"), std::string::npos);
@@ -251,16 +278,15 @@ namespace {
 // how much of the all-reduce it hid).
 std::string write_overlapping(const std::string& dir, bool device_spans) {
   const std::string path = join_path(dir, kTimingsFileName);
-  TimingsTables t(path, 1, "trainer");
+  TimingsTables t(create_timings_file(path, 1, "trainer"));
   t.ranks.append({0, 0, 0, 0});
-  const auto fields = step_fields({});
   std::vector<double> rows, span_rows;
   for (int step = 0; step < kSteps; ++step) {
     std::map<std::string, double> values = {
         {"step", step},        {"rank", 0},          {"start", 0.1 * step},  {"wall", 0.100},
         {"forward", 0.030},    {"backward", 0.050},  {"comm_wait", 0.020},   {"optimizer", 0.005},
         {"overlap", 0.015},    {"comm_overlap", 0.015}, {"other", 0.010},   {"tokens", 1000}};
-    for (const auto& field : fields) rows.push_back(values.count(field) ? values[field] : unset(field));
+    append_step_row(rows, values);
     span_rows.insert(span_rows.end(),
                      {0, double(step), double(int(Phase::backward)), 0.1 * step + 0.03, 0.05, device_spans ? 1.0 : 0.0});
     span_rows.insert(span_rows.end(), {0, double(step), double(int(Phase::comm_wait)), 0.1 * step + 0.065, 0.02, 1});
@@ -274,7 +300,7 @@ std::string write_overlapping(const std::string& dir, bool device_spans) {
 
 TEST(ReportOverlap, CommUnderBackwardIsReportedAsHiddenNotAsShare) {
   const std::string dir = make_temp_directory("topotrain-report-overlap-");
-  const RunReport report = analyse_timings(read_timings(write_overlapping(dir, true)), 0);
+  const RunReport report = analyse_timings(stitch_launches({read_timings(write_overlapping(dir, true))}, 0));
   ASSERT_EQ(report.roles.size(), 1u);
   const RoleReport& role = report.roles[0];
   // The shares of the phases add up to more than the step; less the overlap, with other, to all of it.
@@ -294,8 +320,248 @@ TEST(ReportOverlap, CommUnderBackwardIsReportedAsHiddenNotAsShare) {
   EXPECT_NE(text.find("overlap"), std::string::npos) << text;
 
   // backward timed on the host: no share under backward is claimed.
-  const RunReport host = analyse_timings(read_timings(write_overlapping(dir, false)), 0);
+  const RunReport host = analyse_timings(stitch_launches({read_timings(write_overlapping(dir, false))}, 0));
   EXPECT_EQ(host.roles[0].comm_hidden, -1);
   EXPECT_EQ(format_report(host).find("under backward"), std::string::npos);
   remove_tree(dir);
+}
+
+namespace {
+
+// One launch of a resumed trainer run: `ranks` ranks record steps first..last, each row
+// `wall` seconds of which 40% forward, 50% backward, 10% untimed, with `tokens` tokens
+// and loss `loss_base` - step + 0.5 rank.
+struct SyntheticLaunch {
+  int launch, ranks;
+  std::int64_t first, last;
+  double wall, tokens, loss_base;
+};
+const SyntheticLaunch kFirst{1, 2, 1, 6, 0.100, 100, 10};
+const SyntheticLaunch kResumed{2, 1, 4, 9, 0.200, 300, 20};  // died after the step-3 checkpoint
+constexpr double kFlopsPerToken = 1e6, kPeak = 1e12;
+
+double loss_of(const SyntheticLaunch& l, std::int64_t step, int rank) {
+  return l.loss_base - static_cast<double>(step) + 0.5 * rank;
+}
+
+void write_launch(TimingsTables& t, const SyntheticLaunch& l) {
+  std::vector<double> ranks, rows;
+  for (int rank = 0; rank < l.ranks; ++rank) ranks.insert(ranks.end(), {double(rank), kFlopsPerToken, kPeak, -1});
+  for (std::int64_t step = l.last; step >= l.first; --step)  // out of order, as gathers may deliver them
+    for (int rank = 0; rank < l.ranks; ++rank)
+      append_step_row(rows, {{"step", double(step)}, {"rank", double(rank)}, {"start", double(step - l.first) * l.wall},
+                             {"wall", l.wall}, {"forward", 0.4 * l.wall}, {"backward", 0.5 * l.wall},
+                             {"other", 0.1 * l.wall}, {"tokens", l.tokens}, {"loss", loss_of(l, step, rank)}});
+  t.ranks.append(ranks);
+  t.steps.append(rows);
+}
+
+// A run's timings.h5 whose root is kResumed and /launches/1 kFirst.
+std::string write_resumed(const std::string& dir) {
+  const std::string path = join_path(dir, kTimingsFileName);
+  TimingsTables newest(create_timings_file(path, kResumed.ranks, "trainer", kResumed.launch));
+  TimingsTables earlier(create_earlier_launch(newest.location, kFirst.ranks, "trainer,trainer", kFirst.launch));
+  write_launch(newest, kResumed);
+  write_launch(earlier, kFirst);
+  return path;
+}
+
+// What the stitched report must hold, worked out from the launches' definitions: a step of
+// kFirst that kResumed also ran is kResumed's, and each launch leaves out its first `skip`.
+struct Expected {
+  std::size_t rows = 0;
+  std::int64_t first_step = 0;
+  double tokens = 0, forward = 0, wall = 0, tokens_per_second = 0, mfu = 0;
+};
+Expected expected_stitch(std::int64_t skip) {
+  Expected e;
+  e.first_step = kFirst.first + skip;
+  double rate_time = 0, weighted_rate = 0, weighted_mfu = 0;
+  for (const SyntheticLaunch* l : {&kFirst, &kResumed}) {
+    std::int64_t steps = 0;
+    for (std::int64_t step = l->first + skip; step <= l->last; ++step)
+      if (l == &kResumed || step < kResumed.first) ++steps;
+    e.rows += static_cast<std::size_t>(steps * l->ranks);
+    e.tokens += static_cast<double>(steps * l->ranks) * l->tokens;
+    e.forward += static_cast<double>(steps * l->ranks) * 0.4 * l->wall;
+    e.wall += static_cast<double>(steps * l->ranks) * l->wall;
+    // Per launch: tokens/s summed over its ranks, weighted by its time.
+    const double rate = l->ranks * l->tokens / l->wall, time = static_cast<double>(steps) * l->wall;
+    weighted_rate += rate * time;
+    weighted_mfu += kFlopsPerToken * (l->tokens / l->wall) / kPeak * time;
+    rate_time += time;
+  }
+  e.tokens_per_second = weighted_rate / rate_time;
+  e.mfu = weighted_mfu / rate_time;
+  return e;
+}
+
+class ResumedReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_directory("topotrain-report-resumed-");
+    path_ = write_resumed(dir_);
+    launches_ = read_timing_launches(path_);
+  }
+  void TearDown() override { remove_tree(dir_); }
+  std::string report(const std::string& arguments, int status = 0) const {
+    return test_support::command_output(cat(TOPOTRAIN_REPORT_BINARY, ' ', dir_, ' ', arguments), status);
+  }
+  std::string dir_, path_;
+  std::vector<TimingsData> launches_;
+};
+
+// The attribute `points` of the polyline of class `css_class`, as (x, y) pairs.
+std::vector<std::pair<double, double>> polyline(const std::string& svg, const std::string& css_class) {
+  const std::size_t at = svg.find("<polyline class=\"" + css_class + "\"");
+  if (at == std::string::npos) return {};
+  const std::size_t from = svg.find("points=\"", at) + 8;
+  std::istringstream points(svg.substr(from, svg.find('"', from) - from));
+  std::vector<std::pair<double, double>> out;
+  double x = 0, y = 0;
+  char comma = 0;
+  while (points >> x >> comma >> y) out.emplace_back(x, y);
+  return out;
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_F(ResumedReportTest, EveryLaunchIsOneRunAndTheLaterLaunchWinsRepeatedSteps) {
+  ASSERT_EQ(launches_.size(), 2u);
+  for (std::int64_t skip : {0, 1}) {
+    SCOPED_TRACE(skip);
+    const StitchedRun run = stitch_launches(launches_, skip);
+    const Expected e = expected_stitch(skip);
+    EXPECT_EQ(run.rows.size(), e.rows);
+    double tokens = 0;
+    for (const StitchedRow& row : run.rows) tokens += run.value(row, &StepColumns::tokens);
+    EXPECT_DOUBLE_EQ(tokens, e.tokens);
+    ASSERT_EQ(run.repeated.size(), 1u);  // the resume trained steps 4..6 again
+    EXPECT_EQ(run.repeated[0].launch, 1);
+    EXPECT_EQ(run.repeated[0].count, 3);
+    EXPECT_EQ(run.repeated[0].first, 4);
+    EXPECT_EQ(run.repeated[0].last, 6);
+    EXPECT_EQ(run.repeated_steps(), 3);
+
+    const RunReport report = analyse_timings(run);
+    ASSERT_EQ(report.roles.size(), 1u);
+    const RoleReport& trainer = report.roles[0];
+    EXPECT_EQ(trainer.ranks, (std::vector<int>{0, 1}));
+    EXPECT_EQ(trainer.rows, e.rows);
+    EXPECT_EQ(trainer.first_step, e.first_step);
+    EXPECT_EQ(trainer.last_step, kResumed.last);
+    EXPECT_NEAR(trainer.phase("forward").total, e.forward, 1e-12);
+    EXPECT_NEAR(trainer.wall.total, e.wall, 1e-12);
+    EXPECT_NEAR(trainer.tokens_per_second, e.tokens_per_second, 1e-9);
+    EXPECT_NEAR(trainer.mfu, e.mfu, 1e-15);
+    const std::string text = format_report(report);
+    EXPECT_NE(text.find("launches 1, 2 stitched into one run (2, then 1 ranks)"), std::string::npos) << text;
+    EXPECT_NE(text.find("repeated: 3 steps ran again in a later launch (launch 1: 3 steps, 4..6)"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("ranks differ between launches"), std::string::npos) << text;
+    EXPECT_NE(text.find(cat("role trainer (ranks 0,1): steps ", e.first_step, "..9, ", e.rows, " rank-steps")),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("left out in every launch") != std::string::npos, skip > 0) << text;
+  }
+}
+
+TEST_F(ResumedReportTest, OneLaunchIsThatLaunchAlone) {
+  const RunReport first = analyse_timings(stitch_launches({launches_[0]}, 0));
+  EXPECT_EQ(first.roles[0].rows, 12u);
+  EXPECT_EQ(first.roles[0].last_step, 6);
+  EXPECT_TRUE(first.repeated.empty());
+  EXPECT_NEAR(first.roles[0].tokens_per_second, 2 * kFirst.tokens / kFirst.wall, 1e-9);
+  EXPECT_EQ(format_report(first).find("stitched"), std::string::npos);
+
+  const std::string all = report("");
+  EXPECT_NE(all.find("launches 1, 2 stitched into one run"), std::string::npos) << all;
+  EXPECT_NE(all.find("role trainer (ranks 0,1): steps 1..9, 12 rank-steps"), std::string::npos) << all;
+  const std::string one = report("--launch 1");
+  EXPECT_NE(one.find("2 launches (a resumed run)"), std::string::npos) << one;
+  EXPECT_NE(one.find("launch 1:"), std::string::npos) << one;
+  EXPECT_NE(one.find("role trainer (ranks 0,1): steps 1..6, 12 rank-steps"), std::string::npos) << one;
+  const std::string last = report("--launch last");
+  EXPECT_NE(last.find("launch 2:"), std::string::npos) << last;
+  EXPECT_NE(last.find("role trainer (rank 0): steps 4..9, 6 rank-steps"), std::string::npos) << last;
+  EXPECT_NE(report("--launch 3", 1).find("holds no launch 3 (it holds 1, 2;"), std::string::npos);
+  EXPECT_NE(report("--launch newest", 1).find("--launch newest: expected all, last or a launch number"),
+            std::string::npos);
+}
+
+TEST_F(ResumedReportTest, PlotDrawsLossAndTokensPerSecondOfEveryStitchedStep) {
+  const std::string plot = join_path(dir_, "steps.svg");
+  report("--plot " + plot);
+  std::ifstream in(plot);
+  const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t steps = kResumed.last - kFirst.first + 1;  // 1..9, once each
+  const auto loss = polyline(svg, "loss"), rate = polyline(svg, "tokens-per-second");
+  ASSERT_EQ(loss.size(), steps) << svg;
+  ASSERT_EQ(rate.size(), steps);
+  for (std::size_t i = 1; i < steps; ++i) EXPECT_GT(loss[i].first, loss[i - 1].first);
+  // Steps 1..3 are the first launch's (losses 9.25, 8.25, 7.25, 2000 tokens/s); 4..9 the
+  // resumed one's (16 down to 11, 1500 tokens/s): y grows downwards.
+  EXPECT_GT(loss[2].second, loss[1].second);
+  EXPECT_LT(loss[3].second, loss[2].second);
+  EXPECT_GT(loss[8].second, loss[3].second);
+  EXPECT_DOUBLE_EQ(rate[0].second, rate[2].second);
+  EXPECT_DOUBLE_EQ(rate[3].second, rate[8].second);
+  EXPECT_GT(rate[3].second, rate[2].second);
+  EXPECT_NE(svg.find("Role trainer (2, then 1 ranks)"), std::string::npos);
+  // One boundary in each panel: loss, tokens/s, the trainer's phases.
+  EXPECT_EQ(count_of(svg, "class=\"launch-boundary\""), 3u) << svg;
+  EXPECT_EQ(count_of(svg, ">launch 2</text>"), 3u);
+  // Well-formed XML, by a real parser.
+  const std::string parsed = test_support::command_output(
+      "/usr/bin/python3 -c 'import sys, xml.etree.ElementTree as E; "
+      "print(len(E.parse(sys.argv[1]).getroot().findall(\"{http://www.w3.org/2000/svg}polyline\")))' " + plot);
+  EXPECT_EQ(parsed, "2\n");
+}
+
+// A long run's curves are binned: each point the mean of its steps, at their mean step.
+TEST_F(ResumedReportTest, CurvesOfLongRunsAreBinned) {
+  const std::string svg = step_curves_svg(stitch_launches(launches_, 0), 0, 4).svg;
+  const auto loss = polyline(svg, "loss");
+  ASSERT_EQ(loss.size(), 3u);  // 9 steps, 3 a point
+  const double width = kChartWidth - kPlotLeft - kPlotRight;
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(loss[i].first, kPlotLeft + (1.0 + 3 * i) / 8 * width, 0.051);
+  EXPECT_NE(svg.find("each point: mean of 3 steps"), std::string::npos);
+}
+
+// A role that records no loss (a DFlash target) numbers its batches from 1 in every launch:
+// its launches are laid end to end; the drafter's steps go on from its checkpoint.
+TEST(ResumedPipelineReport, UntrainedRolesAreLaidEndToEnd) {
+  const std::string dir = make_temp_directory("topotrain-report-pipeline-");
+  const std::string path = join_path(dir, kTimingsFileName);
+  {
+    TimingsTables newest(create_timings_file(path, 2, "target,drafter", 2));
+    TimingsTables earlier(create_earlier_launch(newest.location, 2, "target,drafter", 1));
+    for (auto [t, drafter_first] : {std::pair<TimingsTables*, int>{&earlier, 1}, {&newest, 3}}) {
+      std::vector<double> rows;
+      for (int i = 0; i < 3; ++i) {
+        append_step_row(rows, {{"step", double(i + 1)}, {"rank", 0}, {"wall", 0.1}, {"forward", 0.1}, {"tokens", 10}});
+        append_step_row(rows, {{"step", double(drafter_first + i)}, {"rank", 1}, {"wall", 0.1}, {"backward", 0.1},
+                               {"tokens", 10}, {"loss", 1.0}});
+      }
+      t->steps.append(rows);
+    }
+  }
+  const StitchedRun run = stitch_launches(read_timing_launches(path), 0);
+  const RunReport report = analyse_timings(run);
+  remove_tree(dir);
+  ASSERT_EQ(report.roles.size(), 2u);
+  EXPECT_EQ(report.roles[0].rows, 6u);
+  EXPECT_EQ(report.roles[0].first_step, 1);
+  EXPECT_EQ(report.roles[0].last_step, 6);
+  EXPECT_EQ(report.roles[1].rows, 5u);  // 1, 2 of the first launch; 3, 4, 5 of the second
+  EXPECT_EQ(report.roles[1].last_step, 5);
+  ASSERT_EQ(run.repeated.size(), 1u);
+  EXPECT_EQ(run.repeated[0].count, 1);
+  EXPECT_EQ(run.repeated[0].first, 3);
 }

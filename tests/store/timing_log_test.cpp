@@ -6,8 +6,7 @@
 #include <fstream>
 #include <set>
 
-#include <sys/wait.h>
-
+#include "../command_output.h"
 #include "topotrain/core/files.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/store/timings_file.h"
@@ -32,14 +31,7 @@ std::string role_of(int rank, int world) { return rank == world - 1 ? "drafter" 
 
 // topotrain-report's output for `arguments`; expects the exit status `status`.
 std::string run_report(const std::string& arguments, int status = 0) {
-  std::FILE* report = popen((std::string(TOPOTRAIN_REPORT_BINARY) + " " + arguments + " 2>&1").c_str(), "r");
-  EXPECT_NE(report, nullptr);
-  if (!report) return "";
-  std::string text;
-  char buffer[4096];
-  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, report)) > 0;) text.append(buffer, n);
-  EXPECT_EQ(WEXITSTATUS(pclose(report)), status) << text;
-  return text;
+  return test_support::command_output(std::string(TOPOTRAIN_REPORT_BINARY) + " " + arguments, status);
 }
 
 }  // namespace
@@ -221,7 +213,8 @@ TEST(TimingLog, AResumedRunKeepsEveryLaunchInOneFile) {
     EXPECT_EQ(list_directory(dir), std::vector<std::string>{kTimingsFileName});
     const std::string history = run_report(dir);
     EXPECT_NE(history.find("3 launches (a resumed run)"), std::string::npos) << history;
-    EXPECT_NE(history.find("launch 4:"), std::string::npos) << history;
+    EXPECT_NE(history.find("launches 1, 3, 4 stitched into one run"), std::string::npos) << history;
+    EXPECT_NE(run_report(dir + " --launch last").find("launch 4:"), std::string::npos);
     EXPECT_NE(run_report(dir + " --launch 3").find("steps 1..3"), std::string::npos);
     EXPECT_NE(run_report(dir + " --launch 2", 1).find("holds no launch 2 (it holds 1, 3, 4;"), std::string::npos);
     remove_tree(dir);

@@ -31,6 +31,11 @@
 #   dflash_train_e2e.sh BIN_DIR nonfinite a NaN drafter loss stops every rank with exit 4 and one message
 #                                        naming the rank and step, the last checkpoint intact;
 #                                        train.skip_nonfinite = true skips that step, changing nothing
+#   dflash_train_e2e.sh BIN_DIR recommend the cpu-7t1d demo for a few steps is drafter-bound: topotrain-report
+#                                        recommends more drafters and writes that topology, which runs the
+#                                        same steps with those role counts; the measured and predicted
+#                                        speedups are printed, not asserted (8 ranks sharing a CI machine's
+#                                        cores time too noisily to hold even the direction)
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -227,6 +232,36 @@ nonfinite)
     "$work/skip.log" || { grep "drafter done" "$work/skip.log"; exit 1; }
   "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 model/
   "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/
+  ;;
+recommend)
+  # Enough epochs that the data never ends the run: both splits run all their steps.
+  steps=(--set train.max_steps=12 --set train.epochs=100 --set log.every=6)
+  timeout 300 "${mpirun[@]}" -np 8 "$bin/dflash_train" topology/cpu-7t1d.toml "${common[@]}" "${steps[@]}" \
+    --set checkpoint.run=measured > "$work/measured.log" 2>&1 || { cat "$work/measured.log"; exit 1; }
+  "$bin/topotrain-report" "$work/measured" --skip 2 --recommend-topology "$work/recommended.toml" > "$work/report.txt" ||
+    { cat "$work/report.txt"; exit 1; }
+  split=$(grep -Eo '^recommended split: [0-9]+t[0-9]+d' "$work/report.txt" | awk '{print $3}') ||
+    { cat "$work/report.txt"; echo "no split recommended"; exit 1; }
+  targets=${split%t*} drafters=${split#*t}
+  drafters=${drafters%d}
+  (( drafters > 1 && targets + drafters == 8 )) || { cat "$work/report.txt"; echo "recommended $split, not more drafters"; exit 1; }
+  grep -q "recommended topology written to $work/recommended.toml" "$work/report.txt"
+  predicted=$(grep -Eo "^recommended split: $split \(x[0-9.]+" "$work/report.txt" | grep -Eo '[0-9.]+$')
+  # The file runs as written: its role counts are the recommended ones.
+  timeout 300 "${mpirun[@]}" -np 8 "$bin/dflash_train" "$work/recommended.toml" "${common[@]}" "${steps[@]}" \
+    --set checkpoint.run=resplit > "$work/resplit.log" 2>&1 || { cat "$work/recommended.toml" "$work/resplit.log"; exit 1; }
+  grep -q "drafter done: 12 steps" "$work/resplit.log" || { cat "$work/resplit.log"; exit 1; }
+  "$bin/topotrain-report" "$work/resplit" --skip 2 > "$work/resplit-report.txt"
+  grep -q "role target (ranks $(seq -s, 0 $((targets - 1))))" "$work/resplit-report.txt" ||
+    { cat "$work/resplit-report.txt"; exit 1; }
+  grep -q "role drafter (ranks $(seq -s, "$targets" 7))" "$work/resplit-report.txt" || { cat "$work/resplit-report.txt"; exit 1; }
+  before=$(grep -Eo 'measured [0-9]+ tok/s trained' "$work/report.txt" | awk '{print $2}')
+  after=$(grep -Eo 'measured [0-9]+ tok/s trained' "$work/resplit-report.txt" | awk '{print $2}')
+  sed -n '/^topology model/,/^recommended split/p' "$work/report.txt"
+  echo "7t1d: $before tok/s trained; $split: $after tok/s: measured x$(awk -v a="$after" -v b="$before" 'BEGIN {printf "%.2f", a / b}'), predicted x$predicted"
+  # Not asserted: on 2 shared cores the 8 ranks' speed swings between runs (x0.7 to x2.0
+  # measured against x1.9 to x3.0 predicted), so the direction is printed, not held.
+  awk -v a="$after" -v b="$before" 'BEGIN {exit !(a > b)}' || echo "note: $split ran slower than 7t1d this time"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

@@ -8,6 +8,7 @@
 
 #include "topotrain/core/files.h"
 #include "topotrain/train/metrics_log.h"
+#include "../readme_listing.h"
 
 using namespace topotrain;
 
@@ -33,6 +34,12 @@ StepReport report_of(std::int64_t step) {
   return report;
 }
 
+// The line the session writes for `report`.
+void record(MetricsLog& log, const StepReport& report, std::int64_t tokens_total, bool skipped,
+            const ProgressConfig& config = {}) {
+  log.record(report.step, 1.7e9, step_values(report, tokens_total, skipped, config));
+}
+
 }  // namespace
 
 // One flushed line per step with what the step did; MFU from the config's FLOPs and peak.
@@ -43,15 +50,17 @@ TEST(MetricsLog, OneLinePerStepWithTheStepsValues) {
   config.flops_per_token = 1e9;
   config.peak_flops = 1e12;
   {
-    MetricsLog log(dir, config);
-    log.record(report_of(1), 1000, false);
+    MetricsLog log(dir);
+    record(log, report_of(1), 1000, false, config);
     StepReport aux = report_of(2);
     aux.aux_loss = 0.125;
-    log.record(aux, 2000, false);
+    record(log, aux, 2000, false, config);
     // Read before the log closes: every line is flushed as it is written.
     const auto lines = lines_of(join_path(dir, kMetricsFileName));
     ASSERT_EQ(lines.size(), 2u);
     EXPECT_EQ(lines[0]["step"], 1);
+    EXPECT_DOUBLE_EQ(lines[0]["time"].get<double>(), 1.7e9);
+    EXPECT_TRUE(lines[0]["tokens_total"].is_number_integer());
     EXPECT_EQ(lines[0]["launch"], 1);
     EXPECT_EQ(lines[0]["tokens"], 1000);
     EXPECT_EQ(lines[1]["tokens_total"], 2000);
@@ -72,19 +81,20 @@ TEST(MetricsLog, OneLinePerStepWithTheStepsValues) {
 TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   const std::string dir = make_temp_directory("topotrain-metrics-");
   {
-    MetricsLog log(dir, ProgressConfig{});
-    log.record(report_of(1), 1000, false);
+    MetricsLog log(dir);
+    record(log, report_of(1), 1000, false);
   }
   {
-    MetricsLog log(dir, ProgressConfig{});
+    MetricsLog log(dir);
     StepReport skipped = report_of(2);
     skipped.loss = std::numeric_limits<double>::quiet_NaN();
-    log.record(skipped, 1000, true);
+    record(log, skipped, 1000, true);
     StepReport draft = report_of(3);
     draft.slot_correct = {4, 3, 1};  // slot 0 is the anchor, not predicted
     draft.slot_valid = {4, 4, 4};
     draft.starved_seconds = 0.1;
-    log.record(draft, 2000, false);
+    draft.eval_loss = 2.5;
+    record(log, draft, 2000, false);
   }
   const auto lines = lines_of(join_path(dir, kMetricsFileName));
   ASSERT_EQ(lines.size(), 3u);
@@ -97,6 +107,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][0].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][1].get<double>(), 0.25);
   EXPECT_TRUE(lines[2].contains("tau"));
+  EXPECT_DOUBLE_EQ(lines[2]["eval_loss"].get<double>(), 2.5);
+  EXPECT_FALSE(lines[0].contains("eval_loss"));  // only on the steps that evaluated
   const std::set<std::string> listed(kMetricsKeys.begin(), kMetricsKeys.end());
   std::set<std::string> written;
   for (const auto& line : lines)
@@ -111,17 +123,6 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
 
 // README.md names every key in its metrics.jsonl line, and no other.
 TEST(MetricsLog, ReadmeListsTheKeys) {
-  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/README.md");
-  std::string line, listing;
-  while (std::getline(in, line))
-    if (line.rfind("`metrics.jsonl` keys:", 0) == 0) listing = line;
-  ASSERT_FALSE(listing.empty()) << "README.md has no line starting with `metrics.jsonl` keys:";
-  std::set<std::string> documented;
-  for (std::size_t at = listing.find('`', 15); at != std::string::npos; at = listing.find('`', at + 1)) {
-    const std::size_t end = listing.find('`', at + 1);
-    if (end == std::string::npos) break;
-    documented.insert(listing.substr(at + 1, end - at - 1));
-    at = end;
-  }
-  EXPECT_EQ(documented, std::set<std::string>(kMetricsKeys.begin(), kMetricsKeys.end()));
+  EXPECT_EQ(test_support::readme_listing("`metrics.jsonl` keys:"),
+            std::set<std::string>(kMetricsKeys.begin(), kMetricsKeys.end()));
 }

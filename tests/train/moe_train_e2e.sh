@@ -6,7 +6,12 @@
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted (weights, and the losses
 #                                      of metrics.jsonl, whose curve the resumed launch continues);
 #                                      resumed at half the token_budget trains every sample piece
-#                                      once, none skipped
+#                                      once, none skipped; resumed again from an earlier checkpoint,
+#                                      the report reads the launches as one run, the steps trained
+#                                      twice counted as repeated
+#   moe_train_e2e.sh BIN_DIR tensorboard  log.tensorboard: a run and its resume each add an event file
+#                                      in <run>/tensorboard/, the resumed one's steps continuing the
+#                                      first's, train/loss = metrics.jsonl's loss, phase shares per step
 #   moe_train_e2e.sh BIN_DIR slow_checkpoint  checkpoints written slower than their cadence are
 #                                      deferred (logged), never block a step and change no weight; the
 #                                      final one is written; a deferred one resumes like any other
@@ -26,6 +31,8 @@
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
 #                                      counts the steps trained
+#   moe_train_e2e.sh BIN_DIR nodes     the README's several-node launch (hostfile, TCP between ranks, -x for
+#                                      the environment) on one node's slots trains what plain mpirun does
 #   moe_train_e2e.sh BIN_DIR eval      data.eval_fraction holds documents out: the held-out loss is
 #                                      logged and in metrics.jsonl on every train.eval_every-th step and
 #                                      the last; a resume holding out another share is refused, the same
@@ -150,6 +157,22 @@ assert [m["tokens_total"] for m in split] == [m["tokens_total"] for m in straigh
 for a, b in zip(straight, split):
     assert abs(a["loss"] - b["loss"]) <= 1e-6 * a["loss"], (a["step"], a["loss"], b["loss"])
 PY
+  # Resumed from step 3 once more, as after a crash past the last checkpoint: the report
+  # reads the three launches as one run of steps 1..6, launch 2's steps 4..6 repeated, and
+  # the plot draws the loss and tokens/s of each of those six steps.
+  train 2 split "${common[@]}" --set train.max_steps=6 --resume "$work/split/step-00000003.h5"
+  "$bin/topotrain-report" "$work/split" --plot "$work/split.svg" > "$work/split.report"
+  for line in "launches 1, 2, 3 stitched into one run (2 ranks)" \
+    "repeated: 3 steps ran again in a later launch (launch 2: 3 steps, 4..6)" \
+    "role trainer (ranks 0,1): steps 1..6, 12 rank-steps"; do
+    grep -qF "$line" "$work/split.report" || { cat "$work/split.report"; echo "report lacks: $line"; exit 1; }
+  done
+  python3 - "$work/split.svg" <<'PY'
+import sys, xml.etree.ElementTree as ET
+lines = {l.get("class"): l.get("points").split() for l in ET.parse(sys.argv[1]).iter("{http://www.w3.org/2000/svg}polyline")}
+assert sorted(lines) == ["loss", "tokens-per-second"], sorted(lines)
+assert all(len(points) == 6 for points in lines.values()), lines
+PY
   # Half the budget after step 3, up to at least the tokens the straight run trained.
   tokens=$(grep -Eo 'done: [0-9]+ steps, [0-9]+ tokens' "$work/straight.log" | awk '{print $4}')
   train 2 half "${common[@]}" --set train.max_steps=3
@@ -176,6 +199,28 @@ for s, rs in straight.items():
         assert any(hb <= b and e <= he for hb, he in have) or sum(min(e, he) - max(b, hb) for hb, he in have if he > b and hb < e) == e - b, \
             f"sample {s} tokens {b}..{e} were skipped after the resume"
 print(f"{sum(len(r) for r in straight.values())} pieces of the straight run all trained once after the resume")
+PY
+  ;;
+tensorboard)
+  common=(--set checkpoint.every_steps=2 --set log.tensorboard=true)
+  train 2 tb "${common[@]}" --set train.max_steps=3
+  train 2 tb "${common[@]}" --set train.max_steps=5 --resume auto
+  /usr/bin/python3 "$(dirname "$0")/../read_tfevents.py" "$work"/tb/tensorboard/* >"$work/tb-events.jsonl"
+  /usr/bin/python3 - "$work/tb-events.jsonl" "$work/tb/metrics.jsonl" <<'PY'
+import json, sys
+files = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda f: f["events"][0]["step"])
+metrics = [json.loads(l) for l in open(sys.argv[2])]
+assert len(files) == 2, [f["path"] for f in files]  # one per launch, rank 0's only
+for launch, f in enumerate(files, 1):
+    assert f["file_version"] == "brain.Event:2", f
+    losses = {e["step"]: e["values"]["train/loss"] for e in f["events"] if "train/loss" in e["values"]}
+    shared = {e["step"] for e in f["events"] if "phase/forward" in e["values"]}
+    mine = {m["step"]: m["loss"] for m in metrics if m["launch"] == launch}
+    assert sorted(losses) == sorted(mine) == sorted(shared), (launch, sorted(losses), sorted(mine), sorted(shared))
+    for step, loss in mine.items():
+        assert abs(losses[step] - loss) <= 1e-6 * abs(loss), (launch, step, losses[step], loss)
+first, second = (sorted({e["step"] for e in f["events"]}) for f in files)
+assert first == [1, 2, 3] and second == [4, 5], (first, second)
 PY
   ;;
 slow_checkpoint)
@@ -279,6 +324,26 @@ epochs)
   grep -q "train.token_budget = 30000 is larger than the whole dataset" "$work/huge.log" ||
     { cat "$work/huge.log"; echo "no warning about a budget larger than the dataset"; exit 1; }
   [[ $(cat "$work"/huge/samples-rank-*.txt | wc -l) -eq 66 ]] || { echo "expected 2 x 33 pieces"; exit 1; }
+  ;;
+nodes)
+  # The README's several-node launch line on one node: a hostfile, ranks mapped by slot,
+  # TCP between the ranks, -x for the environment.
+  printf 'localhost slots=4\n' > "$work/hosts"
+  common=(--set train.grad_accum=2 --set train.max_steps=3)
+  train 4 one-node "${common[@]}"
+  timeout 300 mpirun --allow-run-as-root --bind-to none --hostfile "$work/hosts" --map-by slot --mca btl self,tcp \
+    -x OMP_NUM_THREADS -x TOPOTRAIN_NODE_CHECK=1 \
+    -np 4 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK local $OMPI_COMM_WORLD_LOCAL_RANK node-check $TOPOTRAIN_NODE_CHECK"; \
+      exec "$0" "$@"' "$bin/moe_train" "$(topology 4)" \
+    --set model.preset=tiny-moe --set train.token_budget=256 --set train.lr=1e-2 --set train.warmup=0 \
+    --set log.every=1 --set checkpoint.dir="$work" --set checkpoint.run=hostfile "${common[@]}" \
+    > "$work/hostfile.log" 2>&1 || { cat "$work/hostfile.log"; exit 1; }
+  for rank in 0 1 2 3; do
+    grep -q "^rank $rank local $rank node-check 1$" "$work/hostfile.log" ||
+      { echo "rank $rank: not placed or without the forwarded environment"; cat "$work/hostfile.log"; exit 1; }
+  done
+  grep -q "done: 3 steps" "$work/hostfile.log"
+  "$bin/checkpoint_diff" "$(latest one-node)" "$(latest hostfile)" 0
   ;;
 eval)
   held=(--set data.eval_fraction=0.2 --set train.eval_every=2 --set checkpoint.every_steps=2)

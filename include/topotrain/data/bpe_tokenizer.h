@@ -5,7 +5,9 @@
 // unicode_normalizer.h) and cut by the pre-tokenizer regexes (Split "Isolated" patterns, then ByteLevel's
 // GPT-2 pattern when its use_regex is true); each piece's bytes are mapped to the
 // byte-to-unicode alphabet and merged by merge rank (lowest first, all non-overlapping
-// occurrences left to right) into vocabulary ids.
+// occurrences left to right) into vocabulary ids. encode_with_spans() does the same and
+// places each id on the bytes it spells (its vocabulary string's length in the alphabet),
+// mapped back through the normalizer's alignment where the normalizer changed the text.
 // Not supported (load fails naming the key): other models than BPE, add_prefix_space,
 // subword prefixes/suffixes, other normalizers (Lowercase, Replace, Strip, ...). Added
 // tokens are matched in the text as given (HF's `normalized: false`, what Qwen's are).
@@ -28,6 +30,8 @@ class BpeTokenizer : public Tokenizer {
   static std::unique_ptr<BpeTokenizer> load(const std::string& path, const std::string& eos);
 
   void encode(std::string_view text, std::vector<uint32_t>& out) const override;
+  void encode_with_spans(std::string_view text, std::vector<uint32_t>& ids,
+                         std::vector<ByteRange>& spans) const override;
   std::optional<uint32_t> special_token(const std::string& content) const override;
   uint64_t vocab_size() const override { return vocab_size_; }
   uint32_t eos_id() const override { return eos_id_; }
@@ -35,7 +39,11 @@ class BpeTokenizer : public Tokenizer {
 
  private:
   BpeTokenizer() = default;
-  void encode_ordinary(std::string_view text, std::vector<uint32_t>& out) const;
+  // spans: null when the caller wants ids only.
+  void encode_added_and_ordinary(std::string_view text, std::vector<uint32_t>& out,
+                                 std::vector<ByteRange>* spans) const;
+  void encode_ordinary(std::string_view text, size_t offset, std::vector<uint32_t>& out,
+                       std::vector<ByteRange>* spans) const;
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out) const;
   void merge_piece(std::string_view piece, std::vector<uint32_t>& symbols) const;
 
@@ -46,6 +54,7 @@ class BpeTokenizer : public Tokenizer {
   std::string path_;
   uint64_t serial_ = 0;  // tells this tokenizer's entries in the per-thread piece cache apart
   std::unordered_map<std::string, uint32_t> vocab_;
+  std::vector<uint32_t> byte_length_;  // by vocabulary id: how many bytes of text it spells
   std::unordered_map<uint64_t, Merge> merges_;  // key: left id << 32 | right id
   int64_t byte_ids_[256];                       // id of each byte's alphabet character, -1 if none
   std::unordered_map<std::string, uint32_t> added_;

@@ -1,5 +1,6 @@
 // The built-in tokenizer: one id per byte (0..255) plus the specials a chat corpus needs.
-// Text is never searched for special-token strings: every byte of a document is data.
+// encode() never searches text for special-token strings: every byte of a document is
+// data. encode_with_spans(), for rendered chat, matches the three specials' strings.
 #pragma once
 
 #include "topotrain/data/tokenizer.h"
@@ -14,6 +15,8 @@ class ByteTokenizer : public Tokenizer {
   static constexpr uint64_t kVocabSize = 259;
 
   void encode(std::string_view text, std::vector<uint32_t>& out) const override;
+  void encode_with_spans(std::string_view text, std::vector<uint32_t>& ids,
+                         std::vector<ByteRange>& spans) const override;
   std::optional<uint32_t> special_token(const std::string& content) const override;
   uint64_t vocab_size() const override { return kVocabSize; }
   uint32_t eos_id() const override { return kEndOfText; }

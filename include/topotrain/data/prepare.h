@@ -15,7 +15,8 @@ namespace topotrain::data {
 struct PrepareConfig {
   std::vector<std::string> inputs;
   std::string output;
-  std::string tokenizer = "byte";  // "byte" or a tokenizer.json path
+  std::string tokenizer = "byte";  // "byte" or a tokenizer.json path; chat data is rendered with
+                                   // the chat template beside it (chat_template.h)
   std::string eos;                 // end-of-document token content for tokenizer.json ("" = <|endoftext|>)
   InputFormat format = InputFormat::by_extension;
   TextSplit split = TextSplit::file;
@@ -30,10 +31,12 @@ struct PrepareTotals {
   uint64_t documents = 0;
   uint64_t tokens = 0;
   uint64_t loss_tokens = 0;
+  uint64_t chat_documents = 0;  // of `documents`
   uint64_t bytes = 0;
   double seconds = 0;
   uint64_t vocab_size = 0;
   std::string tokenizer;
+  std::string chat_template;  // ChatTemplate::description(), or why chat data is refused
 };
 
 PrepareTotals prepare_dataset(const PrepareConfig& config);

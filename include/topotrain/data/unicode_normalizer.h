@@ -7,6 +7,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace topotrain::data {
@@ -27,6 +28,12 @@ class UnicodeNormalizer {
   // `text` in each form in turn. Throws std::runtime_error("text is not valid UTF-8 ...")
   // for invalid input, as the pre-tokenizer's regex does.
   std::string apply(std::string_view text) const;
+  // apply(), and for each byte of the result the bytes [first, second) of `text` it comes
+  // from. The text is normalized in stretches that each begin at an ASCII character, which
+  // no form composes with what precedes it, reorders or rewrites: an ASCII byte maps to
+  // itself, a run of other characters to the run (with the ASCII character before it where
+  // the two combine, as "e" and a combining accent do).
+  std::string apply_aligned(std::string_view text, std::vector<std::pair<size_t, size_t>>& source) const;
 
  private:
   std::vector<NormalForm> forms_;

@@ -1,6 +1,7 @@
-// Turns a timings file into the numbers topotrain-report prints: per role, where the
+// Turns a run's timings into the numbers topotrain-report prints: per role, where the
 // step time goes, throughput, MFU, communication and queue depths, and the bottleneck
-// in one line; for a resumed run, one line per launch as well.
+// in one line, over the launches stitched into one run (run_stitch.h); for a resumed run,
+// one line per launch as well.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "topotrain/store/phase_timer.h"
+#include "topotrain/store/run_stitch.h"
 #include "topotrain/store/timings_file.h"
 
 namespace topotrain {
@@ -24,8 +26,8 @@ struct PhaseStats {
 
 struct RoleReport {
   std::string role;
-  std::vector<int> ranks;
-  std::size_t rows = 0;  // (rank, step) rows after skipping
+  std::vector<int> ranks;  // every launch's ranks of this role
+  std::size_t rows = 0;    // (rank, step) rows stitched, after skipping
   std::int64_t first_step = 0;
   std::int64_t last_step = 0;
   std::vector<PhaseStats> phases;  // every Phase in order, then "other"
@@ -34,8 +36,10 @@ struct RoleReport {
   // the phases' shares minus this one's, plus other's, make the whole step.
   PhaseStats overlap;
   PhaseStats comm_overlap;       // comm_wait's device time under backward; zero on CPU
-  double tokens_per_second = 0;  // summed over the role's ranks
-  double mfu = -1;               // mean over ranks with known FLOPs; -1 = unknown
+  // Summed over a launch's ranks of the role; over several launches, the launches' mean
+  // weighted by their time (a resume may run another number of ranks).
+  double tokens_per_second = 0;
+  double mfu = -1;  // mean over ranks with known FLOPs, launches weighted alike; -1 = unknown
   // Communication the step was not hiding, of wall: comm_wait - comm_overlap + send + recv.
   double comm_share = 0;
   // comm_overlap / comm_wait, the all-reduce's share under backward; -1 = not measured (the
@@ -50,16 +54,17 @@ struct RoleReport {
 
 struct RunReport {
   std::string path;
-  int world_size = 0;
-  std::int64_t skipped_steps = 0;
+  int world_size = 0;                    // the newest launch's
+  std::vector<int> launches;             // launch numbers stitched, oldest first
+  std::vector<int> launch_world_sizes;   // per launch
+  std::int64_t skipped_steps = 0;        // per rank and launch
+  std::vector<RepeatedSteps> repeated;   // steps a later launch ran again
   std::vector<RoleReport> roles;  // in order of their lowest rank
   std::string bottleneck;
   std::string bottleneck_phase;  // the slowest role's largest phase that is not a wait
 };
 
-// `skip_steps`: the first N steps of every rank are left out (warm-up). Rows with no
-// tokens and no forward, backward or optimizer time are not steps and are left out too.
-RunReport analyse_timings(const TimingsData& data, std::int64_t skip_steps);
+RunReport analyse_timings(const StitchedRun& run);
 
 // The text topotrain-report prints.
 std::string format_report(const RunReport& report);

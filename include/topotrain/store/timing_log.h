@@ -26,6 +26,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,10 @@ struct TimingLogConfig {
   std::vector<std::string> extra_fields;  // extra per-step columns; the same list on every rank
   int nvml_device = -1;             // CUDA device to sample; -1 = no sampling
   double nvml_hz = 10;
+  // Called with each of this rank's steps once its times are known (at its end on CPU, a
+  // step later on CUDA, all by flush()), failed steps included: what else follows this
+  // rank's phase times (the TensorBoard curves) without timing anything twice.
+  std::function<void(const StepRecord&)> on_record;
 };
 
 class TimingLog {

@@ -3,14 +3,9 @@
 // written, and every launch in the directory appends to the same file (as log.txt), so a
 // resumed run's curves go on where the last launch stopped (a step that a resume repeats
 // after a crash appears again, with the new launch's values). Keys (kMetricsKeys; README.md
-// lists the same):
-//   step, time (Unix seconds), launch (1 in a new directory, +1 per launch), tokens (global,
-//   this step), tokens_total, loss, lr, grad_norm, step_seconds, tokens_per_s, memory_bytes
-//   (device peak, or the resident set on CPU ranks), collectives, skipped (a non-finite
-//   step skipped), and where they apply: mfu, aux_loss, starved_seconds, tau (DFlash
-//   acceptance length), draft_accuracy (per predicted block slot, 1..B-1), eval_loss (the
-//   held-out loss, on the steps that evaluate it).
-// A value that is not finite (the loss of a skipped step) is written as null.
+// lists the same): step, time (Unix seconds), launch (1 in a new directory, +1 per launch),
+// and the step's values (step_values.h). A value that is not finite (the loss of a skipped
+// step) is written as null.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "topotrain/train/progress.h"
+#include "topotrain/train/step_values.h"
 
 namespace topotrain {
 
@@ -29,15 +24,13 @@ class MetricsLog {
  public:
   // Opens <run_dir>/metrics.jsonl for appending. Throws std::runtime_error naming the file
   // when it cannot be opened.
-  MetricsLog(const std::string& run_dir, ProgressConfig config);
+  explicit MetricsLog(const std::string& run_dir);
 
-  // One line for `report` (a step the session completed); `tokens_total`: global tokens
-  // trained so far, this step included.
-  void record(const StepReport& report, std::int64_t tokens_total, bool skipped);
+  // One line for `step` at `time` (Unix seconds) with its `values`.
+  void record(std::int64_t step, double time, const std::vector<StepValue>& values);
 
  private:
   std::string path_;
-  ProgressConfig config_;
   int launch_;
   std::ofstream out_;
 };

@@ -75,6 +75,7 @@ struct Cadences {
   std::int64_t profile_step = 0;       // log.profile_step; 0: none
   bool log_samples = false;            // log.samples
   std::int64_t eval_every = 0;         // train.eval_every: held-out loss every N steps; 0: after the last only
+  bool tensorboard = false;            // log.tensorboard: the lead's TensorBoard event files
 };
 
 // model.dtype: the compute dtype on a device (auto: bf16 on CUDA, fp32 on CPU).

@@ -67,6 +67,7 @@
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
 #include "topotrain/train/step_profile.h"
+#include "topotrain/train/tensorboard_log.h"
 
 namespace topotrain {
 
@@ -154,7 +155,8 @@ class TrainingSession {
   double grad_norm() const { return grad_norm_; }
 
   // After the job moved state() past the step: its progress (the lead prints every
-  // log.every steps and after the last, and writes a line of metrics.jsonl every step),
+  // log.every steps and after the last, and writes a line of metrics.jsonl, and with
+  // log.tensorboard an event, every step),
   // its timings row, and its checkpoint at the
   // checkpoint.every_steps cadence and after the last step (the length reached or a stop
   // agreed). A checkpoint that falls due while the previous one is still being written is
@@ -194,6 +196,9 @@ class TrainingSession {
   StepProfile profile_;
   ProgressMeter progress_;
   std::unique_ptr<MetricsLog> metrics_;  // the lead's
+  // The lead's with log.tensorboard; declared before timings_, whose last records (written
+  // as it is destroyed) it receives.
+  std::unique_ptr<TensorBoardLog> tensorboard_;
   std::unique_ptr<comm::Watchdog> watchdog_;
   std::unique_ptr<TimingLog> timings_;
   std::size_t extra_fields_ = 0;  // TimingLogConfig::extra_fields of the timing log

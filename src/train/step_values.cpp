@@ -1,0 +1,34 @@
+#include "topotrain/train/step_values.h"
+
+#include "topotrain/model/dflash_metrics.h"
+
+namespace topotrain {
+
+std::vector<StepValue> step_values(const StepReport& report, std::int64_t tokens_total, bool skipped,
+                                   const ProgressConfig& config) {
+  std::vector<StepValue> values = {
+      {"tokens", report.tokens},
+      {"tokens_total", tokens_total},
+      {"loss", report.loss},
+      {"lr", report.lr},
+      {"grad_norm", report.grad_norm},
+      {"step_seconds", report.seconds},
+      {"tokens_per_s", report.seconds > 0 ? static_cast<double>(report.tokens) / report.seconds : 0.0},
+      {"memory_bytes", config.memory_bytes(report)},
+      {"collectives", report.collectives},
+      {"skipped", skipped},
+  };
+  if (const std::optional<double> mfu = config.mfu(config.flops_of(report), report.seconds))
+    values.push_back({"mfu", *mfu});
+  if (report.aux_loss) values.push_back({"aux_loss", *report.aux_loss});
+  if (report.starved_seconds) values.push_back({"starved_seconds", *report.starved_seconds});
+  if (report.eval_loss) values.push_back({"eval_loss", *report.eval_loss});
+  if (!report.slot_valid.empty()) {
+    const std::vector<double> accuracy = model::slot_accuracy(report.slot_correct, report.slot_valid);
+    values.push_back({"tau", model::acceptance_length(accuracy)});
+    values.push_back({"draft_accuracy", accuracy});
+  }
+  return values;
+}
+
+}  // namespace topotrain
