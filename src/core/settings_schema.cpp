@@ -93,7 +93,8 @@ const std::vector<SettingSpec>& setting_specs() {
        "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)"},
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
        "on CUDA out-of-memory, fail (print the resume command) or shrink (halve token_budget and go on; "
-       "dflash_train: every stream restarts where its last trained batch ended)"},
+       "dflash_train: every stream restarts where its last trained batch ended); with token_budget = \"auto\" "
+       "and train.oom unset: shrink, by the probe's measure"},
       {"train.skip_nonfinite", T::boolean, false, any(),
        "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
        "(false: the job stops, exit 4)"},

@@ -45,14 +45,23 @@ std::int64_t device_capacity_bytes(const torch::Device& device, int ranks_on_mac
   return physical_memory_bytes() / std::max(1, ranks_on_machine);
 }
 
-// Peak memory of this rank: torch's allocations on CUDA, the process's resident set on CPU.
+// Memory of this rank against its capacity. On CUDA: what torch's allocator reserves
+// (fragmentation included), plus what the device holds outside it, counted once when the
+// meter is made (the CUDA context, libraries' workspaces, other processes sharing the GPU).
+// On CPU: the process's resident set.
 class PeakMeter {
  public:
-  explicit PeakMeter(const torch::Device& device) : device_(device) {}
-  std::int64_t now() const { return device_.is_cuda() ? compat::allocated_bytes(device_) : resident_set_bytes(); }
+  explicit PeakMeter(const torch::Device& device)
+      : device_(device),
+        outside_torch_(device.is_cuda() ? std::max<std::int64_t>(0, compat::device_used_bytes() -
+                                                                        compat::reserved_bytes(device, false))
+                                        : 0) {}
+  std::int64_t now() const {
+    return device_.is_cuda() ? compat::reserved_bytes(device_, false) + outside_torch_ : resident_set_bytes();
+  }
   void reset() {
     if (device_.is_cuda()) {
-      compat::reset_peak_allocated_bytes(device_);
+      compat::reset_peak_allocated_bytes(device_);  // resets the reserved peak too
       return;
     }
 #ifdef __GLIBC__
@@ -65,11 +74,12 @@ class PeakMeter {
                         "writable /proc/self/clear_refs (Linux): set train.token_budget to a number of tokens");
   }
   std::int64_t peak() const {
-    return device_.is_cuda() ? compat::peak_allocated_bytes(device_) : peak_resident_set_bytes();
+    return device_.is_cuda() ? compat::reserved_bytes(device_, true) + outside_torch_ : peak_resident_set_bytes();
   }
 
  private:
   torch::Device device_;
+  std::int64_t outside_torch_;
 };
 
 // Whatever training draws from torch's CPU generator must not depend on whether the probe
@@ -92,12 +102,20 @@ class RestoresCpuGenerator {
   torch::Tensor state_;
 };
 
-// The packer's worst micro-batch at `budget`: one sequence of `budget` tokens.
-PackedBatch worst_case_batch(std::int64_t budget, std::int64_t vocab_size, std::mt19937_64& ids) {
+// The packer's worst micro-batch at `budget`: sequences as long as the longest sample
+// allows (a longer one is split or truncated to the budget), filling the budget; attention
+// grows with the square of a sequence's length where it is not a flash kernel.
+PackedBatch worst_case_batch(std::int64_t budget, std::int64_t longest_sample, std::int64_t vocab_size,
+                             std::mt19937_64& ids) {
   std::uniform_int_distribution<std::int64_t> id(0, vocab_size - 1);
-  std::vector<std::int64_t> tokens(static_cast<std::size_t>(budget));
-  for (auto& token : tokens) token = id(ids);
-  return PackedBatch::from_documents({tokens});
+  const std::int64_t length = std::max<std::int64_t>(1, std::min(budget, longest_sample));
+  std::vector<std::vector<std::int64_t>> sequences;
+  for (std::int64_t left = budget; left > 0; left -= length) {
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(std::min(left, length)));
+    for (auto& token : tokens) token = id(ids);
+    sequences.push_back(std::move(tokens));
+  }
+  return PackedBatch::from_documents(sequences);
 }
 
 void drop_gradients(model::Qwen3CausalLMImpl& net) {
@@ -105,9 +123,9 @@ void drop_gradients(model::Qwen3CausalLMImpl& net) {
 }
 
 // This rank's peak over forward and backward at `budget`; nullopt after an out-of-memory.
-std::optional<std::int64_t> measure(model::Qwen3CausalLMImpl& net, std::int64_t budget, const torch::Device& device,
-                                    PeakMeter& meter, std::mt19937_64& ids) {
-  const PackedBatch batch = worst_case_batch(budget, net.config().vocab_size, ids).to(device);
+std::optional<std::int64_t> measure(model::Qwen3CausalLMImpl& net, std::int64_t budget, std::int64_t longest_sample,
+                                    const torch::Device& device, PeakMeter& meter, std::mt19937_64& ids) {
+  const PackedBatch batch = worst_case_batch(budget, longest_sample, net.config().vocab_size, ids).to(device);
   std::optional<std::int64_t> peak;
   meter.reset();
   try {
@@ -177,7 +195,8 @@ std::string MeasuredBudget::describe() const {
 }
 
 MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfig& step, std::int64_t max_budget,
-                                  const torch::Device& device, int ranks_on_machine, MPI_Comm group) {
+                                  std::int64_t longest_sample, const torch::Device& device, int ranks_on_machine,
+                                  MPI_Comm group) {
   const auto started = std::chrono::steady_clock::now();
   MeasuredBudget measured;
   measured.capacity_bytes = step.memory_limit > 0 ? step.memory_limit : device_capacity_bytes(device, ranks_on_machine);
@@ -204,7 +223,7 @@ MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfi
            static_cast<double>(measured.capacity_bytes);
   };
   auto peak_at = [&](std::int64_t budget) -> std::optional<std::int64_t> {
-    const std::optional<std::int64_t> peak = measure(net, budget, device, meter, ids);
+    const std::optional<std::int64_t> peak = measure(net, budget, longest_sample, device, meter, ids);
     if (peak) return *peak + optimizer_bytes;
     return std::nullopt;
   };

@@ -108,9 +108,11 @@ std::optional<MeasuredBudget> measure_token_budget(const JobContext& context, mo
   const std::int64_t max_budget =
       std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
                              (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule);
+  std::uint64_t longest = 0;
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) longest = std::max(longest, dataset.sample_length(i));
   const Runtime& runtime = context.runtime;
-  MeasuredBudget measured =
-      probe_token_budget(net, context.config.step, max_budget, device, runtime.local_size(), runtime.role_comm());
+  MeasuredBudget measured = probe_token_budget(net, context.config.step, max_budget, static_cast<std::int64_t>(longest),
+                                               device, runtime.local_size(), runtime.role_comm());
   if (runtime.rank() == 0) log_info(measured.describe());
   return measured;
 }

@@ -161,7 +161,9 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   step.grad_accum = static_cast<int>(s.integer("train.grad_accum"));
   step.clip = s.real("train.clip");
   step.skip_nonfinite = s.boolean("train.skip_nonfinite");
-  step.shrink_on_oom = s.string("train.oom") == "shrink";  // the schema admits only fail and shrink
+  // The schema admits only fail and shrink. An automatic budget knows what fits, so it shrinks
+  // by its measure unless train.oom = "fail" is asked for.
+  step.shrink_on_oom = s.string("train.oom") == "shrink" || (step.auto_budget && s.origin("train.oom") == "default");
   step.hang_timeout_s = s.real("train.hang_timeout_s");
   step.seed = static_cast<std::uint64_t>(s.integer("train.seed"));
 

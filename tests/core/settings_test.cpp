@@ -149,7 +149,7 @@ TEST(Settings, SetTrimsSpacesAroundKeyAndValue) {
 TEST(Settings, ValuesOutsideTheRangeNameOriginValueAndRange) {
   Settings s;
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=-5"); })
-                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647];"),
+                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647] | auto;"),
             std::string::npos);
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr=-1e-4"); })
                 .find("set train.lr to a value >= 0"),

@@ -108,7 +108,7 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   step.memory_fraction = 0.9;
   step.memory_limit = std::int64_t{64} << 30;  // far above what 2048 tokens take
   const MeasuredBudget measured =
-      probe_token_budget(*net, step, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
   EXPECT_EQ(measured.budget, 2048);
   EXPECT_GT(measured.peak_bytes, measured.fixed_bytes);
   EXPECT_LE(measured.peak_bytes, measured.planned_bytes);
@@ -126,14 +126,15 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   // A limit whose plan holds what 1024 tokens take by that measure: a budget below 2048.
   step.memory_limit = static_cast<std::int64_t>(
       (static_cast<double>(measured.fixed_bytes) + measured.bytes_per_token() * 1024) / 0.9);
-  const MeasuredBudget smaller = probe_token_budget(*net, step, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+  const MeasuredBudget smaller =
+      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
   EXPECT_GE(smaller.budget, kBudgetGranule);
   EXPECT_LT(smaller.budget, 2048);
   EXPECT_LE(smaller.peak_bytes, smaller.planned_bytes);
 
   step.memory_limit = 1 << 20;  // 1 MiB: less than the process holds already
   try {
-    probe_token_budget(*net, step, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+    probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
     ADD_FAILURE() << "a limit below the smallest candidate was accepted";
   } catch (const JobExit& e) {
     EXPECT_EQ(e.code(), 2);

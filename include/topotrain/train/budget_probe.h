@@ -3,11 +3,13 @@
 // so that a run restarted on a larger device grows its budget).
 //
 // Each trainer rank runs forward and backward on synthetic micro-batches shaped like the
-// packer's worst case at a candidate budget: one sequence of `budget` tokens (attention's
-// worst case under data.long_samples = split), token ids drawn below the vocabulary by a
-// generator of the probe's own. It measures the peak: torch's peak allocated bytes on CUDA
-// (an out-of-memory error is a miss, and the cache is released), the process's peak
-// resident set on CPU. A candidate fits when that peak plus the AdamW state the training
+// packer's worst case at a candidate budget: sequences of the longest sample's length, or of
+// the whole budget when a sample is longer (data.long_samples splits or truncates it there),
+// filling the budget (attention's worst case), token ids drawn below the vocabulary by a
+// generator of the probe's own. It measures the peak: on CUDA the peak of what torch's
+// allocator reserves, fragmentation included, plus what the device holds outside torch
+// (the CUDA context, libraries, other processes; an out-of-memory error is a miss, and the
+// cache is released), on CPU the process's peak resident set. A candidate fits when that peak plus the AdamW state the training
 // session allocates later stays within memory_fraction of the memory limit
 // (train.memory_limit, else the GPU's capacity, on CPU the machine's RAM shared by its
 // ranks). search_token_budget picks the candidates: doubling from kBudgetGranule, then a
@@ -73,8 +75,9 @@ struct MeasuredBudget {
 };
 
 // Collective over `group` (the trainers). `max_budget`: the largest budget worth having
-// (a micro-batch holds at most the whole dataset).
+// (a micro-batch holds at most the whole dataset); `longest_sample`: the dataset's, in tokens.
 MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfig& step, std::int64_t max_budget,
-                                  const torch::Device& device, int ranks_on_machine, MPI_Comm group);
+                                  std::int64_t longest_sample, const torch::Device& device, int ranks_on_machine,
+                                  MPI_Comm group);
 
 }  // namespace topotrain
