@@ -116,6 +116,36 @@ inline std::int64_t peak_allocated_bytes(const at::Device& device) {
   return 0;
 }
 
+// Bytes torch's caching allocator holds from the driver on `device` (allocated or cached,
+// fragmentation included), now and at its peak since the last reset; 0 on CPU.
+inline std::int64_t reserved_bytes(const at::Device& device, bool peak) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto& reserved = stats.reserved_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    return peak ? reserved.peak : reserved.current;
+  }
+#endif
+  (void)device;
+  (void)peak;
+  return 0;
+}
+
+// Bytes in use on the current CUDA device by everything, this process's CUDA context and
+// libraries and other processes included (cudaMemGetInfo); 0 in a CPU build.
+inline std::int64_t device_used_bytes() {
+#ifdef TOPOTRAIN_CUDA
+  std::size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();  // a failed query must not surface in a later CUDA call
+    return 0;
+  }
+  return static_cast<std::int64_t>(total - free);
+#else
+  return 0;
+#endif
+}
+
 // `bytes` of page-locked host memory as a uint8 CPU tensor, from one cudaHostAlloc of
 // exactly that size (torch's pinned allocator rounds every block up to a power of two:
 // 8 GiB for a 5.6 GiB checkpoint). CUDA builds only; the error names the size.

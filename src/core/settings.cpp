@@ -44,23 +44,42 @@ std::string render(const SettingValue& value) {
   return out.str();
 }
 
+std::string unquoted(const std::string& text) {
+  if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
+    return text.substr(1, text.size() - 2);
+  return text;
+}
+
+// One of the words an integer key takes in place of a number.
+bool is_word_of(const SettingSpec& spec, const std::string& text) {
+  const auto& words = spec.range.choices;
+  return spec.type == SettingType::integer && std::find(words.begin(), words.end(), text) != words.end();
+}
+
+// "an integer", or "an integer or \"auto\"" for a key that also takes words.
+std::string type_text(const SettingSpec& spec) {
+  std::string text = to_string(spec.type);
+  if (spec.type == SettingType::integer)
+    for (const auto& word : spec.range.choices) text += " or \"" + word + "\"";
+  return text;
+}
+
 // Parses command-line text as the key's type. Integers accept '_' separators and
 // exact scientific notation ("1e9" tokens), as users write large token counts that way.
 SettingValue parse_as(const SettingSpec& spec, std::string text, const std::string& origin) {
   auto fail = [&]() -> SettingValue {
-    throw ConfigError(cat(origin, ": setting '", spec.key, "' takes ", to_string(spec.type), ", got '", text, "'"));
+    throw ConfigError(cat(origin, ": setting '", spec.key, "' takes ", type_text(spec), ", got '", text, "'"));
   };
   switch (spec.type) {
     case SettingType::string:
-      if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') && text.back() == text.front())
-        text = text.substr(1, text.size() - 2);
-      return text;
+      return unquoted(text);
     case SettingType::boolean:
       if (text == "true" || text == "1") return true;
       if (text == "false" || text == "0") return false;
       return fail();
     case SettingType::integer:
     case SettingType::real: {
+      if (spec.type == SettingType::integer && is_word_of(spec, unquoted(text))) return unquoted(text);
       std::string digits;
       for (char c : text)
         if (c != '_') digits += c;
@@ -93,7 +112,7 @@ std::string trimmed(const std::string& text) {
 std::string out_of_range_message(const SettingSpec& spec, const SettingValue& value, const std::string& origin) {
   const std::string accepts = spec.range.describe(spec.type);
   std::string fix;
-  if (!spec.range.choices.empty())
+  if (std::holds_alternative<std::string>(value))
     fix = cat("use one of ", accepts, did_you_mean(std::get<std::string>(value), spec.range.choices));
   else
     fix = cat("set ", spec.key, " to a value ", accepts.front() == '[' || accepts.front() == '(' ? "in " : "", accepts);
@@ -142,11 +161,12 @@ std::string SettingRange::describe(SettingType type) const {
     return list.empty() ? "any" : list;
   }
   const bool has_min = std::isfinite(min), has_max = std::isfinite(max);
-  if (has_min && has_max)
-    return cat(min_open ? '(' : '[', bound(min), ", ", bound(max), max_open ? ')' : ']');
-  if (has_min) return cat(min_open ? "> " : ">= ", bound(min));
-  if (has_max) return cat(max_open ? "< " : "<= ", bound(max));
-  return type == SettingType::real ? "finite" : "any";
+  std::string numbers = type == SettingType::real ? "finite" : "any";
+  if (has_min && has_max) numbers = cat(min_open ? '(' : '[', bound(min), ", ", bound(max), max_open ? ')' : ']');
+  else if (has_min) numbers = cat(min_open ? "> " : ">= ", bound(min));
+  else if (has_max) numbers = cat(max_open ? "< " : "<= ", bound(max));
+  for (const auto& word : choices) numbers += " | " + word;  // an integer key's words
+  return numbers;
 }
 
 const SettingSpec* find_setting(const std::string& key) {
@@ -177,8 +197,12 @@ void Settings::set(const std::string& key, const SettingValue& value, const std:
   SettingValue v = value;
   if (spec->type == SettingType::real && std::holds_alternative<std::int64_t>(v))
     v = static_cast<double>(std::get<std::int64_t>(v));
-  if (!has_type(v, spec->type))
-    throw ConfigError(cat(origin, ": setting '", key, "' takes ", to_string(spec->type), ", got ", render(value)));
+  const bool word = std::holds_alternative<std::string>(v) && spec->type == SettingType::integer;
+  if (word && !is_word_of(*spec, std::get<std::string>(v)))
+    throw ConfigError(cat(origin, ": setting '", key, "' takes ", type_text(*spec), ", got ", render(value),
+                          did_you_mean(std::get<std::string>(v), spec->range.choices)));
+  if (!word && !has_type(v, spec->type))
+    throw ConfigError(cat(origin, ": setting '", key, "' takes ", type_text(*spec), ", got ", render(value)));
   if (!spec->range.admits(v)) throw ConfigError(out_of_range_message(*spec, v, origin));
   entries_[key] = Entry{v, origin};
 }
@@ -212,7 +236,15 @@ bool Settings::has(const std::string& key) const {
 }
 
 std::int64_t Settings::integer(const std::string& key) const {
-  return std::get<std::int64_t>(entry(key, SettingType::integer).value);
+  const SettingValue& value = entry(key, SettingType::integer).value;
+  if (std::holds_alternative<std::string>(value))
+    throw std::logic_error(cat("setting '", key, "' holds \"", std::get<std::string>(value), "\", not a number"));
+  return std::get<std::int64_t>(value);
+}
+
+std::string Settings::word(const std::string& key) const {
+  const SettingValue& value = entry(key, SettingType::integer).value;
+  return std::holds_alternative<std::string>(value) ? std::get<std::string>(value) : std::string();
 }
 double Settings::real(const std::string& key) const { return std::get<double>(entry(key, SettingType::real).value); }
 bool Settings::boolean(const std::string& key) const { return std::get<bool>(entry(key, SettingType::boolean).value); }

@@ -17,6 +17,10 @@ SettingRange at_least(double min) { return {min, false, HUGE_VAL, false, {}}; }
 SettingRange above(double min) { return {min, true, HUGE_VAL, false, {}}; }
 SettingRange between(double min, double max) { return {min, false, max, false, {}}; }
 SettingRange from_up_to_below(double min, double max) { return {min, false, max, true, {}}; }
+// An integer key that also takes `words` in place of a number.
+SettingRange between_or(double min, double max, std::vector<std::string> words) {
+  return {min, false, max, false, std::move(words)};
+}
 SettingRange one_of(std::vector<std::string> choices) { return {-HUGE_VAL, false, HUGE_VAL, false, std::move(choices)}; }
 
 }  // namespace
@@ -57,9 +61,15 @@ const std::vector<SettingSpec>& setting_specs() {
        "hold out this fraction of data.path's documents for evaluation instead (a draw seeded by train.seed, the "
        "same on every launch; 0: none)", "moe_train"},
       // [train]
-      {"train.token_budget", T::integer, std::int64_t{2048}, between(1, kIntMax),
+      {"train.token_budget", T::integer, std::int64_t{2048}, between_or(1, kIntMax, {"auto"}),
        "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary); refused at start when "
-       "one micro-batch cannot fit a rank's memory"},
+       "one micro-batch cannot fit a rank's memory; auto (moe_train): every launch measures the largest that fits "
+       "train.memory_fraction of train.memory_limit"},
+      {"train.memory_fraction", T::real, 0.9, between(0.01, 1),
+       "token_budget = \"auto\": the share of train.memory_limit one rank's measured peak may reach", "moe_train"},
+      {"train.memory_limit", T::integer, std::int64_t{0}, at_least(0),
+       "token_budget = \"auto\": bytes of memory one rank may use (0: its GPU's capacity; on CPU the machine's RAM "
+       "over the ranks on it)", "moe_train"},
       {"train.grad_accum", T::integer, std::int64_t{1}, between(1, kIntMax),
        "micro-batches per optimizer step; only the last all-reduces"},
       {"train.max_steps", T::integer, std::int64_t{0}, at_least(0),
@@ -83,7 +93,8 @@ const std::vector<SettingSpec>& setting_specs() {
        "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)"},
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
        "on CUDA out-of-memory, fail (print the resume command) or shrink (halve token_budget and go on; "
-       "dflash_train: every stream restarts where its last trained batch ended)"},
+       "dflash_train: every stream restarts where its last trained batch ended); with token_budget = \"auto\" "
+       "and train.oom unset: shrink, by the probe's measure"},
       {"train.skip_nonfinite", T::boolean, false, any(),
        "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
        "(false: the job stops, exit 4)"},

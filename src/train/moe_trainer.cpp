@@ -1,5 +1,6 @@
 #include "topotrain/train/moe_trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -13,6 +14,7 @@
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/torch_compat.h"
+#include "topotrain/train/budget_probe.h"
 #include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/run_setup.h"
@@ -97,6 +99,24 @@ double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, 
   return result.loss;
 }
 
+// train.token_budget = "auto": every launch measures it, before the session (budget_probe.h).
+std::optional<MeasuredBudget> measure_token_budget(const JobContext& context, model::Qwen3CausalLMImpl& net,
+                                                   const data::TokenDataset& dataset, const torch::Device& device) {
+  if (!context.config.step.auto_budget) return std::nullopt;
+  // More than the whole dataset never fills a micro-batch.
+  const auto whole = static_cast<std::int64_t>(dataset.num_tokens());
+  const std::int64_t max_budget =
+      std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
+                             (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule);
+  std::uint64_t longest = 0;
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) longest = std::max(longest, dataset.sample_length(i));
+  const Runtime& runtime = context.runtime;
+  MeasuredBudget measured = probe_token_budget(net, context.config.step, max_budget, static_cast<std::int64_t>(longest),
+                                               device, runtime.local_size(), runtime.role_comm());
+  if (runtime.rank() == 0) log_info(measured.describe());
+  return measured;
+}
+
 }  // namespace
 
 const JobSpec& moe_job() {
@@ -118,7 +138,8 @@ void train_moe(JobContext& context) {
   model::Qwen3CausalLM net = build_model(context, device);
   const TrainingData data = load_training_data(config);
   const std::shared_ptr<const data::TokenDataset>& dataset = data.train;
-  std::int64_t token_budget = config.step.token_budget;
+  const std::optional<MeasuredBudget> measured = measure_token_budget(context, *net, *dataset, device);
+  std::int64_t token_budget = measured ? measured->budget : config.step.token_budget;
   const int grad_accum = config.step.grad_accum;
   std::optional<HeldOutEval> held_out;
   if (data.held_out) held_out.emplace(data.held_out, config, token_budget, runtime.role_rank(), world, device);
@@ -137,6 +158,7 @@ void train_moe(JobContext& context) {
   session.start(timing);
   TrainingState& state = session.state();
   adopt_training_documents(state, *dataset, config);
+  if (measured) state.measured_budget = {measured->budget, measured->bytes_per_token()};
   auto prefetcher = make_step_prefetcher(dataset, config, token_budget, runtime.role_rank(), world, grad_accum,
                                          state.data, device);
   log_info(cat("training ", session.length().describe(), " with ", world, " ranks x ", grad_accum,
@@ -156,7 +178,8 @@ void train_moe(JobContext& context) {
     session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
     const comm::StepAgreement all = session.agree({sums.lm, sums.aux});
     if (all.out_of_memory()) {
-      const std::optional<std::int64_t> halved = session.after_out_of_memory(all, token_budget);
+      const std::optional<std::int64_t> halved =
+          session.after_out_of_memory(all, token_budget, measured ? &*measured : nullptr);
       if (!halved) break;
       token_budget = *halved;  // retry the step: the same samples, packed smaller
       prefetcher.reset();

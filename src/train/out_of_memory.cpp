@@ -2,9 +2,9 @@
 
 #include <c10/util/Exception.h>
 
-
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
+#include "topotrain/train/budget_probe.h"
 
 namespace topotrain {
 
@@ -12,8 +12,10 @@ bool is_out_of_memory(const std::exception& error) {
   return dynamic_cast<const c10::OutOfMemoryError*>(&error) != nullptr;
 }
 
-std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget) {
+std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget,
+                                          const MeasuredBudget* measured, std::int64_t failing_peak_bytes) {
   if (!step.shrink_on_oom || token_budget <= 1) return std::nullopt;
+  if (measured) return measured->after_out_of_memory(token_budget, failing_peak_bytes);
   return token_budget / 2;
 }
 

@@ -87,6 +87,24 @@ DataConfig held_out_config_from(const Settings& settings, DataConfig data) {
   return data;
 }
 
+// train.token_budget: a number, or "auto" (moe_train) with the memory the probe plans for;
+// train.memory_fraction and train.memory_limit (moe_train's) act only with "auto".
+void token_budget_from(const Settings& settings, const std::string& job, StepConfig& step) {
+  step.auto_budget = settings.word("train.token_budget") == "auto";  // the schema's only word
+  if (step.auto_budget && job != "moe_train")
+    throw ConfigError(cat("train.token_budget = \"auto\" (", settings.origin("train.token_budget"), "): only "
+                          "moe_train measures its budget; set train.token_budget to a number of tokens for ", job));
+  if (!step.auto_budget) step.token_budget = settings.integer("train.token_budget");
+  if (job != "moe_train") return;
+  step.memory_fraction = settings.real("train.memory_fraction");
+  step.memory_limit = settings.integer("train.memory_limit");
+  for (const char* key : {"train.memory_fraction", "train.memory_limit"})
+    if (!step.auto_budget && settings.origin(key) != "default")
+      throw ConfigError(cat(key, " (", settings.origin(key), ") only acts with train.token_budget = \"auto\", but "
+                            "train.token_budget = ", step.token_budget, " (", settings.origin("train.token_budget"),
+                            "): remove ", key, " or set train.token_budget = \"auto\""));
+}
+
 }  // namespace
 
 model::ModelConfig model_config_from(const Settings& settings) {
@@ -139,11 +157,13 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.reducer.bucket_mb = s.real("train.bucket_mb");
 
   StepConfig& step = config.step;
-  step.token_budget = s.integer("train.token_budget");
+  token_budget_from(s, job, step);
   step.grad_accum = static_cast<int>(s.integer("train.grad_accum"));
   step.clip = s.real("train.clip");
   step.skip_nonfinite = s.boolean("train.skip_nonfinite");
-  step.shrink_on_oom = s.string("train.oom") == "shrink";  // the schema admits only fail and shrink
+  // The schema admits only fail and shrink. An automatic budget knows what fits, so it shrinks
+  // by its measure unless train.oom = "fail" is asked for.
+  step.shrink_on_oom = s.string("train.oom") == "shrink" || (step.auto_budget && s.origin("train.oom") == "default");
   step.hang_timeout_s = s.real("train.hang_timeout_s");
   step.seed = static_cast<std::uint64_t>(s.integer("train.seed"));
 

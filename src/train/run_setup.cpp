@@ -144,7 +144,8 @@ void check_run_inputs(const RunFile& run, const RunConfig& config, const model::
   check_vocabulary(path, data::TokenDataset::read_header(path), model);
   if (!config.data.eval_path.empty())
     check_vocabulary(config.data.eval_path, data::TokenDataset::read_header(config.data.eval_path), model);
-  check_token_budget(run, config.step.token_budget, model, activations_per_token);
+  // An automatic budget is measured on the device instead (budget_probe.h).
+  if (!config.step.auto_budget) check_token_budget(run, config.step.token_budget, model, activations_per_token);
   if (!config.weights.empty() && !file_exists(config.weights))
     throw ConfigError(cat("model.weights = \"", config.weights, "\": no such file or directory (",
                           run.settings.origin("model.weights"), ")"));

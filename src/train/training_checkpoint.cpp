@@ -35,6 +35,10 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
                      {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
                      {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
   if (state.data_documents > 0) checkpoint.ints["data_documents"] = state.data_documents;
+  if (state.measured_budget.budget > 0) {
+    checkpoint.ints["auto_token_budget"] = state.measured_budget.budget;
+    checkpoint.reals["auto_peak_bytes_per_token"] = state.measured_budget.bytes_per_token;
+  }
   checkpoint.ints["streams"] = static_cast<std::int64_t>(state.streams.size());
   for (std::size_t i = 0; i < state.streams.size(); ++i) {
     const data::DataPosition& p = state.streams[i];

@@ -181,18 +181,20 @@ void TrainingSession::end_failed_step() {
 }
 
 std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::StepAgreement& all,
-                                                                 std::int64_t token_budget) {
+                                                                 std::int64_t token_budget,
+                                                                 const MeasuredBudget* measured) {
   reducer_->zero_grad();
   compat::release_cached_memory(device_);
   end_failed_step();
-  const std::optional<std::int64_t> halved = shrunk_budget(config_.step, token_budget);
+  const std::optional<std::int64_t> halved = shrunk_budget(config_.step, token_budget, measured, all.oom_peak);
   if (!halved) {
     failure_ = {3, out_of_memory_message(context_, all.oom_rank, step(), token_budget, all.oom_peak, config_.run_dir)};
     return std::nullopt;
   }
   if (lead_)
     log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", step(),
-                 "; train.oom = \"shrink\": retrying the step with token_budget ", *halved));
+                 "; train.oom = \"shrink\": retrying the step with token_budget ", *halved,
+                 measured ? " (what the failing step's peak leaves room for, by the probe's measure)" : ""));
   return halved;
 }
 

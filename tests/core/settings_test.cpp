@@ -76,7 +76,7 @@ TEST(Settings, WrongTypesNameKeyAndType) {
             std::string::npos);
   EXPECT_NE(error_of([&] { s.set_from_assignment("log.all_ranks=yes"); }).find("takes a boolean"), std::string::npos);
   EXPECT_NE(error_of([&] { merge_settings("[train]\ntoken_budget = \"big\"\n", "run.toml", s); })
-                .find("run.toml:2:16: setting 'train.token_budget' takes an integer, got \"big\""),
+                .find("run.toml:2:16: setting 'train.token_budget' takes an integer or \"auto\", got \"big\""),
             std::string::npos);
   EXPECT_NE(error_of([&] { merge_settings("[train]\nlr = [1, 2]\n", "run.toml", s); })
                 .find("'train.lr' takes a number, not a list"),
@@ -149,7 +149,7 @@ TEST(Settings, SetTrimsSpacesAroundKeyAndValue) {
 TEST(Settings, ValuesOutsideTheRangeNameOriginValueAndRange) {
   Settings s;
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=-5"); })
-                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647];"),
+                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647] | auto;"),
             std::string::npos);
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr=-1e-4"); })
                 .find("set train.lr to a value >= 0"),
@@ -221,4 +221,38 @@ TEST(Settings, AKeyTheJobDoesNotReadIsRefused) {
                  "run.toml:12:1: train.anchors is a dflash_train setting; moe_train does not read it, so it would do "
                  "nothing: remove it (`moe_train --help-settings` lists what moe_train reads)");
   }
+}
+
+// train.token_budget takes a number or the word "auto", from --set (quoted or not) and
+// from a run file; any other word is refused naming what the key takes, with a suggestion.
+TEST(Settings, AnIntegerKeyTakesItsWords) {
+  Settings s;
+  EXPECT_EQ(s.word("train.token_budget"), "");
+  EXPECT_EQ(s.integer("train.token_budget"), 2048);
+  s.set_from_assignment("train.token_budget=auto");
+  EXPECT_EQ(s.word("train.token_budget"), "auto");
+  EXPECT_THROW(s.integer("train.token_budget"), std::logic_error);
+  EXPECT_NE(s.to_toml().find("token_budget = \"auto\"  # --set"), std::string::npos);
+  s.set_from_assignment("train.token_budget=4096");
+  EXPECT_EQ(s.word("train.token_budget"), "");
+  s.set_from_assignment("train.token_budget=\"auto\"");
+  EXPECT_EQ(s.word("train.token_budget"), "auto");
+  merge_settings("[train]\ntoken_budget = 1024\n", "run.toml", s);
+  EXPECT_EQ(s.integer("train.token_budget"), 1024);
+  merge_settings("[train]\ntoken_budget = \"auto\"\n", "run.toml", s);
+  EXPECT_EQ(s.word("train.token_budget"), "auto");
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=atuo"); })
+                .find("setting 'train.token_budget' takes an integer or \"auto\", got 'atuo'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set("train.token_budget", std::string("atuo"), "run.toml"); })
+                .find("takes an integer or \"auto\", got \"atuo\" (did you mean 'auto'?)"),
+            std::string::npos);
+  // A key without words takes none.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.grad_accum=auto"); })
+                .find("setting 'train.grad_accum' takes an integer, got 'auto'"),
+            std::string::npos);
+  EXPECT_EQ(find_setting("train.token_budget")->range.describe(SettingType::integer), "[1, 2147483647] | auto");
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=0"); })
+                .find("train.token_budget = 0 is outside what it accepts ([1, 2147483647] | auto;"),
+            std::string::npos);
 }

@@ -37,6 +37,12 @@
 #                                      logged and in metrics.jsonl on every train.eval_every-th step and
 #                                      the last; a resume holding out another share is refused, the same
 #                                      share resumes and evaluates on
+#   moe_train_e2e.sh BIN_DIR auto      train.token_budget = "auto" under a train.memory_limit: a limit
+#                                      below what a rank holds is refused saying so; one with room
+#                                      for about a thousand tokens picks a budget well below the
+#                                      largest, and training with that budget set gives bit-identical
+#                                      checkpoints and the same losses; a resume measures again; an
+#                                      out-of-memory shrinks by the measure (train.oom unset)
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -384,6 +390,41 @@ epoch)
   done
   grep -Eq "^$stamp done: $steps steps" "$log"
   "$bin/topotrain-report" "$work/epoch" | grep -q "role trainer (ranks 0,1): steps 1..$steps, $((2 * steps)) rank-steps"
+  ;;
+auto)
+  auto=(--set train.token_budget=auto --set train.max_steps=4 --set checkpoint.every_steps=2)
+  if train 2 tiny "${auto[@]}" --set train.memory_limit=1048576; then
+    echo "expected a 1 MiB train.memory_limit to be refused"; exit 1
+  fi
+  grep -q 'train.token_budget = "auto": not even a micro-batch of 128 tokens fits train.memory_fraction = 0.9 of 1.0 MiB (train.memory_limit) on one of the ranks' "$work/tiny.log"
+  # What a rank holds before any micro-batch, as that message says, plus room for the
+  # activations of about a thousand tokens: the limit that the measured choice must obey.
+  held=$(grep -Eo 'the fullest holds [0-9.]+ [MG]iB' "$work/tiny.log" | head -1 | awk '{ print $4 * ($5 == "GiB" ? 1024 : 1) }')
+  limit=$(awk -v held="$held" 'BEGIN { printf "%d", (held + 48) * 1048576 / 0.9 }')
+  train 2 auto "${auto[@]}" --set train.memory_limit="$limit"
+  budget=$(grep -Eo 'train.token_budget = "auto": [0-9]+ tokens per micro-batch' "$work/auto.log" | awk '{ print $4 }')
+  if [[ -z $budget ]] || ((budget < 128 || budget > 16384 || budget % 128 != 0)); then
+    echo "expected a multiple of 128 well below the dataset's size, got '$budget'"; cat "$work/auto.log"; exit 1
+  fi
+  grep -q "micro-batches of $budget tokens" "$work/auto.log"
+  grep -q "done: 4 steps" "$work/auto.log"
+  train 2 fixed --set train.token_budget="$budget" --set train.max_steps=4 --set checkpoint.every_steps=2
+  "$bin/checkpoint_diff" "$(latest auto)" "$(latest fixed)" 0
+  diff <(losses auto) <(losses fixed)
+  # A resume measures again (not a stored number) and trains on from the checkpoint.
+  train 2 auto "${auto[@]}" --set train.memory_limit="$limit" --set train.max_steps=5 --resume auto
+  grep -q 'resumed from .*step-0*4.h5' "$work/auto.log"
+  grep -Eq 'train.token_budget = "auto": [0-9]+ tokens per micro-batch' "$work/auto.log"
+  grep -q "done: 5 steps" "$work/auto.log"
+  # An out-of-memory shrinks by the measure, train.oom left unset: the CPU knows no failing
+  # peak, so 0.9x of what this launch measured (a resident set varies a little by launch).
+  export TOPOTRAIN_FAULT_OOM=1:2
+  train 2 shrink "${auto[@]}" --set train.memory_limit="$limit"
+  unset TOPOTRAIN_FAULT_OOM
+  budget=$(grep -Eo 'train.token_budget = "auto": [0-9]+ tokens per micro-batch' "$work/shrink.log" | awk '{ print $4 }')
+  shrunk=$(awk -v b="$budget" 'BEGIN { s = int(b * 0.9); if (s >= 128) s = int(s / 128) * 128; print s }')
+  grep -q "retrying the step with token_budget $shrunk (what the failing step's peak leaves room for" "$work/shrink.log"
+  grep -q "done: 4 steps" "$work/shrink.log"
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

@@ -27,7 +27,9 @@ enum class SettingType { boolean, integer, real, string };
 const char* to_string(SettingType type);
 
 // The values a setting accepts beyond its type: numbers within [min, max] (an end may be
-// open, and reals must be finite), strings among `choices` when there are any.
+// open, and reals must be finite), strings among `choices` when there are any. An integer
+// key with `choices` also takes those words in place of a number (train.token_budget =
+// "auto"); Settings::word says which one it holds.
 struct SettingRange {
   double min = -HUGE_VAL;
   bool min_open = false;
@@ -36,7 +38,8 @@ struct SettingRange {
   std::vector<std::string> choices;
 
   bool admits(const SettingValue& value) const;
-  // "[0, 1]", ">= 1", "> 0", "auto | bf16 | fp32"; "any" when nothing is excluded.
+  // "[0, 1]", ">= 1", "> 0", "auto | bf16 | fp32", "[1, 2147483647] | auto"; "any" when
+  // nothing is excluded.
   std::string describe(SettingType type) const;
 };
 
@@ -72,7 +75,10 @@ class Settings {
   void set_from_assignment(const std::string& assignment);
 
   bool has(const std::string& key) const;
+  // An integer key's number; std::logic_error when it holds one of its words (ask word()).
   std::int64_t integer(const std::string& key) const;
+  // The word an integer key holds in place of a number ("auto"); empty when it holds a number.
+  std::string word(const std::string& key) const;
   double real(const std::string& key) const;
   bool boolean(const std::string& key) const;
   const std::string& string(const std::string& key) const;

@@ -4,7 +4,8 @@
 // reducer must issue the same collectives on every rank), reports it at the step's
 // agreement point, and then every rank either exits with a message that carries the exact
 // resume command (train.oom = "fail") or halves token_budget and retries the step from the
-// same data position (train.oom = "shrink"). The last checkpoint is untouched either way.
+// same data position (train.oom = "shrink"; with train.token_budget = "auto" it shrinks by
+// what the probe measured instead of halving). The last checkpoint is untouched either way.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,18 @@
 
 namespace topotrain {
 
+struct MeasuredBudget;  // budget_probe.h
+
 bool is_out_of_memory(const std::exception& error);
 
-// The budget a run goes on with after an out-of-memory at `token_budget`: half of it under
-// train.oom = "shrink" while it is above 1, else nullopt (the job ends with the resume
+// The budget a run goes on with after an out-of-memory at `token_budget`: under train.oom =
+// "shrink" while it is above 1, half of it, or with an automatic budget (`measured`, the
+// probe's) what the failing step's peak (`failing_peak_bytes`, agreed) says fits
+// (MeasuredBudget::after_out_of_memory); else nullopt (the job ends with the resume
 // command). Every rank and role that shrinks asks this, so all agree on one budget.
-std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget);
+std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget,
+                                          const MeasuredBudget* measured = nullptr,
+                                          std::int64_t failing_peak_bytes = 0);
 
 // Test hook (fault_injection.h): TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an
 // out-of-memory error once, in that step, so the failure path can be tested without a GPU.

@@ -51,7 +51,12 @@ struct DataConfig {
 
 // What one optimizer step is made of, and what a step does when it fails.
 struct StepConfig {
-  std::int64_t token_budget = 0;  // train.token_budget: tokens per micro-batch
+  std::int64_t token_budget = 0;  // train.token_budget: tokens per micro-batch; 0 with auto_budget
+  // train.token_budget = "auto" (moe_train): each launch measures the budget (budget_probe.h)
+  // within memory_fraction of memory_limit.
+  bool auto_budget = false;
+  double memory_fraction = 0;     // train.memory_fraction
+  std::int64_t memory_limit = 0;  // train.memory_limit in bytes; 0: the device's capacity
   int grad_accum = 1;             // train.grad_accum: micro-batches per step (>= 1)
   double clip = 0;                // train.clip: global gradient-norm clip; 0: off
   bool skip_nonfinite = false;    // train.skip_nonfinite

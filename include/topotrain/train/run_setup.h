@@ -89,6 +89,13 @@ struct TrainingState {
   // Documents of the training set the data position counts in (moe_train); 0: not known
   // (a fresh state, or a checkpoint of an older topotrain).
   std::int64_t data_documents = 0;
+  // What train.token_budget = "auto" measured at this launch, kept in checkpoints for the
+  // record; a resume measures again and does not read it. Budget 0: a fixed budget.
+  struct BudgetRecord {
+    std::int64_t budget = 0;
+    double bytes_per_token = 0;
+  };
+  BudgetRecord measured_budget;
 };
 // A fresh run's state: step 0, the data at the start of epoch 0 of the sample order `seed` draws.
 TrainingState initial_state(std::uint64_t seed);

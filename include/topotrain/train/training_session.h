@@ -59,6 +59,7 @@
 #include "topotrain/store/checkpoint_writer.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/budget_probe.h"
 #include "topotrain/train/job.h"
 #include "topotrain/train/lr_schedule.h"
 #include "topotrain/train/metrics_log.h"
@@ -137,10 +138,12 @@ class TrainingSession {
 
   // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
   // released, and the step's row is written. With train.oom = "shrink" and a budget above
-  // 1, returns half of `token_budget` (logged by the lead): the job retries the step from
-  // its data position with it. Otherwise the job ends (failure(): exit 3 with the resume
-  // command) and nullopt comes back.
-  std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget);
+  // 1, returns half of `token_budget` (logged by the lead), or with an automatic budget
+  // (`measured`) what the failing step's peak says fits (shrunk_budget): the job retries the
+  // step from its data position with it. Otherwise the job ends (failure(): exit 3 with the
+  // resume command) and nullopt comes back.
+  std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget,
+                                                  const MeasuredBudget* measured = nullptr);
   // Divides the reduced gradients by `divisor` (1 when the loss was already a mean) and
   // clips them (train.clip) in one multi-tensor multiply by the norm agree() read, then
   // applies AdamW at the schedule's LR, unless the step is not finite. False when the job ends on it (failure(): exit 4); a skipped step returns true,

@@ -1,0 +1,146 @@
+// train.token_budget = "auto" (budget_probe.h): the search against a known threshold, the
+// shrink after an out-of-memory, and the probe on a tiny model on the CPU, which must leave
+// weights, gradients and torch's generator as it found them.
+#include <mpi.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <set>
+
+#include "topotrain/core/error.h"
+#include "topotrain/train/job_exit.h"
+#include "topotrain/train/budget_probe.h"
+#include "topotrain/train/out_of_memory.h"
+
+using namespace topotrain;
+
+namespace {
+
+// The budget the search must find for a cost with threshold `fits_up_to`: the largest
+// multiple of 128 within both, or the whole max when it is below 128.
+std::int64_t expected_budget(std::int64_t fits_up_to, std::int64_t max_budget) {
+  if (max_budget < kBudgetGranule) return fits_up_to >= max_budget ? max_budget : 0;
+  return std::min(fits_up_to, max_budget) / kBudgetGranule * kBudgetGranule;
+}
+
+}  // namespace
+
+TEST(SearchTokenBudget, FindsTheLargestFittingMultipleWithinTheLimitInFewProbes) {
+  for (std::int64_t max_budget : {std::int64_t{100}, std::int64_t{128}, std::int64_t{3000}, std::int64_t{1} << 20,
+                                  std::int64_t{2147483647}}) {
+    for (std::int64_t threshold : {std::int64_t{50}, std::int64_t{127}, std::int64_t{128}, std::int64_t{129},
+                                   std::int64_t{1000}, std::int64_t{4096}, std::int64_t{5000}, std::int64_t{65535},
+                                   std::int64_t{1} << 40}) {
+      std::set<std::int64_t> asked;
+      const BudgetSearch search = search_token_budget(
+          [&](std::int64_t budget) {
+            asked.insert(budget);
+            return budget <= threshold;
+          },
+          max_budget);
+      SCOPED_TRACE(testing::Message() << "max " << max_budget << ", fits up to " << threshold);
+      EXPECT_EQ(search.budget, expected_budget(threshold, max_budget));
+      EXPECT_EQ(search.probes, static_cast<int>(asked.size())) << "a candidate was asked twice";
+      for (std::int64_t budget : asked) {
+        EXPECT_LE(budget, max_budget);
+        if (max_budget >= kBudgetGranule) {
+          EXPECT_EQ(budget % kBudgetGranule, 0) << budget;
+        }
+      }
+      // Doubling, then bisecting: about two probes per power of two of the range.
+      EXPECT_LE(search.probes, 2 * static_cast<int>(std::log2(static_cast<double>(max_budget) / 128 + 1)) + 2);
+    }
+  }
+}
+
+TEST(SearchTokenBudget, NothingFitsAfterOneProbe) {
+  const BudgetSearch search = search_token_budget([](std::int64_t) { return false; }, 1 << 20);
+  EXPECT_EQ(search.budget, 0);
+  EXPECT_EQ(search.probes, 1);
+}
+
+// The failing step's peak over the plan scales the per-token part; at most 0.9x.
+TEST(MeasuredBudget, ShrinksByWhatTheFailingPeakSays) {
+  MeasuredBudget measured;
+  const std::int64_t gib = std::int64_t{1} << 30;
+  measured.budget = 8192;
+  measured.fixed_bytes = gib;
+  measured.planned_bytes = 9 * gib;
+  // 16 GiB of activations at 8192 tokens where 8 fit: half.
+  EXPECT_EQ(measured.after_out_of_memory(8192, 17 * gib).value_or(-1), 4096);
+  // A peak below the plan (fragmentation, another process) or unknown (0): 0.9x, rounded down.
+  EXPECT_EQ(measured.after_out_of_memory(8192, 5 * gib).value_or(-1), 7296);
+  EXPECT_EQ(measured.after_out_of_memory(8192, 0).value_or(-1), 7296);
+  EXPECT_EQ(measured.after_out_of_memory(100, 0).value_or(-1), 90);
+  EXPECT_FALSE(measured.after_out_of_memory(1, 0).has_value());
+  // train.oom = "shrink" asks the measure when there is one, else halves.
+  StepConfig step;
+  step.shrink_on_oom = true;
+  EXPECT_EQ(shrunk_budget(step, 8192).value_or(-1), 4096);
+  EXPECT_EQ(shrunk_budget(step, 8192, &measured, 0).value_or(-1), 7296);
+  step.shrink_on_oom = false;
+  EXPECT_FALSE(shrunk_budget(step, 8192, &measured, 0).has_value());
+}
+
+// On the CPU: a budget within the limit that the probe measured to fit, and the model as
+// it was: the same weights, no gradients, torch's generator where it stood.
+TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
+  model::ModelConfig config = model::ModelConfig::preset("tiny-moe");
+  torch::manual_seed(3);
+  model::Qwen3CausalLM net(config);
+  std::vector<torch::Tensor> before;
+  for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
+  torch::manual_seed(11);
+  const torch::Tensor draw_expected = [] {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    const torch::Tensor state = generator.get_state();
+    torch::Tensor draw = torch::rand({4});
+    generator.set_state(state);
+    return draw;
+  }();
+
+  StepConfig step;
+  step.auto_budget = true;
+  step.memory_fraction = 0.9;
+  step.memory_limit = std::int64_t{64} << 30;  // far above what 2048 tokens take
+  const MeasuredBudget measured =
+      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+  EXPECT_EQ(measured.budget, 2048);
+  EXPECT_GT(measured.peak_bytes, measured.fixed_bytes);
+  EXPECT_LE(measured.peak_bytes, measured.planned_bytes);
+  EXPECT_GT(measured.bytes_per_token(), 0);
+  EXPECT_EQ(measured.capacity_bytes, step.memory_limit);
+  EXPECT_GE(measured.probes, 5);  // 128 .. 2048
+
+  EXPECT_TRUE(torch::equal(torch::rand({4}), draw_expected)) << "the probe moved torch's CPU generator";
+  std::size_t i = 0;
+  for (const auto& p : net->parameters()) {
+    EXPECT_FALSE(p.grad().defined()) << "a gradient was left behind";
+    EXPECT_TRUE(torch::equal(p.detach(), before[i++])) << "a weight changed";
+  }
+
+  // A limit whose plan holds what 1024 tokens take by that measure: a budget below 2048.
+  step.memory_limit = static_cast<std::int64_t>(
+      (static_cast<double>(measured.fixed_bytes) + measured.bytes_per_token() * 1024) / 0.9);
+  const MeasuredBudget smaller =
+      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+  EXPECT_GE(smaller.budget, kBudgetGranule);
+  EXPECT_LT(smaller.budget, 2048);
+  EXPECT_LE(smaller.peak_bytes, smaller.planned_bytes);
+
+  step.memory_limit = 1 << 20;  // 1 MiB: less than the process holds already
+  try {
+    probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+    ADD_FAILURE() << "a limit below the smallest candidate was accepted";
+  } catch (const JobExit& e) {
+    EXPECT_EQ(e.code(), 2);
+    EXPECT_NE(std::string(e.what()).find("not even a micro-batch of 128 tokens fits train.memory_fraction = 0.9"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("raise train.memory_limit"), std::string::npos) << e.what();
+  }
+}
