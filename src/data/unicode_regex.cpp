@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/data/unicode_classes.h"
 
 namespace topotrain::data {
 namespace {
@@ -27,9 +28,21 @@ struct MatchDataFree {
 UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& origin) {
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &error,
-                        &error_offset, nullptr);
+  const auto compile = [&](const std::string& text) {
+    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                         &error_offset, nullptr);
+  };
+  code_ = compile(with_reference_unicode_classes(pattern));
   if (!code_) {
+    // The rewriting only replaces valid escapes, so the pattern as given usually fails too:
+    // then the error and its offset are those of the text the user wrote.
+    const int rewritten_error = error;
+    if (pcre2_code* original = compile(pattern)) {
+      pcre2_code_free(original);
+      throw ConfigError(cat(origin, ": the regex ", pattern,
+                            " does not compile once its Unicode classes are written out: ",
+                            pcre2_message(rewritten_error)));
+    }
     throw ConfigError(cat(origin, ": the regex ", pattern, " does not compile at offset ", error_offset, ": ",
                           pcre2_message(error)));
   }

@@ -1,5 +1,6 @@
 // Tokenizers on inputs whose ids are worked out by hand.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -216,13 +217,18 @@ TEST(BpeTokenizer, DeclaredNormalizerActsAndOthersAreRefused) {
 }
 
 // The real Qwen3 tokenizer.json (../shared/data/qwen3-tokenizer next to the repository, or
-// TOPOTRAIN_QWEN3_TOKENIZER; skipped when absent): it declares NFC, so decomposed text
-// (Korean jamo, combining accents) tokenizes exactly as its composed form, where it used to
-// come out up to ~2.8x longer; compatibility characters are left alone (NFC, not NFKC).
-TEST(BpeTokenizer, RealQwen3TokenizerAppliesItsNfc) {
+// TOPOTRAIN_QWEN3_TOKENIZER); tests using it are skipped when it is absent.
+std::string qwen3_tokenizer_path() {
   const char* from_env = std::getenv("TOPOTRAIN_QWEN3_TOKENIZER");
-  const std::string path =
-      from_env ? std::string(from_env) : std::string(TOPOTRAIN_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer/tokenizer.json";
+  return from_env ? std::string(from_env)
+                  : std::string(TOPOTRAIN_SOURCE_DIR) + "/../shared/data/qwen3-tokenizer/tokenizer.json";
+}
+
+// It declares NFC, so decomposed text (Korean jamo, combining accents) tokenizes exactly as
+// its composed form, where it used to come out up to ~2.8x longer; compatibility characters
+// are left alone (NFC, not NFKC).
+TEST(BpeTokenizer, RealQwen3TokenizerAppliesItsNfc) {
+  const std::string path = qwen3_tokenizer_path();
   if (!std::ifstream(path)) GTEST_SKIP() << "no Qwen3 tokenizer.json at " << path;
   const auto t = BpeTokenizer::load(path, "");
   const UnicodeNormalizer nfd({NormalForm::nfd});
@@ -235,6 +241,23 @@ TEST(BpeTokenizer, RealQwen3TokenizerAppliesItsNfc) {
     EXPECT_EQ(encode(*t, decomposed), encode(*t, composed)) << composed;
   }
   EXPECT_NE(encode(*t, "\xef\xac\x81"), encode(*t, "fi"));  // the ligature stays a ligature
+}
+
+// HF's ids for probes ("a{c}a", "1{c}{c}1", " {c}x", "x{c}{c}x") of the first and last code
+// point of each range where PCRE2's Unicode tables class characters otherwise than HF's
+// (U+180E, characters of Unicode 15.0 to 16.0), recorded by bench/data/unicode_classes.py.
+TEST(BpeTokenizer, RealQwen3TokenizerClassesCodePointsAsHfDoes) {
+  const std::string path = qwen3_tokenizer_path();
+  if (!std::ifstream(path)) GTEST_SKIP() << "no Qwen3 tokenizer.json at " << path;
+  const auto t = BpeTokenizer::load(path, "");
+  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/tests/data/qwen3_unicode_probes.json");
+  ASSERT_TRUE(in);
+  const auto probes = nlohmann::json::parse(in).at("probes");
+  ASSERT_GE(probes.size(), 100u);
+  for (const auto& probe : probes) {
+    const std::string text = probe.at("text").get<std::string>();
+    EXPECT_EQ(encode(*t, text), probe.at("ids").get<Ids>()) << text;
+  }
 }
 
 }  // namespace

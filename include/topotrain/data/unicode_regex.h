@@ -1,5 +1,6 @@
-// A compiled PCRE2 pattern in UTF mode with Unicode properties (\p{L}, \s, \w follow
-// Unicode, as the `regex` crate behind HF tokenizers does), JIT-compiled when available.
+// A compiled PCRE2 pattern in UTF mode with Unicode properties, JIT-compiled when available.
+// \p{L}, \p{N} and \s (and their negations) are the classes HF's tokenizer gives them
+// (unicode_classes.h); other properties are PCRE2's own.
 #pragma once
 
 #include <cstddef>
