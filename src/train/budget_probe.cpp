@@ -212,14 +212,16 @@ MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfi
   measured.fixed_bytes = meter.now() + optimizer_bytes;
   std::map<std::int64_t, std::int64_t> peaks;  // budget -> peak, of the fits
   // A CPU rank cannot survive a candidate that overruns the machine's RAM: one whose peak,
-  // grown from the largest fit so far as attention grows (with the square of the budget),
-  // would pass the capacity is a miss without running.
+  // grown from the largest fit so far as attention's scores grow (the number of sequences
+  // times the square of their length), would pass the capacity is a miss without running.
   auto beyond_capacity = [&](std::int64_t budget) {
     if (device.is_cuda() || peaks.empty()) return false;
     const auto& [fit, peak] = *peaks.rbegin();
-    const double growth = static_cast<double>(budget) / static_cast<double>(fit);
-    return static_cast<double>(measured.fixed_bytes) +
-               static_cast<double>(peak - measured.fixed_bytes) * growth * growth >
+    const auto sequence = [&](std::int64_t b) {
+      return static_cast<double>(std::max<std::int64_t>(1, std::min(b, longest_sample)));
+    };
+    const double growth = static_cast<double>(budget) / static_cast<double>(fit) * sequence(budget) / sequence(fit);
+    return static_cast<double>(measured.fixed_bytes) + static_cast<double>(peak - measured.fixed_bytes) * growth >
            static_cast<double>(measured.capacity_bytes);
   };
   auto peak_at = [&](std::int64_t budget) -> std::optional<std::int64_t> {
