@@ -41,8 +41,9 @@
 #                                        after steps 2, 4 and the last, 5, and training is bit for bit that of
 #                                        the run without them; stopped after 3 and resumed, the held-out
 #                                        results equal the uninterrupted run's; data.eval_fraction to the end of
-#                                        the data evaluates after its last step, on 2 targets -> 2 drafters,
-#                                        and a resume holding out another share is refused
+#                                        the data on 2 targets -> 2 drafters evaluates every 3 steps and after
+#                                        its last, and every batch sent is trained once (what an evaluation
+#                                        paused is not sent again); a resume holding out another share is refused
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -326,14 +327,22 @@ PY
   # data.eval_fraction on 2 targets -> 2 drafters to the end of the data: the drafters train
   # on the split and evaluate after the last step, which the data decides.
   sed '/^\[model\]/,$d' topology/cpu-2t2d.toml > "$work/cpu-2t2d.toml"
-  frac=(--set data.eval_fraction=0.2 --set checkpoint.run=frac)
+  frac=(--set data.eval_fraction=0.2 --set train.eval_every=3 --set checkpoint.run=frac)
   timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${frac[@]}" \
     > "$work/frac.log" 2>&1 || { cat "$work/frac.log"; exit 1; }
   grep -q "held out [0-9]* documents .* for evaluation (data.eval_fraction = 0.2)" "$work/frac.log"
   steps=$(grep -Eo 'drafter done: [0-9]+ steps' "$work/frac.log" | awk '{print $3}')
   grep -q "held-out draft quality after step $steps: " "$work/frac.log" || { grep "held-out\|drafter done" "$work/frac.log"; exit 1; }
-  [[ $(grep -c "held-out draft quality after step" "$work/frac.log") == 1 ]] || { grep "held-out" "$work/frac.log"; exit 1; }
+  evaluations=$(( steps / 3 + (steps % 3 > 0) ))
+  [[ $(grep -c "held-out draft quality after step" "$work/frac.log") == "$evaluations" ]] ||
+    { grep "held-out\|drafter done" "$work/frac.log"; echo "expected $evaluations evaluations"; exit 1; }
   grep -q "drafter done: .*discarded 0 samples (0 tokens)" "$work/frac.log" || { grep "drafter done" "$work/frac.log"; exit 1; }
+  # What an evaluation paused was trained after it, not sent again: the targets sent what the
+  # drafters trained, each piece once.
+  sort "$work"/frac/samples-rank-[01].txt > "$work/frac.sent"
+  sort "$work"/frac/samples-rank-[23].txt > "$work/frac.trained"
+  cmp -s "$work/frac.sent" "$work/frac.trained" || { echo "the targets sent other pieces than were trained"; exit 1; }
+  [[ $(uniq -d "$work/frac.sent" | wc -l) == 0 ]] || { echo "a piece was sent twice"; exit 1; }
   if timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${frac[@]}" \
       --set data.eval_fraction=0.3 --resume auto > "$work/frac-other.log" 2>&1; then
     echo "a resume holding out another share of the documents was not refused"; exit 1
