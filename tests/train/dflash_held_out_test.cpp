@@ -14,6 +14,7 @@
 
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/train/dflash_held_out.h"
+#include "../tiny_dflash_config.h"
 
 namespace mdl = topotrain::model;
 using topotrain::HeldOutDraftQuality;
@@ -22,15 +23,11 @@ using topotrain::PackedBatch;
 
 namespace {
 
+// A vocabulary of 16, so that some drafts of an untrained drafter are right.
 mdl::DFlashConfig tiny_config() {
-  mdl::DFlashConfig c;
-  c.source = "test";
-  c.target = mdl::ModelConfig::preset("tiny-dense");
-  c.target.vocab_size = 16, c.target.hidden_size = 32, c.target.intermediate_size = 64;
-  c.target.num_hidden_layers = 8, c.target.num_attention_heads = 4, c.target.num_key_value_heads = 2;
-  c.target.head_dim = 8, c.target.initializer_range = 0.2;
-  c.num_draft_layers = 1, c.block_size = 4, c.gamma = 2.0, c.mask_token_id = 15, c.max_anchors = 6;
-  c.loss_chunk_rows = 5;
+  mdl::DFlashConfig c = topotrain::test_support::tiny_dflash_config();
+  c.target.vocab_size = 16, c.mask_token_id = 15;
+  c.num_draft_layers = 1, c.max_anchors = 6;
   return c;
 }
 
