@@ -289,6 +289,12 @@ eval)
   "$bin/checkpoint_diff" "$work/plain/step-00000005.h5" "$work/held/step-00000005.h5" 0 model/
   "$bin/checkpoint_diff" "$work/plain/step-00000005.h5" "$work/held/step-00000005.h5" 0 optim/
   cmp "$work/plain/samples-rank-2.txt" "$work/held/samples-rank-2.txt" || { echo "other batches trained"; exit 1; }
+  # timings.h5: the drafter's steps timed the evaluation (phase eval), the targets' did not.
+  "$bin/topotrain-report" "$work/held" > "$work/held-report.txt"
+  sed -n '/^role drafter/,/^ *wall/p' "$work/held-report.txt" | grep -Eq "^  eval +[0-9.]+ " ||
+    { cat "$work/held-report.txt"; echo "no eval phase on the drafter"; exit 1; }
+  sed -n '/^role target/,/^ *wall/p' "$work/held-report.txt" | grep -q "^  eval " &&
+    { cat "$work/held-report.txt"; echo "an eval phase on a target"; exit 1; }
   # Stopped after step 3 (its last: evaluated) and resumed: steps 4 and 5 evaluate as before.
   FAN_IN=round_robin train 2 resumed "${steps[@]}" "${held[@]}" --set train.max_steps=3 || { cat "$work/resumed.log"; exit 1; }
   FAN_IN=round_robin train 2 resumed "${steps[@]}" "${held[@]}" --resume auto || { cat "$work/resumed.log"; exit 1; }
