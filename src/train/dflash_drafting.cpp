@@ -204,6 +204,9 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
     train_tokens = static_cast<std::int64_t>(data.train->num_tokens());
     train_samples_ = data.train->num_samples();
     held_out_documents_ = data.held_out->num_samples();
+    // The targets' check of the set, made here too, so that every rank refuses it before
+    // one waits on another.
+    pack_held_out(data.held_out, config_, token_budget_, 0, static_cast<int>(target_count(topology_)), false);
   } else {
     train_tokens = static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens);
   }

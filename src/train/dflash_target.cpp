@@ -32,6 +32,7 @@ class Target {
   void send_stream(const StreamStart& start);
   // This target's share of the held-out documents, packed at `start`'s budget, then close.
   void send_held_out(const StreamStart& start);
+  void pack_held_out_share(std::int64_t token_budget);
   // The concatenated taps (+ final hidden) of `batch` into `packed.hidden`; false after an
   // out-of-memory in its forward (batch `number` of the stream), with `reason` set for the
   // close and, unless the budget can shrink, the job's exit 3.
@@ -50,7 +51,7 @@ class Target {
   data::SampleStream stream_;
   std::shared_ptr<const data::TokenDataset> dataset_;
   std::shared_ptr<const data::TokenDataset> held_out_;  // null without data.eval_*
-  std::optional<HeldOutShare> held_out_share_;          // packed at held_out_budget_
+  HeldOutShare held_out_share_;                         // packed at held_out_budget_
   std::int64_t held_out_budget_ = 0;
   std::optional<StreamStart> start_;
   std::unique_ptr<TimingLog> timings_;
@@ -81,6 +82,9 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   TrainingData data = load_training_data(run_);
   dataset_ = std::move(data.train);
   held_out_ = std::move(data.held_out);
+  // Packed now, so that a set with nothing to evaluate is refused before training; the
+  // drafters, which refuse it alike, have not waited on a target yet.
+  if (held_out_) pack_held_out_share(run_.step.token_budget);
   start_ = receive_stream_start(topology_, rank_);
   TimingLogConfig timing = pipeline_timing_config(run_, device_);
   timing.flops_per_token = model::forward_flops_per_token(
@@ -152,21 +156,23 @@ bool Target::hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number,
   }
 }
 
+void Target::pack_held_out_share(std::int64_t token_budget) {
+  held_out_share_ = pack_held_out(held_out_, run_, token_budget, static_cast<int>(stream_.index),
+                                  static_cast<int>(stream_.count), device_.is_cuda());
+  held_out_budget_ = token_budget;
+}
+
 void Target::send_held_out(const StreamStart& start) {
   if (!held_out_)
     throw std::logic_error(cat("dflash_train: target rank ", rank_, " was asked for a held-out pass, but the run "
                                "holds no documents out"));
   torch::NoGradGuard frozen;
-  if (!held_out_share_ || held_out_budget_ != start.token_budget) {
-    held_out_share_ = pack_held_out(held_out_, run_, start.token_budget, static_cast<int>(stream_.index),
-                                    static_cast<int>(stream_.count), device_.is_cuda());
-    held_out_budget_ = start.token_budget;
-  }
+  if (held_out_budget_ != start.token_budget) pack_held_out_share(start.token_budget);
   comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter_, topology_.targets_of(drafter_)},
                                  link_config(topology_, context_.runtime.device()));
   std::string reason;
   // Not timed: this target's timings.h5 rows are its training batches (the drafters time the pass).
-  for (const PackedBatch& batch : held_out_share_->batches) {
+  for (const PackedBatch& batch : held_out_share_.batches) {
     comm::PackedHiddenBatch packed;
     packed.packed = batch.to(device_, /*non_blocking=*/true);
     if (!hidden_states(packed, sent_ + 1, start.token_budget, reason)) break;
