@@ -55,11 +55,11 @@ const std::vector<SettingSpec>& setting_specs() {
        "a sample longer than token_budget: split (positions continue) or truncate"},
       {"data.prefetch", T::integer, std::int64_t{4}, at_least(1), "micro-batches the prefetch thread keeps ready"},
       {"data.eval_path", T::string, kUnset, any(),
-       "HDF5 token dataset of held-out documents (same vocabulary as data.path) whose mean loss train.eval_every "
-       "reports", "moe_train"},
+       "HDF5 token dataset of held-out documents (same vocabulary as data.path) whose mean loss (dflash_train: the "
+       "drafter's tau and per-slot acceptance) train.eval_every reports"},
       {"data.eval_fraction", T::real, 0.0, from_up_to_below(0, 1),
        "hold out this fraction of data.path's documents for evaluation instead (a draw seeded by train.seed, the "
-       "same on every launch; 0: none)", "moe_train"},
+       "same on every launch; 0: none)"},
       // [train]
       {"train.token_budget", T::integer, std::int64_t{2048}, between_or(1, kIntMax, {"auto"}),
        "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary); refused at start when "
@@ -99,8 +99,8 @@ const std::vector<SettingSpec>& setting_specs() {
        "a step whose loss or gradient norm (dflash_train: the drafters') is not finite is skipped and counted "
        "(false: the job stops, exit 4)"},
       {"train.eval_every", T::integer, std::int64_t{0}, between(0, kIntMax),
-       "evaluate the mean loss over the held-out documents every N steps and after the last (0: after the last "
-       "only); needs data.eval_path or data.eval_fraction", "moe_train"},
+       "evaluate the held-out documents every N steps and after the last (0: after the last only); needs "
+       "data.eval_path or data.eval_fraction"},
       {"train.hang_timeout_s", T::real, 600.0, at_least(0),
        "seconds a rank may wait for the others in a step's collectives before every rank stops with a message "
        "naming the ranks that did not arrive (exit 5); x10 for a process's first step and around checkpoints; 0: off"},

@@ -86,7 +86,7 @@ TopologyAdvice advise_topology(const StitchedRun& run) {
       target_busy += busy;
     } else if (role == "drafter") {
       drafter_tokens += tokens;
-      drafter_busy += busy;
+      drafter_busy += busy - phase_of(run, row, Phase::eval);  // held-out evaluation: no training
       ++drafter_steps;
       allreduce.push_back(exposed_comm(run, row));
       per_drafter[run.rank_of(row)].first += tokens;

@@ -3,7 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <chrono>
+#include <deque>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include "topotrain/comm/hidden_state_link.h"
@@ -15,7 +18,9 @@
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
+#include "topotrain/train/dflash_held_out.h"
 #include "topotrain/train/dflash_pipeline.h"
+#include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/stream_cursor.h"
@@ -60,23 +65,26 @@ struct BatchFates {
 };
 
 // A step's sums on this drafter, as the agreement adds them: valid-slot weight, tokens,
-// loss sum, model FLOPs (which vary with the anchors drawn), then per block slot the
-// correct drafts and the valid slots. Draft quality is thus every drafter's, read with the
-// loss in the agreement's one wait for the device.
+// loss sum, model FLOPs (which vary with the anchors drawn), this drafter's streams whose
+// data has ended after the step (counted with held-out documents only: their sum tells the
+// run's last step), then per block slot the correct drafts and the valid slots. Draft
+// quality is thus every drafter's, read with the loss in the agreement's one wait for the
+// device.
 struct DraftSums {
-  double weight = 0, tokens = 0, flops = 0;
+  double weight = 0, tokens = 0, flops = 0, ended_streams = 0;
   torch::Tensor loss, slot_correct;  // on the device
   std::vector<std::int64_t> slot_valid;
 
   std::vector<torch::Tensor> agreed() const {
     const std::int64_t slots = static_cast<std::int64_t>(slot_valid.size());
     auto host = [](double v) { return torch::tensor(v, torch::kFloat64); };
-    return {host(weight), host(tokens), loss, host(flops),
+    return {host(weight), host(tokens), loss, host(flops), host(ended_streams),
             slot_correct.defined() ? slot_correct : torch::zeros({slots}, torch::kInt64),
             torch::tensor(slot_valid, torch::kInt64)};
   }
 };
-constexpr std::size_t kFirstSlotSum = 4;
+constexpr std::size_t kEndedStreamsSum = 4;
+constexpr std::size_t kFirstSlotSum = 5;
 
 model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model::DFlashConfig& config,
                                  const torch::Device& device) {
@@ -132,6 +140,21 @@ class Drafting {
   };
   Rounds agree_on_rounds(std::size_t mine);
   void train_micro_batch(const comm::PackedHiddenBatch& in, const StreamCursor& cursor, DraftSums& sums);
+  // The next batch of `target` (any target when negative): one paused by a held-out pass
+  // first, in the order it arrived.
+  std::optional<comm::PackedHiddenBatch> next_input(int target);
+  // The reason of a target that closed its stream early, on this link or one a held-out
+  // pass replaced; empty when none did.
+  std::string early_close_reason() const;
+  // With held-out documents: how many of this drafter's streams have no data left once the
+  // step that took batches at `cursors` completes.
+  double ended_streams(const std::vector<StreamCursor>& cursors) const;
+  // After the step just trained, collective over the drafters: pauses this drafter's
+  // streams (what is in flight is kept, not discarded), has its targets send their share
+  // of the held-out documents, runs the drafter over it without gradients, and starts the
+  // streams again after the last batch received. Timed as the step's eval phase; the lead
+  // logs the result.
+  HeldOutDraftQuality evaluate_held_out();
 
   JobContext& context_;
   const RunConfig& config_;
@@ -145,6 +168,12 @@ class Drafting {
   std::unique_ptr<comm::HiddenStateReceiver> receiver_;
   std::int64_t token_budget_;  // what the targets pack with: train.token_budget, halved by each shrink
   BatchFates fates_;
+  // Held-out evaluation (data.eval_path or data.eval_fraction): the drafters then read the
+  // datasets too, for the training split's length and the held-out set's size.
+  bool held_out_ = false;
+  std::uint64_t train_samples_ = 0, held_out_documents_ = 0;
+  std::deque<comm::PackedHiddenBatch> paused_;  // received before a held-out pass, not yet taken
+  std::string early_close_;                     // seen by a link a held-out pass replaced
 };
 
 Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& dflash,
@@ -165,12 +194,26 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   drafter_->set_compute_dtype(compute_dtype(config_.dtype, device_));
   for (int t : topology_.targets_of(me_)) my_streams_.push_back(stream_of(topology_, t).index);
 
+  // Drafters read no data but with held-out documents (the training split's length and
+  // its end, the held-out set's size): else the dataset's header says how long the run is.
+  held_out_ = config_.data.has_eval();
+  std::int64_t train_tokens = 0;
+  TrainingData data;  // held until the resumed state is checked against it
+  if (held_out_) {
+    data = load_training_data(config_);
+    train_tokens = static_cast<std::int64_t>(data.train->num_tokens());
+    train_samples_ = data.train->num_samples();
+    held_out_documents_ = data.held_out->num_samples();
+    // The targets' check of the set, made here too, so that every rank refuses it before
+    // one waits on another.
+    pack_held_out(data.held_out, config_, token_budget_, 0, static_cast<int>(target_count(topology_)), false);
+  } else {
+    train_tokens = static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens);
+  }
   SessionSpec spec;
   spec.parameters = named_parameters_of(*drafter_);
   spec.model_name = kDFlashDrafterModel;
-  // Drafters read no data: the dataset's header says how long the run is.
-  spec.length = training_length(config_.length,
-                                static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens));
+  spec.length = training_length(config_.length, train_tokens);
   // The drafters' line, printed by the first of them; each step reports its FLOPs.
   spec.progress = progress_config_from(spec.length, runtime.role_size(), device_, 0);
   spec.initial = initial_state(config_.step.seed);
@@ -183,6 +226,9 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   spec.subject = "drafter ";
   spec.member = "drafter";
   session_ = std::make_unique<TrainingSession>(context, std::move(spec));
+  // The split's documents, as moe_train checks them: a resume with another split is refused.
+  if (held_out_) adopt_training_documents(session_->state(), *data.train, config_);
+  data = {};
   const std::size_t streams = session_->state().streams.size();
   if (streams != target_count(topology_))
     throw ConfigError(cat(session_->resumed_from(), " holds the data positions of ", streams, " target streams; ",
@@ -221,15 +267,43 @@ std::vector<comm::PackedHiddenBatch> Drafting::take_inputs() {
     const std::size_t turn = static_cast<std::size_t>(session_->state().step) * grad_accum + m;
     std::optional<comm::PackedHiddenBatch> next;
     for (std::size_t k = 0; k < (round_robin ? targets.size() : 1) && !next; ++k)
-      next = round_robin ? receiver_->next_from(targets[(turn + k) % targets.size()]) : receiver_->next();
+      next = next_input(round_robin ? targets[(turn + k) % targets.size()] : -1);
     if (!next) break;
     inputs.push_back(std::move(*next));
   }
   return inputs;
 }
 
+std::optional<comm::PackedHiddenBatch> Drafting::next_input(int target) {
+  const auto paused = std::find_if(paused_.begin(), paused_.end(),
+                                   [&](const comm::PackedHiddenBatch& b) { return target < 0 || b.sender == target; });
+  if (paused != paused_.end()) {
+    comm::PackedHiddenBatch batch = std::move(*paused);
+    paused_.erase(paused);
+    return batch;
+  }
+  return target < 0 ? receiver_->next() : receiver_->next_from(target);
+}
+
+std::string Drafting::early_close_reason() const {
+  return early_close_.empty() ? receiver_->early_close_reason() : early_close_;
+}
+
+double Drafting::ended_streams(const std::vector<StreamCursor>& cursors) const {
+  const std::uint64_t end_epoch = session_->length().end_epoch();
+  if (!held_out_ || end_epoch == 0) return 0;
+  std::map<std::uint64_t, data::DataPosition> after;
+  for (std::uint64_t s : my_streams_) after[s] = session_->state().streams[s];
+  for (const StreamCursor& c : cursors) after[c.stream] = c.after;
+  double ended = 0;
+  for (const auto& [stream, position] : after)
+    if (position.epoch >= end_epoch || data::stream_size(train_samples_, {stream, target_count(topology_)}) == 0)
+      ended += 1;
+  return ended;
+}
+
 Drafting::Rounds Drafting::agree_on_rounds(std::size_t mine) {
-  int go[3] = {-static_cast<int>(mine), receiver_->early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
+  int go[3] = {-static_cast<int>(mine), early_close_reason().empty() ? 1 : 0, stop_requested() ? 0 : 1};
   comm::all_reduce_in_place(go, 3, MPI_INT, MPI_MIN, context_.runtime.role_comm(), "MPI_Iallreduce (drafters' go)");
   if (!go[2] && session_->lead()) log_info_here(cat("stopping on request after step ", session_->state().step));
   return {go[1] && go[2] ? static_cast<std::size_t>(-go[0]) : 0, go[1] == 0};
@@ -278,8 +352,8 @@ std::optional<std::int64_t> Drafting::train_streams() {
       fates_.discard(inputs);
       // A target that ran out of memory closed early (the only reason one does).
       if (early_close) restart = shrunk_budget(config_.step, token_budget_);
-      if (restart && !receiver_->early_close_reason().empty())
-        log_warn(cat(receiver_->early_close_reason(), "; train.oom = \"shrink\": restarting every stream with "
+      if (restart && !early_close_reason().empty())
+        log_warn(cat(early_close_reason(), "; train.oom = \"shrink\": restarting every stream with "
                      "token_budget ", *restart));
       break;
     }
@@ -297,6 +371,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
       session.accumulate(static_cast<int>(m), static_cast<int>(rounds), m < inputs.size(),
                          [&] { train_micro_batch(inputs[m], cursors[m], sums); });
     }
+    sums.ended_streams = ended_streams(cursors);
     const comm::StepAgreement all = session.agree(sums.agreed());
     if (all.out_of_memory()) {
       fates_.discard(inputs);
@@ -322,13 +397,70 @@ std::optional<std::int64_t> Drafting::train_streams() {
     metrics.queue_depth = static_cast<double>(receiver_->queue_size());
     metrics.flops = sums.flops;
     metrics.extra[0] = model::acceptance_length(model::slot_accuracy(report.slot_correct, report.slot_valid));
+    // The last step: the length reached, a stop agreed, or no stream has data left.
+    const bool last = session.done() || all.stop ||
+                      all.sums[kEndedStreamsSum] >= static_cast<double>(target_count(topology_));
+    if (held_out_ && held_out_due(config_.cadences.eval_every, state.step, last)) {
+      const HeldOutDraftQuality quality = evaluate_held_out();
+      report.eval_loss = quality.loss();
+      report.eval_slot_correct = quality.slot_correct;
+      report.eval_slot_valid = quality.slot_valid;
+      metrics.extra[1] = quality.tau();
+    }
     session.end_step(report, metrics);
   }
   // Whatever is still in flight was never trained on: ask the targets to end their
   // streams and discard it (the streams' positions make a restart or a resume recompute it).
   receiver_->request_stop();
   while (auto in = receiver_->next()) fates_.discarded.add(*in);
+  for (const auto& in : paused_) fates_.discarded.add(in);
+  paused_.clear();
   return restart;
+}
+
+HeldOutDraftQuality Drafting::evaluate_held_out() {
+  const auto started = std::chrono::steady_clock::now();
+  auto t = session_->scope(Phase::eval);
+  // Pause: every target ends its stream; what it had sent waits in paused_ for the steps
+  // that follow, which take it first, each target's in its order.
+  receiver_->request_stop();
+  while (auto in = receiver_->next()) paused_.push_back(std::move(*in));
+  if (early_close_.empty()) early_close_ = receiver_->early_close_reason();
+  // The held-out pass over a link of its own: it ends when every target has closed.
+  send_held_out_starts(topology_, me_, token_budget_);
+  open_link();
+  HeldOutDraftSums sums(dflash_.block_size);
+  std::map<int, std::uint64_t> received;  // per target: its held-out batches so far
+  while (auto in = receiver_->next()) {
+    const std::uint64_t stream = stream_of(topology_, in->sender).index;
+    auto generator =
+        at::make_generator<at::CPUGeneratorImpl>(held_out_anchor_seed(config_.step.seed, stream, received[in->sender]++));
+    const model::DFlashBlocks blocks = model::sample_anchors(in->packed.cu_seqlens, in->packed.loss_mask,
+                                                             dflash_.block_size, dflash_.max_anchors, generator);
+    sums.add(*drafter_, drafter_batch(*in, dflash_, device_), blocks);
+  }
+  if (early_close_.empty()) early_close_ = receiver_->early_close_reason();
+  // Resume: each stream after the last batch received from it, trained or paused.
+  std::vector<data::DataPosition> positions = session_->state().streams;
+  for (const auto& in : paused_) {
+    const StreamCursor cursor = decode_cursor(in.cursor);
+    positions.at(cursor.stream) = cursor.after;
+  }
+  send_stream_starts(topology_, me_, positions, token_budget_);
+  open_link();
+  const HeldOutDraftQuality quality = sums.agree(context_.runtime.role_comm());
+  if (session_->lead()) {
+    std::string accuracy;
+    const std::vector<double> acc = quality.accuracy();
+    for (std::size_t k = 0; k < acc.size(); ++k) accuracy += cat(" acc@", k + 1, " ", fixed_point(acc[k], 3));
+    log_info_here(cat("held-out draft quality after step ", session_->state().step, ": tau ",
+                      fixed_point(quality.tau(), 3), " |", accuracy, " | loss ", fixed_point(quality.loss(), 4),
+                      " over ", quality.anchors, " anchors (", quality.tokens, " tokens) of ", held_out_documents_,
+                      " documents, in ",
+                      fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),
+                      " s"));
+  }
+  return quality;
 }
 
 Outcome Drafting::run() {
@@ -338,6 +470,7 @@ Outcome Drafting::run() {
   while (const std::optional<std::int64_t> restart = train_streams()) {
     token_budget_ = *restart;
     fates_.restart();
+    early_close_.clear();  // the restart answers it
     send_stream_starts(topology_, me_, state.streams, token_budget_);
     open_link();
   }

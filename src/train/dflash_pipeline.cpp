@@ -14,14 +14,14 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device) {
 
 TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device) {
   TimingLogConfig config = timing_log_config(run.cadences, device);
-  config.extra_fields = {"tau"};
+  config.extra_fields = {"tau", "eval_tau"};
   return config;
 }
 
 StepMetrics row_of(double tokens) {
   StepMetrics metrics;
   metrics.tokens = tokens;
-  metrics.extra = {StepMetrics::kUnset};
+  metrics.extra = {StepMetrics::kUnset, StepMetrics::kUnset};
   return metrics;
 }
 

@@ -10,6 +10,7 @@
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/dflash_pipeline.h"
+#include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
@@ -29,6 +30,14 @@ class Target {
  private:
   // One stream, from `start` until it ends.
   void send_stream(const StreamStart& start);
+  // This target's share of the held-out documents, packed at `start`'s budget, then close.
+  void send_held_out(const StreamStart& start);
+  void pack_held_out_share(std::int64_t token_budget);
+  // The concatenated taps (+ final hidden) of `batch` into `packed.hidden`; false after an
+  // out-of-memory in its forward (batch `number` of the stream), with `reason` set for the
+  // close and, unless the budget can shrink, the job's exit 3.
+  bool hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number, std::int64_t token_budget,
+                     std::string& reason);
 
   JobContext& context_;
   const RunConfig& run_;
@@ -41,6 +50,9 @@ class Target {
   bool send_final_hidden_;
   data::SampleStream stream_;
   std::shared_ptr<const data::TokenDataset> dataset_;
+  std::shared_ptr<const data::TokenDataset> held_out_;  // null without data.eval_*
+  HeldOutShare held_out_share_;                         // packed at held_out_budget_
+  std::int64_t held_out_budget_ = 0;
   std::optional<StreamStart> start_;
   std::unique_ptr<TimingLog> timings_;
   SampleLog sample_log_;  // what this target sent
@@ -67,7 +79,12 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   const torch::ScalarType dtype = compute_dtype(run_.dtype, device_);
   target_->to(device_, dtype);
   target_->set_compute_dtype(dtype);
-  dataset_ = load_dataset(run_);
+  TrainingData data = load_training_data(run_);
+  dataset_ = std::move(data.train);
+  held_out_ = std::move(data.held_out);
+  // Packed now, so that a set with nothing to evaluate is refused before training; the
+  // drafters, which refuse it alike, have not waited on a target yet.
+  if (held_out_) pack_held_out_share(run_.step.token_budget);
   start_ = receive_stream_start(topology_, rank_);
   TimingLogConfig timing = pipeline_timing_config(run_, device_);
   timing.flops_per_token = model::forward_flops_per_token(
@@ -97,21 +114,13 @@ void Target::send_stream(const StreamStart& start) {
     comm::PackedHiddenBatch packed;
     packed.packed = std::move(plan.micro_batches.front());
     const PackedBatch& batch = packed.packed;
-    try {
-      fault_inject_out_of_memory(rank_, sent_ + 1);
+    bool computed = false;
+    {
       auto t = phase_scope(timer, Phase::forward, device_);
-      model::BackboneOutput out = target_->forward_backbone(batch, taps_);
-      if (send_final_hidden_) out.taps.push_back(out.hidden);
-      packed.hidden = torch::cat(out.taps, -1).contiguous();
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory(e)) throw;
-      log_warn(cat("out of memory in the forward of batch ", sent_ + 1, ": ", first_line(e.what())));
+      computed = hidden_states(packed, sent_ + 1, start.token_budget, reason);
+    }
+    if (!computed) {
       timings_->end_step(row_of(0));
-      reason = cat("target rank ", rank_, " ran out of memory in batch ", sent_ + 1);
-      // The drafters restart every stream with half the budget, or the job ends here.
-      if (!shrunk_budget(run_.step, start.token_budget))
-        outcome_ = {3, out_of_memory_message(context_, rank_, sent_ + 1, start.token_budget,
-                                             compat::peak_allocated_bytes(device_), run_.run_dir)};
       break;
     }
     packed.cursor = encode_cursor({stream_.index, plan.position_after});
@@ -127,9 +136,55 @@ void Target::send_stream(const StreamStart& start) {
   sender.close(reason);
 }
 
+bool Target::hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number, std::int64_t token_budget,
+                           std::string& reason) {
+  try {
+    fault_inject_out_of_memory(rank_, number);
+    model::BackboneOutput out = target_->forward_backbone(packed.packed, taps_);
+    if (send_final_hidden_) out.taps.push_back(out.hidden);
+    packed.hidden = torch::cat(out.taps, -1).contiguous();
+    return true;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    log_warn(cat("out of memory in the forward of batch ", number, ": ", first_line(e.what())));
+    reason = cat("target rank ", rank_, " ran out of memory in batch ", number);
+    // The drafters restart every stream with half the budget, or the job ends here.
+    if (!shrunk_budget(run_.step, token_budget))
+      outcome_ = {3, out_of_memory_message(context_, rank_, number, token_budget,
+                                           compat::peak_allocated_bytes(device_), run_.run_dir)};
+    return false;
+  }
+}
+
+void Target::pack_held_out_share(std::int64_t token_budget) {
+  held_out_share_ = pack_held_out(held_out_, run_, token_budget, static_cast<int>(stream_.index),
+                                  static_cast<int>(stream_.count), device_.is_cuda());
+  held_out_budget_ = token_budget;
+}
+
+void Target::send_held_out(const StreamStart& start) {
+  if (!held_out_)
+    throw std::logic_error(cat("dflash_train: target rank ", rank_, " was asked for a held-out pass, but the run "
+                               "holds no documents out"));
+  torch::NoGradGuard frozen;
+  if (held_out_budget_ != start.token_budget) pack_held_out_share(start.token_budget);
+  comm::HiddenStateSender sender(MPI_COMM_WORLD, {drafter_, topology_.targets_of(drafter_)},
+                                 link_config(topology_, context_.runtime.device()));
+  std::string reason;
+  // Not timed: this target's timings.h5 rows are its training batches (the drafters time the pass).
+  for (const PackedBatch& batch : held_out_share_.batches) {
+    comm::PackedHiddenBatch packed;
+    packed.packed = batch.to(device_, /*non_blocking=*/true);
+    if (!hidden_states(packed, sent_ + 1, start.token_budget, reason)) break;
+    sender.send(packed);  // no cursor: a held-out batch moves no stream
+  }
+  sender.close(reason);
+}
+
 Runtime::Outcome Target::run() {
   while (start_) {
-    send_stream(*start_);
+    if (start_->held_out) send_held_out(*start_);
+    else send_stream(*start_);
     start_ = receive_stream_start(topology_, rank_);
   }
   timings_->flush();  // every step's times known: the forward's device time on a GPU

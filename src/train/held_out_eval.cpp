@@ -7,29 +7,42 @@
 
 namespace topotrain {
 
-HeldOutEval::HeldOutEval(std::shared_ptr<const data::TokenDataset> documents, const RunConfig& config,
-                         std::int64_t token_budget, int rank, int world, const torch::Device& device)
-    : every_(config.cadences.eval_every), device_(device) {
-  totals_.documents = documents->num_samples();
+HeldOutShare pack_held_out(std::shared_ptr<const data::TokenDataset> documents, const RunConfig& config,
+                           std::int64_t token_budget, int rank, int world, bool pin_memory) {
+  HeldOutShare share;
+  share.totals.documents = documents->num_samples();
   data::PackerConfig packing;
   packing.token_budget = static_cast<std::uint64_t>(token_budget);
   packing.long_samples = config.data.long_samples;
   packing.shuffle = false;
-  packing.pin_memory = device.is_cuda();
+  packing.pin_memory = pin_memory;
   packing.end_epoch = 1;  // one pass
   data::StepPlanner planner(std::move(documents), packing, data::DataParallelConfig{world, rank, 1}, {});
   for (data::StepPlan plan = planner.next_step(); plan.global_tokens > 0; plan = planner.next_step()) {
-    totals_.targets += plan.global_loss_targets;
-    totals_.tokens += plan.global_tokens;
-    if (plan.micro_batches.front().num_tokens() > 0) mine_.push_back(std::move(plan.micro_batches.front()));
+    share.totals.targets += plan.global_loss_targets;
+    share.totals.tokens += plan.global_tokens;
+    if (plan.micro_batches.front().num_tokens() > 0) share.batches.push_back(std::move(plan.micro_batches.front()));
   }
-  if (totals_.targets == 0)
+  if (share.totals.targets == 0)
     throw ConfigError(cat("the held-out documents (", config.data.eval_path.empty() ? "data.eval_fraction" :
                           config.data.eval_path, ") have no next-token target to evaluate: every document is one "
                           "token long or masked out (loss_mask 0)"));
+  return share;
 }
 
-bool HeldOutEval::due(std::int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
+HeldOutEval::HeldOutEval(std::shared_ptr<const data::TokenDataset> documents, const RunConfig& config,
+                         std::int64_t token_budget, int rank, int world, const torch::Device& device)
+    : every_(config.cadences.eval_every), device_(device) {
+  HeldOutShare share = pack_held_out(std::move(documents), config, token_budget, rank, world, device.is_cuda());
+  mine_ = std::move(share.batches);
+  totals_ = share.totals;
+}
+
+bool held_out_due(std::int64_t eval_every, std::int64_t step, bool last) {
+  return last || (eval_every > 0 && step % eval_every == 0);
+}
+
+bool HeldOutEval::due(std::int64_t step, bool last) const { return held_out_due(every_, step, last); }
 
 HeldOutLoss HeldOutEval::evaluate(model::Qwen3CausalLMImpl& net, MPI_Comm group) const {
   torch::NoGradGuard no_grad;

@@ -14,7 +14,7 @@ const std::vector<std::string> kMetricsKeys = {
     "step",        "time",         "launch",        "tokens",      "tokens_total", "loss",
     "lr",          "grad_norm",    "step_seconds",  "tokens_per_s", "memory_bytes", "collectives",
     "skipped",     "mfu",          "aux_loss",      "starved_seconds", "tau",      "draft_accuracy",
-    "eval_loss"};
+    "eval_loss",   "eval_tau",     "eval_draft_accuracy"};
 
 namespace {
 

@@ -148,7 +148,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.data.path = s.has("data.path") ? s.string("data.path") : TOPOTRAIN_DEMO_DATASET;
   config.data.long_samples = data::parse_long_sample_policy(s.string("data.long_samples"));
   config.data.prefetch = static_cast<std::size_t>(s.integer("data.prefetch"));
-  if (job == "moe_train") config.data = held_out_config_from(s, config.data);
+  config.data = held_out_config_from(s, config.data);
 
   config.length = length_config_from(s);
   config.lr = LrConfig{s.real("train.lr"), s.real("train.min_lr_ratio"), s.real("train.warmup")};
@@ -175,7 +175,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.timings_every = static_cast<int>(s.integer("log.timings_every"));
   cadences.profile_step = s.integer("log.profile_step");
   cadences.log_samples = s.boolean("log.samples");
-  if (job == "moe_train") cadences.eval_every = s.integer("train.eval_every");
+  cadences.eval_every = s.integer("train.eval_every");
   cadences.tensorboard = s.boolean("log.tensorboard");
   config.log_level = parse_log_level(s.string("log.level"));
   config.log_all_ranks = s.boolean("log.all_ranks");

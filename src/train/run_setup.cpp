@@ -168,10 +168,6 @@ std::string describe(const data::TokenDataset& dataset) {
 
 }  // namespace
 
-std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config) {
-  return load_training_data(config).train;
-}
-
 TrainingData load_training_data(const RunConfig& config) {
   const DataConfig& data = config.data;
   TrainingData out;

@@ -28,6 +28,11 @@ std::vector<StepValue> step_values(const StepReport& report, std::int64_t tokens
     values.push_back({"tau", model::acceptance_length(accuracy)});
     values.push_back({"draft_accuracy", accuracy});
   }
+  if (!report.eval_slot_valid.empty()) {
+    const std::vector<double> accuracy = model::slot_accuracy(report.eval_slot_correct, report.eval_slot_valid);
+    values.push_back({"eval_tau", model::acceptance_length(accuracy)});
+    values.push_back({"eval_draft_accuracy", accuracy});
+  }
   return values;
 }
 

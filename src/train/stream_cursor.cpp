@@ -56,17 +56,23 @@ std::uint64_t anchor_seed(std::uint64_t seed, const StreamCursor& c) {
   return h;
 }
 
+std::uint64_t held_out_anchor_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t batch) {
+  // No training cursor has epoch ~0: the held-out draws are not a training batch's.
+  return anchor_seed(seed, {stream, {0, ~std::uint64_t{0}, batch, 0}});
+}
+
 namespace {
 
-// A start message: [1 (start) or 0 (end), token budget, the position's words].
+// A start message: [what starts (StartKind), token budget, the position's words].
+enum StartKind : std::uint64_t { kEnd = 0, kStream = 1, kHeldOut = 2 };
 constexpr int kStartWords = 2 + kPositionWords;
 
-void send_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>* streams,
-                 std::int64_t token_budget) {
+void send_starts(const Topology& topology, int drafter_rank, StartKind kind,
+                 const std::vector<data::DataPosition>* streams, std::int64_t token_budget) {
   const comm::LinkEnds ends{drafter_rank, topology.targets_of(drafter_rank)};
   std::vector<std::vector<std::uint64_t>> per_target;
   for (int t : ends.senders) {
-    std::vector<std::uint64_t> words{streams ? 1u : 0u, static_cast<std::uint64_t>(token_budget)};
+    std::vector<std::uint64_t> words{kind, static_cast<std::uint64_t>(token_budget)};
     const std::vector<std::uint64_t> position =
         streams ? words_of((*streams)[stream_of(topology, t).index]) : std::vector<std::uint64_t>(kPositionWords, 0);
     words.insert(words.end(), position.begin(), position.end());
@@ -79,17 +85,23 @@ void send_starts(const Topology& topology, int drafter_rank, const std::vector<d
 
 void send_stream_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams,
                         std::int64_t token_budget) {
-  send_starts(topology, drafter_rank, &streams, token_budget);
+  send_starts(topology, drafter_rank, kStream, &streams, token_budget);
 }
 
-void send_stream_end(const Topology& topology, int drafter_rank) { send_starts(topology, drafter_rank, nullptr, 0); }
+void send_held_out_starts(const Topology& topology, int drafter_rank, std::int64_t token_budget) {
+  send_starts(topology, drafter_rank, kHeldOut, nullptr, token_budget);
+}
+
+void send_stream_end(const Topology& topology, int drafter_rank) {
+  send_starts(topology, drafter_rank, kEnd, nullptr, 0);
+}
 
 std::optional<StreamStart> receive_stream_start(const Topology& topology, int target_rank) {
   const int drafter = topology.drafter_of(target_rank);
   const std::vector<std::uint64_t> words =
       comm::receive_link_start(MPI_COMM_WORLD, {drafter, topology.targets_of(drafter)}, kStartWords);
-  if (words[0] == 0) return std::nullopt;
-  return StreamStart{position_of(&words[2]), static_cast<std::int64_t>(words[1])};
+  if (words[0] == kEnd) return std::nullopt;
+  return StreamStart{position_of(&words[2]), static_cast<std::int64_t>(words[1]), words[0] == kHeldOut};
 }
 
 std::vector<data::DataPosition> gather_stream_positions(const std::vector<data::DataPosition>& streams,

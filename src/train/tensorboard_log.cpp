@@ -28,7 +28,9 @@ const std::vector<std::pair<std::string, std::string>> kValueTags = {
     {"starved_seconds", "perf/starved_seconds"},
     {"tau", "draft/tau"},
     {"eval_loss", "eval/loss"},
-    {"draft_accuracy", "draft/accuracy"},  // per slot: draft/accuracy/<slot>
+    {"eval_tau", "eval/tau"},
+    {"draft_accuracy", "draft/accuracy"},            // per slot: draft/accuracy/<slot>
+    {"eval_draft_accuracy", "eval/draft_accuracy"},  // per slot: eval/draft_accuracy/<slot>
 };
 constexpr const char* kSlotSuffix = "/<slot>";
 constexpr const char* kQueueDepthTag = "perf/queue_depth";
@@ -50,7 +52,8 @@ double unix_seconds() {
 
 const std::vector<std::string> kTensorBoardTags = [] {
   std::vector<std::string> tags;
-  for (const auto& [value, tag] : kValueTags) tags.push_back(value == "draft_accuracy" ? tag + kSlotSuffix : tag);
+  for (const auto& [value, tag] : kValueTags)
+    tags.push_back(value == "draft_accuracy" || value == "eval_draft_accuracy" ? tag + kSlotSuffix : tag);
   tags.push_back(kQueueDepthTag);
   for (std::size_t p = 0; p < kPhaseCount; ++p) tags.push_back(phase_tag(p));
   tags.push_back(kOtherPhaseTag);

@@ -86,6 +86,11 @@ expect_config_error dry_schedule "train.schedule = \"steps\" .* needs the schedu
 expect_config_error dry_dflash_taps "model.taps = \"1,x\"" -np 4 "${dflash[@]}" --set model.taps=1,x --dry-run
 expect_config_error dry_dflash_vocab "has vocab_size 259 .* embeds only vocab_size 200" \
   -np 4 "${dflash[@]}" --set model.config=$small_vocab --dry-run
+# dflash_train reads the held-out settings, with moe_train's errors.
+expect_config_error dry_dflash_eval_every "train.eval_every = 2 \(--set\) has nothing to evaluate: set data.eval_path" \
+  -np 4 "${dflash[@]}" --set train.eval_every=2 --dry-run
+expect_config_error dry_dflash_eval_both "data.eval_path \(--set\) and data.eval_fraction \(--set\) both name held-out documents" \
+  -np 4 "${dflash[@]}" --set data.eval_path=held.h5 --set data.eval_fraction=0.1 --dry-run
 # A key only the other job reads would do nothing: refused.
 expect_config_error moe_dflash_key "--set: train.anchors is a dflash_train setting; moe_train does not read it" \
   -np 4 "${moe[@]}" --set train.anchors=64 --dry-run

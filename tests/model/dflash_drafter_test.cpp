@@ -10,6 +10,7 @@
 
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
+#include "../tiny_dflash_config.h"
 
 namespace mdl = topotrain::model;
 using topotrain::PackedBatch;
@@ -25,16 +26,7 @@ class DFlashDrafterTest : public ::testing::Test {
 };
 
 mdl::DFlashConfig tiny_config(mdl::DFlashLoss loss = mdl::DFlashLoss::cross_entropy) {
-  mdl::DFlashConfig c;
-  c.source = "test";
-  c.target = mdl::ModelConfig::preset("tiny-dense");
-  c.target.vocab_size = 64, c.target.hidden_size = 32, c.target.intermediate_size = 64;
-  c.target.num_hidden_layers = 8, c.target.num_attention_heads = 4, c.target.num_key_value_heads = 2;
-  c.target.head_dim = 8, c.target.initializer_range = 0.2;
-  c.num_draft_layers = 2, c.block_size = 4, c.gamma = 2.0, c.mask_token_id = 63, c.max_anchors = 8;
-  c.loss = loss;
-  c.loss_chunk_rows = 5;  // several chunks in every test
-  return c;
+  return topotrain::test_support::tiny_dflash_config(loss);
 }
 
 // Two documents of 10 and 6 tokens; loss mask 1 everywhere but row 4.

@@ -91,6 +91,19 @@ TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
       << written;
 }
 
+// A step that evaluated the held-out documents spent its eval phase training nothing: the
+// drafter's compute per step is that of the same run without it.
+TEST(TopologyAdvice, HeldOutEvaluationIsNoDrafterCompute) {
+  const StitchedRun run = synthetic_run(
+      split_roles(7, 1),
+      {{"target", {{"forward", 0.02}, {"queue_wait", 0.08}, {"wall", 0.1}, {"tokens", 1000}}},
+       {"drafter", {{"forward", 0.03}, {"backward", 0.06}, {"eval", 0.05}, {"optimizer", 0.01}, {"wall", 0.15},
+                    {"tokens", 1000}, {"loss", 2}}}});
+  const TopologyAdvice advice = advise_topology(run);
+  ASSERT_TRUE(advice.applicable) << advice.reason;
+  EXPECT_NEAR(advice.drafter_compute_seconds, 0.1, 1e-12);
+}
+
 // 2 targets that never wait feed 2 drafters starved 60% of the time, whose all-reduce takes
 // 10 ms of a 100 ms step.
 TEST(TopologyAdvice, TargetBoundRecommendsMoreTargets) {

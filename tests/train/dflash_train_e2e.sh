@@ -36,6 +36,14 @@
 #                                        same steps with those role counts; the measured and predicted
 #                                        speedups are printed, not asserted (8 ranks sharing a CI machine's
 #                                        cores time too noisily to hold even the direction)
+#   dflash_train_e2e.sh BIN_DIR eval     held-out documents (data.eval_path, train.eval_every = 2): the drafter's
+#                                        held-out tau and acc@k are logged and in metrics.jsonl and timings.h5
+#                                        after steps 2, 4 and the last, 5, and training is bit for bit that of
+#                                        the run without them; stopped after 3 and resumed, the held-out
+#                                        results equal the uninterrupted run's; data.eval_fraction to the end of
+#                                        the data on 2 targets -> 2 drafters evaluates every 3 steps and after
+#                                        its last, and every batch sent is trained once (what an evaluation
+#                                        paused is not sent again); a resume holding out another share is refused
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -262,6 +270,91 @@ recommend)
   # Not asserted: on 2 shared cores the 8 ranks' speed swings between runs (x0.7 to x2.0
   # measured against x1.9 to x3.0 predicted), so the direction is printed, not held.
   awk -v a="$after" -v b="$before" 'BEGIN {exit !(a > b)}' || echo "note: $split ran slower than 7t1d this time"
+  ;;
+eval)
+  # A few paragraphs of another text as the held-out documents; round-robin fan-in makes
+  # training independent of timing, so that runs can be compared bit for bit.
+  "$bin/topotrain-prepare" -q --split paragraph -o "$work/held.h5" /usr/share/common-licenses/BSD >/dev/null
+  held=(--set data.eval_path="$work/held.h5" --set train.eval_every=2)
+  steps=(--set train.grad_accum=2 --set train.max_steps=5 --set checkpoint.every_steps=5)
+  FAN_IN=round_robin train 2 plain "${steps[@]}" || { cat "$work/plain.log"; exit 1; }
+  FAN_IN=round_robin train 2 held "${steps[@]}" "${held[@]}" || { cat "$work/held.log"; exit 1; }
+  documents=$(grep -Eo "dataset $work/held.h5: [0-9]+ documents" "$work/held.log" | head -1 | awk '{print $3}')
+  for step in 2 4 5; do
+    grep -Eq "\[rank 2 drafter\] held-out draft quality after step $step: tau [0-9.]+ \| acc@1 [0-9.]+ acc@2 [0-9.]+ acc@3 [0-9.]+ \| loss [0-9.]+ over [1-9][0-9]* anchors \([1-9][0-9]* tokens\) of $documents documents, in [0-9.]+ s" \
+      "$work/held.log" || { grep "held-out" "$work/held.log"; echo "no held-out draft quality after step $step"; exit 1; }
+  done
+  [[ $(grep -c "held-out draft quality after step" "$work/held.log") == 3 ]] || { grep "held-out" "$work/held.log"; exit 1; }
+  # Evaluating changes no weight, no AdamW moment and no data position: the same training.
+  "$bin/checkpoint_diff" "$work/plain/step-00000005.h5" "$work/held/step-00000005.h5" 0 model/
+  "$bin/checkpoint_diff" "$work/plain/step-00000005.h5" "$work/held/step-00000005.h5" 0 optim/
+  cmp "$work/plain/samples-rank-2.txt" "$work/held/samples-rank-2.txt" || { echo "other batches trained"; exit 1; }
+  # timings.h5: the drafter's steps timed the evaluation (phase eval), the targets' did not.
+  "$bin/topotrain-report" "$work/held" > "$work/held-report.txt"
+  sed -n '/^role drafter/,/^ *wall/p' "$work/held-report.txt" | grep -Eq "^  eval +[0-9.]+ " ||
+    { cat "$work/held-report.txt"; echo "no eval phase on the drafter"; exit 1; }
+  sed -n '/^role target/,/^ *wall/p' "$work/held-report.txt" | grep -q "^  eval " &&
+    { cat "$work/held-report.txt"; echo "an eval phase on a target"; exit 1; }
+  # Stopped after step 3 (its last: evaluated) and resumed: steps 4 and 5 evaluate as before.
+  FAN_IN=round_robin train 2 resumed "${steps[@]}" "${held[@]}" --set train.max_steps=3 || { cat "$work/resumed.log"; exit 1; }
+  FAN_IN=round_robin train 2 resumed "${steps[@]}" "${held[@]}" --resume auto || { cat "$work/resumed.log"; exit 1; }
+  "$bin/checkpoint_diff" "$work/held/step-00000005.h5" "$work/resumed/step-00000005.h5" 0 model/
+  /usr/bin/python3 - "$work" <<'PY'
+import json, math, sys
+work = sys.argv[1]
+def lines(run):
+    return [json.loads(l) for l in open(f"{work}/{run}/metrics.jsonl")]
+plain, held, resumed = lines("plain"), lines("held"), lines("resumed")
+evaluated = [m["step"] for m in held if "eval_tau" in m]
+assert evaluated == [2, 4, 5], evaluated
+for m in held:
+    if "eval_tau" in m:
+        acc = m["eval_draft_accuracy"]
+        assert len(acc) == 3 and all(0 <= a <= 1 for a in acc), acc
+        tau, prefix = 1.0, 1.0
+        for a in acc:
+            prefix *= a
+            tau += prefix
+        assert math.isclose(m["eval_tau"], tau, rel_tol=1e-12), (m["eval_tau"], tau)
+        assert math.isfinite(m["eval_loss"]) and m["eval_loss"] > 0, m
+    else:
+        assert "eval_loss" not in m and "eval_draft_accuracy" not in m, m
+assert [m["loss"] for m in plain] == [m["loss"] for m in held], "training losses differ"
+assert not any("eval_tau" in m for m in plain)
+# The resumed run: its first launch evaluated after step 2 and its last step, 3; the second
+# after 4 and 5, as the uninterrupted run did.
+assert [m["step"] for m in resumed if "eval_tau" in m] == [2, 3, 4, 5], resumed
+by_step = {m["step"]: m for m in held}
+for m in resumed:
+    if m["step"] in (4, 5):
+        for key in ("eval_tau", "eval_draft_accuracy", "eval_loss", "loss"):
+            assert m[key] == by_step[m["step"]][key], (key, m, by_step[m["step"]])
+PY
+  # data.eval_fraction on 2 targets -> 2 drafters to the end of the data: the drafters train
+  # on the split and evaluate after the last step, which the data decides.
+  sed '/^\[model\]/,$d' topology/cpu-2t2d.toml > "$work/cpu-2t2d.toml"
+  frac=(--set data.eval_fraction=0.2 --set train.eval_every=3 --set checkpoint.run=frac)
+  timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${frac[@]}" \
+    > "$work/frac.log" 2>&1 || { cat "$work/frac.log"; exit 1; }
+  grep -q "held out [0-9]* documents .* for evaluation (data.eval_fraction = 0.2)" "$work/frac.log"
+  steps=$(grep -Eo 'drafter done: [0-9]+ steps' "$work/frac.log" | awk '{print $3}')
+  grep -q "held-out draft quality after step $steps: " "$work/frac.log" || { grep "held-out\|drafter done" "$work/frac.log"; exit 1; }
+  evaluations=$(( steps / 3 + (steps % 3 > 0) ))
+  [[ $(grep -c "held-out draft quality after step" "$work/frac.log") == "$evaluations" ]] ||
+    { grep "held-out\|drafter done" "$work/frac.log"; echo "expected $evaluations evaluations"; exit 1; }
+  grep -q "drafter done: .*discarded 0 samples (0 tokens)" "$work/frac.log" || { grep "drafter done" "$work/frac.log"; exit 1; }
+  # What an evaluation paused was trained after it, not sent again: the targets sent what the
+  # drafters trained, each piece once.
+  sort "$work"/frac/samples-rank-[01].txt > "$work/frac.sent"
+  sort "$work"/frac/samples-rank-[23].txt > "$work/frac.trained"
+  cmp -s "$work/frac.sent" "$work/frac.trained" || { echo "the targets sent other pieces than were trained"; exit 1; }
+  [[ $(uniq -d "$work/frac.sent" | wc -l) == 0 ]] || { echo "a piece was sent twice"; exit 1; }
+  if timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${frac[@]}" \
+      --set data.eval_fraction=0.3 --resume auto > "$work/frac-other.log" 2>&1; then
+    echo "a resume holding out another share of the documents was not refused"; exit 1
+  fi
+  grep -q "was trained on [0-9]* documents, but this launch trains on [0-9]*" "$work/frac-other.log" ||
+    { cat "$work/frac-other.log"; exit 1; }
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

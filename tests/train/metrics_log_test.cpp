@@ -94,6 +94,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
     draft.slot_valid = {4, 4, 4};
     draft.starved_seconds = 0.1;
     draft.eval_loss = 2.5;
+    draft.eval_slot_correct = {0, 2, 1};
+    draft.eval_slot_valid = {0, 4, 2};
     record(log, draft, 2000, false);
   }
   const auto lines = lines_of(join_path(dir, kMetricsFileName));
@@ -109,6 +111,10 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   EXPECT_TRUE(lines[2].contains("tau"));
   EXPECT_DOUBLE_EQ(lines[2]["eval_loss"].get<double>(), 2.5);
   EXPECT_FALSE(lines[0].contains("eval_loss"));  // only on the steps that evaluated
+  ASSERT_EQ(lines[2]["eval_draft_accuracy"].size(), 2u);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_draft_accuracy"][1].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_tau"].get<double>(), 1 + 0.5 + 0.5 * 0.5);  // 1 + acc_1 + acc_1 acc_2
+  EXPECT_FALSE(lines[0].contains("eval_tau"));
   const std::set<std::string> listed(kMetricsKeys.begin(), kMetricsKeys.end());
   std::set<std::string> written;
   for (const auto& line : lines)

@@ -179,4 +179,18 @@ TEST(RunConfig, HeldOutDocumentsComeFromOneSourceAndEvalEveryNeedsOne) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("set data.eval_path"), std::string::npos) << e.what();
   }
+  // dflash_train reads them too (its drafters evaluate the drafter), with the same checks.
+  Settings dflash;
+  dflash.set_from_assignment("model.taps=1");  // the default target has too few layers for default taps
+  dflash.set_from_assignment("train.eval_every=4");
+  try {
+    run_config_of(dflash, "dflash_train");
+    ADD_FAILURE() << "dflash_train: train.eval_every without held-out documents was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set data.eval_path"), std::string::npos) << e.what();
+  }
+  dflash.set_from_assignment("data.eval_path=held.h5");
+  const RunConfig drafted = run_config_of(dflash, "dflash_train");
+  EXPECT_EQ(drafted.data.eval_path, "held.h5");
+  EXPECT_EQ(drafted.cadences.eval_every, 4);
 }

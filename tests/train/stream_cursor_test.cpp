@@ -44,3 +44,18 @@ TEST(StreamCursor, AnchorSeedsDependOnTheRunSeedTheStreamAndThePosition) {
   // its checkpoint's batches would have had.
   EXPECT_EQ(anchor_seed(42, cursor(1, 0, 2, 9)), 0xedd077e57874ff93ull);
 }
+
+// A held-out batch's anchors: the same at every pass, different per stream and batch, and
+// none of a training batch's at any position of the first epochs.
+TEST(StreamCursor, HeldOutAnchorSeedsAreFixedPerBatchAndApartFromTraining) {
+  std::set<std::uint64_t> held_out, training;
+  for (std::uint64_t stream : {0, 1, 2})
+    for (std::uint64_t batch = 0; batch < 50; ++batch) held_out.insert(held_out_anchor_seed(42, stream, batch));
+  EXPECT_EQ(held_out.size(), 150u);
+  EXPECT_EQ(held_out_anchor_seed(42, 1, 7), held_out_anchor_seed(42, 1, 7));
+  EXPECT_NE(held_out_anchor_seed(42, 1, 7), held_out_anchor_seed(43, 1, 7));
+  for (std::uint64_t stream : {0, 1, 2})
+    for (std::uint64_t epoch : {0, 1, 2})
+      for (std::uint64_t consumed = 0; consumed < 50; ++consumed)
+        EXPECT_EQ(held_out.count(anchor_seed(42, cursor(stream, epoch, consumed, 0))), 0u);
+}

@@ -33,6 +33,8 @@ StepReport full_report() {
   report.eval_loss = 2.5;
   report.slot_correct = {4, 3, 1};
   report.slot_valid = {4, 4, 4};
+  report.eval_slot_correct = {0, 1, 1};
+  report.eval_slot_valid = {0, 2, 4};
   return report;
 }
 
@@ -46,7 +48,7 @@ ProgressConfig known_peak() {
 
 // The tag list's name of a written tag: a draft slot's tag is listed once, as <slot>.
 std::string listed_as(const std::string& tag) {
-  return std::regex_replace(tag, std::regex("^draft/accuracy/[0-9]+$"), "draft/accuracy/<slot>");
+  return std::regex_replace(tag, std::regex("^(draft/accuracy|eval/draft_accuracy)/[0-9]+$"), "$1/<slot>");
 }
 
 }  // namespace
@@ -102,6 +104,9 @@ TEST(TensorBoardLog, StepValuesPhaseSharesAndExtraScalars) {
   EXPECT_FALSE(events[2]["values"].contains("train/loss"));
   EXPECT_EQ(events[2]["values"]["train/skipped"].get<double>(), 1);
   EXPECT_EQ(values["eval/loss"].get<double>(), 2.5);
+  EXPECT_EQ(values["eval/tau"].get<double>(), 1 + 0.5 + 0.5 * 0.25);
+  EXPECT_EQ(values["eval/draft_accuracy/1"].get<double>(), 0.5);
+  EXPECT_EQ(values["eval/draft_accuracy/2"].get<double>(), 0.25);
 
   const std::set<std::string> listed(kTensorBoardTags.begin(), kTensorBoardTags.end());
   std::set<std::string> written;

@@ -10,7 +10,7 @@
 //   r_t    a target's tokens per second of busy time: its tokens over wall - queue_wait
 //          (a target blocked on a full queue is not working); all target rows pooled
 //   b, c   a drafter step's mean tokens and compute seconds: wall - queue_wait (starved)
-//          - a(D), the exposed all-reduce
+//          - eval (a held-out evaluation trains nothing) - a(D), the exposed all-reduce
 //   a(D)   the drafters' exposed all-reduce per step, comm_wait - comm_overlap, the median
 //          over steps (a step whose peer was starved waits longer than the reduction
 //          takes). A ring all-reduce moves 2(D-1)/D of the gradient bytes per rank, so

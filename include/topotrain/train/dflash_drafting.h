@@ -10,6 +10,12 @@
 // first out-of-memory or non-finite rank. The drafter role rank 0 writes the checkpoints
 // (the drafter, its optimizer and every stream's position) and prints the drafters'
 // progress and end line. How a run ends is described in dflash_trainer.h.
+//
+// With held-out documents, at every train.eval_every-th step and after the last the drafters
+// pause their streams (keeping what was in flight), have their targets send the held-out
+// hidden states over a link of their own, evaluate the drafter on them without gradients
+// (dflash_held_out.h) and restart the streams after the last batch received
+// (docs/dflash.md, "Held-out evaluation").
 #pragma once
 
 #include <torch/torch.h>

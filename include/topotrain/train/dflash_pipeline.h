@@ -16,8 +16,9 @@ namespace topotrain {
 // [links] of the topology, for this rank's `device`.
 comm::LinkConfig link_config(const Topology& topology, const Device& device);
 
-// Both roles write the same columns: the drafter's acceptance length of each step as an
-// extra field, unset on target rows.
+// Both roles write the same columns: the drafter's acceptance length of each step and, on
+// the steps that evaluated the held-out documents, theirs, as extra fields, unset on target
+// rows.
 TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device);
 StepMetrics row_of(double tokens);
 

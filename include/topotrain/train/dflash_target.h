@@ -8,8 +8,10 @@
 // on a stop signal (stop_signal.h), or on an out-of-memory in a forward, which closes the
 // stream with a reason so that the drafters stop too: with train.oom = "shrink" every
 // stream then restarts with half the budget, else the job ends (exit 3 with the resume
-// command). After each stream the target waits for its drafter's next start; it returns
-// when the drafter says the run's streams are over.
+// command). After each stream the target waits for its drafter's next start, which may be
+// a held-out pass instead (train.eval_every): it then sends the hidden states of its share
+// of the held-out documents (pack_held_out, packed at the start's budget) without a cursor
+// and closes. It returns when the drafter says the run's streams are over.
 #pragma once
 
 #include <torch/torch.h>

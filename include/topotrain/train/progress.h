@@ -42,6 +42,9 @@ struct StepReport {
   // Draft quality (DFlash), over all drafters: per block slot, positions predicted right
   // and positions scored. Empty: not a drafter.
   std::vector<std::int64_t> slot_correct, slot_valid;
+  // The same over the held-out documents, on a step that evaluated them (eval_loss is
+  // then the drafter's held-out loss). Empty: not evaluated.
+  std::vector<std::int64_t> eval_slot_correct, eval_slot_valid;
 };
 
 struct ProgressConfig {

@@ -43,7 +43,7 @@ struct DataConfig {
   std::string path;  // data.path, or the demo corpus built with topotrain
   data::LongSamplePolicy long_samples = data::LongSamplePolicy::split;  // data.long_samples
   std::size_t prefetch = 0;                                             // data.prefetch
-  // Held-out documents (moe_train): a file, or a fraction of `path`; at most one is set.
+  // Held-out documents: a file, or a fraction of `path`; at most one is set.
   std::string eval_path;     // data.eval_path; empty: none
   double eval_fraction = 0;  // data.eval_fraction; 0: none
   bool has_eval() const { return !eval_path.empty() || eval_fraction > 0; }
@@ -74,7 +74,7 @@ struct Cadences {
   int timings_every = 1;               // log.timings_every: rows shipped to rank 0 every N steps
   std::int64_t profile_step = 0;       // log.profile_step; 0: none
   bool log_samples = false;            // log.samples
-  std::int64_t eval_every = 0;         // train.eval_every: held-out loss every N steps; 0: after the last only
+  std::int64_t eval_every = 0;         // train.eval_every: held-out evaluation every N steps; 0: after the last only
   bool tensorboard = false;            // log.tensorboard: the lead's TensorBoard event files
 };
 

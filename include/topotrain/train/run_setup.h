@@ -47,19 +47,17 @@ void load_model_weights(const Runtime& runtime, const std::string& weights, mode
 // model.dtype on `device`: auto is bf16 on CUDA, fp32 on CPU.
 torch::ScalarType compute_dtype(DtypeChoice choice, const torch::Device& device);
 
-// config.data.path; a dataset whose vocabulary
-// is larger than the model's is refused (ConfigError naming both and the fix). A
-// train.token_budget larger than the whole dataset is said (rank 0's log): a micro-batch
-// never crosses an epoch boundary, so its steps hold fewer tokens than the budget.
-std::shared_ptr<const data::TokenDataset> load_dataset(const RunConfig& config);
-// The documents a run trains on and those it evaluates on: load_dataset's, less the
-// data.eval_fraction held out (held_out then has them), or with data.eval_path's file
-// (checked against the model alike) as held_out; no held_out without either.
+// The documents a run trains on and those it evaluates on: config.data.path's, less the
+// data.eval_fraction held out (held_out then has them), or with data.eval_path's file as
+// held_out; no held_out without either. A dataset whose vocabulary is larger than the
+// model's is refused (ConfigError naming both and the fix). A train.token_budget larger
+// than the whole training set is said (rank 0's log): a micro-batch never crosses an epoch
+// boundary, so its steps hold fewer tokens than the budget.
 struct TrainingData {
   std::shared_ptr<const data::TokenDataset> train, held_out;
 };
 TrainingData load_training_data(const RunConfig& config);
-// What a job checks before it starts (and in --dry-run), cheaply: load_dataset's checks
+// What a job checks before it starts (and in --dry-run), cheaply: load_training_data's checks
 // from the dataset files' headers alone (data.eval_path's too), without reading their tokens; that model.weights
 // names something that
 // exists; that one micro-batch of train.token_budget tokens fits the memory of the ranks'

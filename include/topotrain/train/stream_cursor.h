@@ -54,21 +54,30 @@ at::Tensor encode_cursor(const StreamCursor& cursor);
 StreamCursor decode_cursor(const at::Tensor& cursor);
 
 std::uint64_t anchor_seed(std::uint64_t seed, const StreamCursor& cursor);
+// The anchors of held-out batch `batch` (in the order its target sends them) of the
+// target reading stream `stream`: the same at every held-out pass, and none a training
+// batch draws.
+std::uint64_t held_out_anchor_seed(std::uint64_t seed, std::uint64_t stream, std::uint64_t batch);
 
-// Where a target's stream starts, and the token budget it packs its batches with.
+// Where a target's stream starts, and the token budget it packs its batches with; or, when
+// `held_out`, a held-out pass packed with that budget (the position is unused).
 struct StreamStart {
   data::DataPosition position;
   std::int64_t token_budget = 0;
+  bool held_out = false;
 };
 
 // On a drafter, before each link it builds to its targets: each target learns where its
 // stream starts, streams[stream_of(target)], and the budget.
 void send_stream_starts(const Topology& topology, int drafter_rank, const std::vector<data::DataPosition>& streams,
                         std::int64_t token_budget);
+// On a drafter between two links: each target sends its share of the held-out documents.
+void send_held_out_starts(const Topology& topology, int drafter_rank, std::int64_t token_budget);
 // On a drafter whose links are closed for good: its targets start no more streams.
 void send_stream_end(const Topology& topology, int drafter_rank);
 // On a target, before each link it builds and after each one closed: where its stream
-// starts next, or nullopt when the run's streams are over.
+// starts next (or that a held-out pass comes first), or nullopt when the run's streams are
+// over.
 std::optional<StreamStart> receive_stream_start(const Topology& topology, int target_rank);
 
 // Collective over `drafters` (the drafters' role communicator): `streams` with every
