@@ -103,32 +103,28 @@ constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
 
 namespace topotrain::compat {
 
-// Peak bytes allocated by torch's caching allocator on `device` since the last reset
-// (0 on CPU, where torch keeps no such statistic).
-inline std::int64_t peak_allocated_bytes(const at::Device& device) {
+// What torch's caching allocator counts on `device`: the bytes handed out to tensors
+// (allocated) or held from the driver (reserved: allocated or cached, fragmentation
+// included), now or at the peak since the last reset; 0 on CPU, where torch keeps no such
+// statistic.
+enum class AllocatorBytes { allocated, reserved };
+inline std::int64_t allocator_bytes(const at::Device& device, AllocatorBytes which, bool peak) {
 #ifdef TOPOTRAIN_CUDA
   if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto& counts = which == AllocatorBytes::allocated ? stats.allocated_bytes : stats.reserved_bytes;
+    const auto& stat = counts[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+    return peak ? stat.peak : stat.current;
   }
 #endif
   (void)device;
+  (void)which;
+  (void)peak;
   return 0;
 }
 
-// Bytes torch's caching allocator holds from the driver on `device` (allocated or cached,
-// fragmentation included), now and at its peak since the last reset; 0 on CPU.
-inline std::int64_t reserved_bytes(const at::Device& device, bool peak) {
-#ifdef TOPOTRAIN_CUDA
-  if (device.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    const auto& reserved = stats.reserved_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-    return peak ? reserved.peak : reserved.current;
-  }
-#endif
-  (void)device;
-  (void)peak;
-  return 0;
+inline std::int64_t peak_allocated_bytes(const at::Device& device) {
+  return allocator_bytes(device, AllocatorBytes::allocated, /*peak=*/true);
 }
 
 // Bytes in use on the current CUDA device by everything, this process's CUDA context and
@@ -184,6 +180,7 @@ inline std::int64_t device_total_bytes(int index) {
 #endif
 }
 
+// Resets every peak allocator_bytes reports (allocated and reserved alike).
 inline void reset_peak_allocated_bytes(const at::Device& device) {
 #ifdef TOPOTRAIN_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());

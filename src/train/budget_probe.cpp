@@ -53,15 +53,11 @@ class PeakMeter {
  public:
   explicit PeakMeter(const torch::Device& device)
       : device_(device),
-        outside_torch_(device.is_cuda() ? std::max<std::int64_t>(0, compat::device_used_bytes() -
-                                                                        compat::reserved_bytes(device, false))
-                                        : 0) {}
-  std::int64_t now() const {
-    return device_.is_cuda() ? compat::reserved_bytes(device_, false) + outside_torch_ : resident_set_bytes();
-  }
+        outside_torch_(device.is_cuda() ? std::max<std::int64_t>(0, compat::device_used_bytes() - reserved(false)) : 0) {}
+  std::int64_t now() const { return device_.is_cuda() ? reserved(false) + outside_torch_ : resident_set_bytes(); }
   void reset() {
     if (device_.is_cuda()) {
-      compat::reset_peak_allocated_bytes(device_);  // resets the reserved peak too
+      compat::reset_peak_allocated_bytes(device_);
       return;
     }
 #ifdef __GLIBC__
@@ -73,11 +69,13 @@ class PeakMeter {
       throw ConfigError("train.token_budget = \"auto\" measures a CPU rank's peak resident set, which needs a "
                         "writable /proc/self/clear_refs (Linux): set train.token_budget to a number of tokens");
   }
-  std::int64_t peak() const {
-    return device_.is_cuda() ? compat::reserved_bytes(device_, true) + outside_torch_ : peak_resident_set_bytes();
-  }
+  std::int64_t peak() const { return device_.is_cuda() ? reserved(true) + outside_torch_ : peak_resident_set_bytes(); }
 
  private:
+  std::int64_t reserved(bool peak) const {
+    return compat::allocator_bytes(device_, compat::AllocatorBytes::reserved, peak);
+  }
+
   torch::Device device_;
   std::int64_t outside_torch_;
 };
