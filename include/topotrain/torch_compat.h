@@ -180,6 +180,22 @@ inline std::int64_t device_total_bytes(int index) {
 #endif
 }
 
+// The PCI bus id of CUDA device `index` ("0000:1b:00.0"), the same in every process that
+// sees the GPU whatever CUDA_VISIBLE_DEVICES renumbers; "" where there is none.
+inline std::string device_bus_id(int index) {
+#ifdef TOPOTRAIN_CUDA
+  char id[32] = {};
+  if (cudaDeviceGetPCIBusId(id, sizeof id, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return {};
+  }
+  return id;
+#else
+  (void)index;
+  return {};
+#endif
+}
+
 // Resets every peak allocator_bytes reports (allocated and reserved alike).
 inline void reset_peak_allocated_bytes(const at::Device& device) {
 #ifdef TOPOTRAIN_CUDA

@@ -18,6 +18,18 @@
 
 namespace topotrain::comm {
 
+std::size_t batches_held_per_sender(int queue_depth, std::size_t senders) {
+  return std::max<std::size_t>(1, static_cast<std::size_t>(std::max(1, queue_depth)) / std::max<std::size_t>(1, senders));
+}
+
+LinkPayloads link_payloads(const LinkConfig& config, std::size_t senders, bool cuda) {
+  LinkPayloads payloads;
+  const bool ipc = cuda && (config.transport == LinkTransport::ipc || config.transport == LinkTransport::automatic);
+  if (ipc) payloads.sender = config.ipc_slots * static_cast<double>(detail::ipc_slot_capacity(1 << 20)) / (1 << 20);
+  payloads.receiver = static_cast<double>(senders * batches_held_per_sender(config.queue_depth, senders));
+  return payloads;
+}
+
 LinkTransport resolve_link_transport(LinkTransport requested, bool cpu, bool one_node) {
   if (requested == LinkTransport::automatic)
     return cpu ? LinkTransport::mpi : one_node ? LinkTransport::ipc : LinkTransport::nccl;
@@ -181,7 +193,7 @@ HiddenStateReceiver::HiddenStateReceiver(MPI_Comm comm, const LinkEnds& ends, co
   if (threading < MPI_THREAD_MULTIPLE)
     throw std::runtime_error("hidden-state link: the receiving thread needs MPI initialised with MPI_THREAD_MULTIPLE");
   payload_ = open_link(comm, ends, config, link_, transport_, make_payload_receiver);
-  per_sender_depth_ = std::max<std::size_t>(1, static_cast<std::size_t>(std::max(1, config.queue_depth)) / ends.senders.size());
+  per_sender_depth_ = batches_held_per_sender(config.queue_depth, ends.senders.size());
   queues_.resize(ends.senders.size() + 1);
   open_.assign(ends.senders.size() + 1, true);
   open_[0] = false;

@@ -52,6 +52,10 @@ class PayloadReceiver {
   virtual std::unique_ptr<IncomingPayload> receive(int sender, const FrameFields& fields, const std::string& extra) = 0;
 };
 
+// What an IPC ring slot allocates for a payload of `bytes`: headroom, since token counts
+// vary from batch to batch and a slot that grows is reallocated.
+constexpr std::size_t ipc_slot_capacity(std::size_t bytes) { return bytes + bytes / 4; }
+
 struct PayloadSetup {
   MPI_Comm link;        // receiver is rank 0, senders 1..N
   Device device;

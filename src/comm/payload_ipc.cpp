@@ -71,7 +71,7 @@ class IpcPayloadSender final : public PayloadSender {
     if (slot.capacity < bytes) {
       // The receiver holds no mapping in use: we own this slot's credit.
       if (slot.memory) cuda_check(cudaFree(slot.memory), "cudaFree (IPC slot)");
-      slot.capacity = bytes + bytes / 4;  // headroom: token counts vary from batch to batch
+      slot.capacity = ipc_slot_capacity(bytes);
       cuda_check(cudaMalloc(&slot.memory, slot.capacity), "cudaMalloc (IPC slot)");
       cuda_check(cudaIpcGetMemHandle(&notice.memory, slot.memory), "cudaIpcGetMemHandle");
       notice.new_memory = 1;

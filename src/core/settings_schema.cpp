@@ -63,13 +63,13 @@ const std::vector<SettingSpec>& setting_specs() {
       // [train]
       {"train.token_budget", T::integer, std::int64_t{2048}, between_or(1, kIntMax, {"auto"}),
        "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary); refused at start when "
-       "one micro-batch cannot fit a rank's memory; auto (moe_train): every launch measures the largest that fits "
-       "train.memory_fraction of train.memory_limit"},
+       "one micro-batch cannot fit a rank's memory; auto: every launch measures the largest that fits "
+       "train.memory_fraction of train.memory_limit (dflash_train: the smallest of the targets' and drafters')"},
       {"train.memory_fraction", T::real, 0.9, between(0.01, 1),
-       "token_budget = \"auto\": the share of train.memory_limit one rank's measured peak may reach", "moe_train"},
+       "token_budget = \"auto\": the share of train.memory_limit one rank's measured peak may reach"},
       {"train.memory_limit", T::integer, std::int64_t{0}, at_least(0),
-       "token_budget = \"auto\": bytes of memory one rank may use (0: its GPU's capacity; on CPU the machine's RAM "
-       "over the ranks on it)", "moe_train"},
+       "token_budget = \"auto\": bytes of memory one rank may use (0: its share of its GPU's capacity, or on CPU of "
+       "the machine's RAM, among the ranks on it)"},
       {"train.grad_accum", T::integer, std::int64_t{1}, between(1, kIntMax),
        "micro-batches per optimizer step; only the last all-reduces"},
       {"train.max_steps", T::integer, std::int64_t{0}, at_least(0),

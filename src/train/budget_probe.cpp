@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -38,22 +40,57 @@ std::string bytes_text(std::int64_t bytes) {
   return cat(fixed_point(b / double(1 << 30), 2), " GiB");
 }
 
-// The device's memory one rank may plan with: the GPU's, or on CPU the machine's RAM
-// shared by the ranks on it.
-std::int64_t device_capacity_bytes(const torch::Device& device, int ranks_on_machine) {
-  if (device.is_cuda()) return compat::device_total_bytes(device.index());
-  return physical_memory_bytes() / std::max(1, ranks_on_machine);
+// The ranks of `group` whose memory is this rank's: those on the same GPU (by its PCI bus
+// id, which CUDA_VISIBLE_DEVICES does not renumber), or on CPU this node's. Collective.
+MPI_Comm memory_sharers(const torch::Device& device, MPI_Comm group) {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(host, &length);
+  std::string key(host, static_cast<std::size_t>(length));
+  key += device.is_cuda() ? "/" + compat::device_bus_id(device.index()) : "/cpu";
+  key.resize(MPI_MAX_PROCESSOR_NAME + 32, '\0');
+  int size = 0, rank = 0;
+  MPI_Comm_size(group, &size);
+  MPI_Comm_rank(group, &rank);
+  std::vector<char> keys(key.size() * static_cast<std::size_t>(size));
+  MPI_Allgather(key.data(), static_cast<int>(key.size()), MPI_CHAR, keys.data(), static_cast<int>(key.size()),
+                MPI_CHAR, group);
+  int color = 0;  // the first rank with this key
+  while (std::memcmp(keys.data() + key.size() * static_cast<std::size_t>(color), key.data(), key.size()) != 0) ++color;
+  MPI_Comm sharers = MPI_COMM_NULL;
+  MPI_Comm_split(group, color, rank, &sharers);
+  return sharers;
+}
+
+// The memory one rank may plan with: train.memory_limit, else its share of its GPU's or,
+// on CPU, of its node's RAM.
+std::int64_t capacity_bytes(const StepConfig& step, const torch::Device& device, int sharers) {
+  if (step.memory_limit > 0) return step.memory_limit;
+  const std::int64_t whole = device.is_cuda() ? compat::device_total_bytes(device.index()) : physical_memory_bytes();
+  return whole / std::max(1, sharers);
+}
+
+// What the device holds outside torch's allocator (the CUDA contexts, libraries' workspaces,
+// other processes): this rank's share of it among the ranks on its GPU; 0 on CPU.
+// Collective over `sharers`, which allocate nothing meanwhile.
+std::int64_t outside_torch_share(const torch::Device& device, MPI_Comm sharers) {
+  if (!device.is_cuda()) return 0;
+  MPI_Barrier(sharers);
+  std::int64_t reserved = compat::allocator_bytes(device, compat::AllocatorBytes::reserved, false);
+  comm::all_reduce_in_place(&reserved, 1, MPI_INT64_T, MPI_SUM, sharers, "the memory outside torch");
+  const std::int64_t used = compat::device_used_bytes();
+  MPI_Barrier(sharers);
+  int count = 1;
+  MPI_Comm_size(sharers, &count);
+  return std::max<std::int64_t>(0, used - reserved) / count;
 }
 
 // Memory of this rank against its capacity. On CUDA: what torch's allocator reserves
-// (fragmentation included), plus what the device holds outside it, counted once when the
-// meter is made (the CUDA context, libraries' workspaces, other processes sharing the GPU).
+// (fragmentation included), plus this rank's share of what the device holds outside it.
 // On CPU: the process's resident set.
 class PeakMeter {
  public:
-  explicit PeakMeter(const torch::Device& device)
-      : device_(device),
-        outside_torch_(device.is_cuda() ? std::max<std::int64_t>(0, compat::device_used_bytes() - reserved(false)) : 0) {}
+  PeakMeter(const torch::Device& device, std::int64_t outside_torch) : device_(device), outside_torch_(outside_torch) {}
   std::int64_t now() const { return device_.is_cuda() ? reserved(false) + outside_torch_ : resident_set_bytes(); }
   void reset() {
     if (device_.is_cuda()) {
@@ -100,13 +137,12 @@ class RestoresCpuGenerator {
   torch::Tensor state_;
 };
 
-// The packer's worst micro-batch at `budget`: sequences as long as the longest sample
-// allows (a longer one is split or truncated to the budget), filling the budget; attention
-// grows with the square of a sequence's length where it is not a flash kernel.
-PackedBatch worst_case_batch(std::int64_t budget, std::int64_t longest_sample, std::int64_t vocab_size,
-                             std::mt19937_64& ids) {
+// The packer's worst micro-batch of documents `length` long at `budget`: as many as fill
+// it (attention grows with the square of a document's length where it is not a flash
+// kernel, a stage's other costs with the number of documents).
+PackedBatch worst_case_batch(std::int64_t budget, std::int64_t length, std::int64_t vocab_size, std::mt19937_64& ids) {
   std::uniform_int_distribution<std::int64_t> id(0, vocab_size - 1);
-  const std::int64_t length = std::max<std::int64_t>(1, std::min(budget, longest_sample));
+  length = std::max<std::int64_t>(1, std::min(budget, length));
   std::vector<std::vector<std::int64_t>> sequences;
   for (std::int64_t left = budget; left > 0; left -= length) {
     std::vector<std::int64_t> tokens(static_cast<std::size_t>(std::min(left, length)));
@@ -116,28 +152,30 @@ PackedBatch worst_case_batch(std::int64_t budget, std::int64_t longest_sample, s
   return PackedBatch::from_documents(sequences);
 }
 
-void drop_gradients(model::Qwen3CausalLMImpl& net) {
-  for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
-}
-
-// This rank's peak over forward and backward at `budget`; nullopt after an out-of-memory.
-std::optional<std::int64_t> measure(model::Qwen3CausalLMImpl& net, std::int64_t budget, std::int64_t longest_sample,
-                                    const torch::Device& device, PeakMeter& meter, std::mt19937_64& ids) {
-  const PackedBatch batch = worst_case_batch(budget, longest_sample, net.config().vocab_size, ids).to(device);
-  std::optional<std::int64_t> peak;
-  meter.reset();
-  try {
-    model::BackboneOutput out = net.forward_backbone(batch);
-    model::LmLoss lm = model::lm_loss(net, out.hidden, batch);
-    (lm.loss_sum + out.aux_loss * net.config().router_aux_loss_coef).backward();
-    compat::synchronize(device);
-    peak = meter.peak();
-  } catch (const std::exception& e) {
-    if (!is_out_of_memory(e)) throw;
+// This rank's peak over the stage's worst micro-batches at `budget`; nullopt after an
+// out-of-memory.
+std::optional<std::int64_t> measure(const BudgetStage& stage, std::int64_t budget, const torch::Device& device,
+                                    PeakMeter& meter, std::mt19937_64& draws) {
+  std::optional<std::int64_t> largest;
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t length : stage.document_lengths) lengths.push_back(std::max<std::int64_t>(1, std::min(budget, length)));
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  for (std::int64_t length : lengths) {
+    std::optional<std::int64_t> peak;
+    meter.reset();
+    try {
+      stage.run(worst_case_batch(budget, length, stage.vocab_size, draws).to(device), draws);
+      compat::synchronize(device);
+      peak = meter.peak();
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+    }
+    compat::release_cached_memory(device);
+    if (!peak) return std::nullopt;
+    largest = std::max(largest.value_or(0), *peak);
   }
-  drop_gradients(net);
-  compat::release_cached_memory(device);
-  return peak;
+  return largest;
 }
 
 }  // namespace
@@ -185,74 +223,132 @@ std::optional<std::int64_t> MeasuredBudget::after_out_of_memory(std::int64_t tok
 }
 
 std::string MeasuredBudget::describe() const {
-  return cat("train.token_budget = \"auto\": ", budget, " tokens per micro-batch; measured peak ",
-             bytes_text(peak_bytes), " (", bytes_text(fixed_bytes), " before the micro-batch + ",
+  // moe_train has one stage; dflash_train's stream has the budget of its smallest.
+  const bool one_stage = stage == "trainer";
+  return cat("train.token_budget = \"auto\": ", budget, " tokens per micro-batch; ",
+             one_stage ? std::string() : cat(stage, "s: "), "measured peak ", bytes_text(peak_bytes), " (", bytes_text(fixed_bytes), " before the micro-batch + ",
              fixed_point(bytes_per_token() / 1024.0, 1), " KiB per token) of ", bytes_text(planned_bytes),
              " planned, capacity ", bytes_text(capacity_bytes), ", headroom ", bytes_text(capacity_bytes - peak_bytes),
-             "; ", probes, " probes in ", fixed_point(seconds, 2), " s");
+             "; ", probes, " probes in ", fixed_point(seconds, 2), " s",
+             one_stage ? std::string()
+                       : stage_budget > budget ? cat("; the ", stage, "s alone fit ", stage_budget, " tokens")
+                                               : cat("; the ", stage, "s set the budget"));
 }
 
-MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfig& step, std::int64_t max_budget,
-                                  std::int64_t longest_sample, const torch::Device& device, int ranks_on_machine,
-                                  MPI_Comm group) {
+BudgetBounds budget_bounds(const data::TokenDataset& dataset) {
+  BudgetBounds bounds;
+  const auto whole = static_cast<std::int64_t>(dataset.num_tokens());
+  bounds.max_budget = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
+                                (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule));
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i)
+    bounds.longest_sample = std::max(bounds.longest_sample, static_cast<std::int64_t>(dataset.sample_length(i)));
+  return bounds;
+}
+
+BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds) {
+  BudgetStage stage;
+  stage.name = "trainer";
+  stage.vocab_size = net.config().vocab_size;
+  stage.document_lengths = {bounds.longest_sample};
+  stage.run = [&net](const PackedBatch& batch, std::mt19937_64&) {
+    model::BackboneOutput out = net.forward_backbone(batch);
+    model::LmLoss lm = model::lm_loss(net, out.hidden, batch);
+    (lm.loss_sum + out.aux_loss * net.config().router_aux_loss_coef).backward();
+    for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
+  };
+  // AdamW keeps exp_avg and exp_avg_sq like each master parameter.
+  for (const auto& p : net.parameters()) stage.later_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
+  return stage;
+}
+
+MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& step, const BudgetBounds& bounds,
+                                  const torch::Device& device, MPI_Comm stage_group, MPI_Comm job_group) {
   const auto started = std::chrono::steady_clock::now();
+  struct Sharers {
+    MPI_Comm comm;
+    int size = 1, rank = 0;
+    ~Sharers() { MPI_Comm_free(&comm); }
+  } sharers{memory_sharers(device, job_group)};
+  MPI_Comm_size(sharers.comm, &sharers.size);
+  MPI_Comm_rank(sharers.comm, &sharers.rank);
   MeasuredBudget measured;
-  measured.capacity_bytes = step.memory_limit > 0 ? step.memory_limit : device_capacity_bytes(device, ranks_on_machine);
+  measured.stage = stage.name;
+  measured.capacity_bytes = capacity_bytes(step, device, sharers.size);
   measured.planned_bytes = static_cast<std::int64_t>(step.memory_fraction * static_cast<double>(measured.capacity_bytes));
-  // AdamW keeps exp_avg and exp_avg_sq like each master parameter, allocated by the session.
-  std::int64_t optimizer_bytes = 0;
-  for (const auto& p : net.parameters()) optimizer_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
+  const auto later = [&](std::int64_t budget) {
+    return stage.later_bytes + static_cast<std::int64_t>(stage.later_bytes_per_token * static_cast<double>(budget));
+  };
 
   const RestoresCpuGenerator restores_generator;
-  std::mt19937_64 ids(step.seed);
-  PeakMeter meter(device);
+  std::mt19937_64 draws(step.seed);
+  PeakMeter meter(device, outside_torch_share(device, sharers.comm));
   meter.reset();
-  measured.fixed_bytes = meter.now() + optimizer_bytes;
+  measured.fixed_bytes = meter.now() + stage.later_bytes;
   std::map<std::int64_t, std::int64_t> peaks;  // budget -> peak, of the fits
   // A CPU rank cannot survive a candidate that overruns the machine's RAM: one whose peak,
-  // grown from the largest fit so far as attention's scores grow (the number of sequences
-  // times the square of their length), would pass the capacity is a miss without running.
+  // grown from the largest fit so far as attention's scores grow (the number of documents
+  // times the square of their length, at the longest worst-case length), would pass the
+  // capacity is a miss without running.
+  const std::int64_t longest = stage.document_lengths.empty()
+                                   ? 1
+                                   : *std::max_element(stage.document_lengths.begin(), stage.document_lengths.end());
   auto beyond_capacity = [&](std::int64_t budget) {
     if (device.is_cuda() || peaks.empty()) return false;
     const auto& [fit, peak] = *peaks.rbegin();
-    const auto sequence = [&](std::int64_t b) {
-      return static_cast<double>(std::max<std::int64_t>(1, std::min(b, longest_sample)));
-    };
+    const auto sequence = [&](std::int64_t b) { return static_cast<double>(std::max<std::int64_t>(1, std::min(b, longest))); };
     const double growth = static_cast<double>(budget) / static_cast<double>(fit) * sequence(budget) / sequence(fit);
     return static_cast<double>(measured.fixed_bytes) + static_cast<double>(peak - measured.fixed_bytes) * growth >
            static_cast<double>(measured.capacity_bytes);
   };
   auto peak_at = [&](std::int64_t budget) -> std::optional<std::int64_t> {
-    const std::optional<std::int64_t> peak = measure(net, budget, longest_sample, device, meter, ids);
-    if (peak) return *peak + optimizer_bytes;
+    const std::optional<std::int64_t> peak = measure(stage, budget, device, meter, draws);
+    if (peak) return *peak + later(budget);
     return std::nullopt;
   };
-  const BudgetSearch search = search_token_budget(
-      [&](std::int64_t budget) {
-        if (beyond_capacity(budget)) return false;
-        const std::optional<std::int64_t> peak = peak_at(budget);
-        if (!peak || *peak > measured.planned_bytes) return false;
-        peaks[budget] = *peak;
-        return true;
-      },
-      std::max<std::int64_t>(1, max_budget));
+  const auto search_mine = [&] {
+    return search_token_budget(
+        [&](std::int64_t budget) {
+          if (beyond_capacity(budget)) return false;
+          const std::optional<std::int64_t> peak = peak_at(budget);
+          if (!peak || *peak > measured.planned_bytes) return false;
+          peaks[budget] = *peak;
+          return true;
+        },
+        bounds.max_budget);
+  };
+  // Ranks on one GPU search in turn: a candidate that misses may take the whole GPU until
+  // its out-of-memory error, which must not fail another rank's candidate.
+  BudgetSearch search;
+  if (!device.is_cuda()) search = search_mine();
+  else
+    for (int turn = 0; turn < sharers.size; ++turn) {
+      if (turn == sharers.rank) search = search_mine();
+      MPI_Barrier(sharers.comm);
+    }
   measured.probes = search.probes;
 
-  // One all-reduce: the smallest budget and plan, the largest fixed bytes (negated).
+  // The stage's ranks: the smallest budget and plan, the largest fixed bytes (negated).
   std::int64_t agree[3] = {search.budget, measured.planned_bytes, -measured.fixed_bytes};
-  comm::all_reduce_in_place(agree, 3, MPI_INT64_T, MPI_MIN, group, "the automatic token budget");
-  const std::int64_t agreed = agree[0];
-  if (agreed == 0)
-    throw JobExit(2, cat("train.token_budget = \"auto\": not even a micro-batch of ",
-                         std::min(kBudgetGranule, max_budget), " tokens fits train.memory_fraction = ",
-                         step.memory_fraction, " of ", bytes_text(measured.capacity_bytes),
-                         step.memory_limit > 0 ? " (train.memory_limit)" : "", " on one of the ranks (the fullest "
-                         "holds ", bytes_text(-agree[2]), " before any micro-batch): raise train.memory_limit or "
-                         "train.memory_fraction, or train a smaller model"));
-  measured.budget = agreed;
+  comm::all_reduce_in_place(agree, 3, MPI_INT64_T, MPI_MIN, stage_group, "the automatic token budget");
+  measured.stage_budget = agree[0];
   measured.planned_bytes = agree[1];
   measured.fixed_bytes = -agree[2];
-  // A rank that fits more than the group agreed on measures the agreed budget once more.
+  // Then the job's: a stage that fits nothing is the whole job's failure.
+  std::int64_t agreed = agree[0];
+  if (job_group != stage_group)
+    comm::all_reduce_in_place(&agreed, 1, MPI_INT64_T, MPI_MIN, job_group, "the automatic token budget of the stream");
+  if (agreed == 0)
+    throw JobExit(2, cat("train.token_budget = \"auto\": not even a micro-batch of ",
+                         std::min(kBudgetGranule, bounds.max_budget), " tokens fits train.memory_fraction = ",
+                         step.memory_fraction, " of ", bytes_text(measured.capacity_bytes),
+                         step.memory_limit > 0 ? " (train.memory_limit)" : "", " on one of the ranks",
+                         measured.stage_budget == 0 ? cat(" (the fullest ", stage.name, " holds ",
+                                                          bytes_text(measured.fixed_bytes), " before any micro-batch)")
+                                                    : std::string(),
+                         ": raise train.memory_limit or train.memory_fraction, or train a smaller model"));
+  measured.budget = agreed;
+  // A rank that fits more than the job agreed on measures the agreed budget once more.
   if (!peaks.count(agreed)) ++measured.probes;
   const auto peak = peaks.count(agreed) ? std::optional<std::int64_t>(peaks[agreed]) : peak_at(agreed);
   measured.peak_bytes = peak.value_or(measured.fixed_bytes);

@@ -125,6 +125,8 @@ class Drafting {
   // stream restarts with (half the current one).
   std::optional<std::int64_t> train_streams();
   void open_link();
+  // train.token_budget = "auto": this drafter's forward and backward of the worst cases.
+  BudgetStage budget_stage(const BudgetBounds& bounds);
   // The step's batches: as they arrive, or from the targets in a rotation that depends only
   // on the step (so that a resumed run takes the same batches); a target whose stream has
   // ended leaves its turns to the next ones. Fewer arrive only once all of this drafter's
@@ -166,7 +168,9 @@ class Drafting {
   std::vector<std::uint64_t> my_streams_;
   std::unique_ptr<TrainingSession> session_;
   std::unique_ptr<comm::HiddenStateReceiver> receiver_;
-  std::int64_t token_budget_;  // what the targets pack with: train.token_budget, halved by each shrink
+  // What the targets pack with: train.token_budget or the automatic one, lowered by each shrink.
+  std::int64_t token_budget_;
+  std::optional<MeasuredBudget> measured_;  // train.token_budget = "auto"
   BatchFates fates_;
   // Held-out evaluation (data.eval_path or data.eval_fraction): the drafters then read the
   // datasets too, for the training split's length and the held-out set's size.
@@ -196,19 +200,27 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
 
   // Drafters read no data but with held-out documents (the training split's length and
   // its end, the held-out set's size): else the dataset's header says how long the run is.
+  // An automatic budget reads them too: the longest sample shapes the probe's batches.
   held_out_ = config_.data.has_eval();
   std::int64_t train_tokens = 0;
   TrainingData data;  // held until the resumed state is checked against it
-  if (held_out_) {
+  if (held_out_ || config_.step.auto_budget) {
     data = load_training_data(config_);
     train_tokens = static_cast<std::int64_t>(data.train->num_tokens());
     train_samples_ = data.train->num_samples();
+  } else {
+    train_tokens = static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens);
+  }
+  if (config_.step.auto_budget) {
+    const BudgetBounds bounds = budget_bounds(*data.train);
+    measured_ = measure_stream_budget(context, budget_stage(bounds), bounds, device_);
+    token_budget_ = measured_->budget;
+  }
+  if (held_out_) {
     held_out_documents_ = data.held_out->num_samples();
     // The targets' check of the set, made here too, so that every rank refuses it before
     // one waits on another.
     pack_held_out(data.held_out, config_, token_budget_, 0, static_cast<int>(target_count(topology_)), false);
-  } else {
-    train_tokens = static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens);
   }
   SessionSpec spec;
   spec.parameters = named_parameters_of(*drafter_);
@@ -234,6 +246,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
     throw ConfigError(cat(session_->resumed_from(), " holds the data positions of ", streams, " target streams; ",
                           topology_.source, " has ", target_count(topology_),
                           " targets: resume with the number of targets the checkpoint was trained with"));
+  if (measured_) session_->state().measured_budget = {measured_->budget, measured_->bytes_per_token()};
   send_stream_starts(topology_, me_, session_->state().streams, token_budget_);
   if (session_->lead())
     log_info_here(cat("drafter: ", model::count_drafter_parameters(dflash_), " trainable parameters, ",
@@ -245,6 +258,39 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                       session_->length().describe()));
   session_->start(pipeline_timing_config(config_, device_));
   open_link();
+}
+
+BudgetStage Drafting::budget_stage(const BudgetBounds& bounds) {
+  BudgetStage stage;
+  stage.name = "drafter";
+  stage.vocab_size = dflash_.target.vocab_size;
+  // The longest contexts, and the most anchors per token: a document of L tokens has
+  // min(train.anchors, L - 1) of them.
+  stage.document_lengths = {bounds.longest_sample, std::min(bounds.longest_sample, dflash_.max_anchors + 1)};
+  stage.run = [this](const PackedBatch& batch, std::mt19937_64& draws) {
+    // The hidden states' values do not matter: their memory does.
+    const torch::TensorOptions like = torch::TensorOptions().dtype(compute_dtype(config_.dtype, device_)).device(device_);
+    model::DFlashBatch in;
+    in.packed = batch;
+    in.taps = torch::full({batch.num_tokens(),
+                           static_cast<std::int64_t>(dflash_.resolved_taps().size()) * dflash_.target.hidden_size},
+                          0.5, like);
+    if (dflash_.loss == model::DFlashLoss::kl) in.final_hidden = torch::full({batch.num_tokens(), dflash_.target.hidden_size}, 0.5, like);
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(draws());
+    const model::DFlashBlocks blocks =
+        model::sample_anchors(batch.cu_seqlens, batch.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);
+    drafter_->forward(in, blocks).loss_sum.backward();
+    for (auto& p : drafter_->parameters()) p.mutable_grad() = torch::Tensor();
+  };
+  // Beside the batch it trains on: the link's queue, the step's other batches, and during a
+  // held-out pass the paused batches while the pass's own link fills its queue.
+  const comm::LinkPayloads link = comm::link_payloads(link_config(topology_, context_.runtime.device()),
+                                                      topology_.targets_of(me_).size(), device_.is_cuda());
+  const double payloads = link.receiver * (held_out_ ? 2 : 1) + static_cast<double>(config_.step.grad_accum - 1);
+  stage.later_bytes_per_token = payloads * payload_bytes_per_token(dflash_, config_, device_);
+  // AdamW keeps exp_avg and exp_avg_sq like each parameter, allocated by the session.
+  for (const auto& p : drafter_->parameters()) stage.later_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
+  return stage;
 }
 
 void Drafting::open_link() {
@@ -351,9 +397,10 @@ std::optional<std::int64_t> Drafting::train_streams() {
       session.discard_step();
       fates_.discard(inputs);
       // A target that ran out of memory closed early (the only reason one does).
-      if (early_close) restart = shrunk_budget(config_.step, token_budget_);
+      // The failing target's peak is not known here: an automatic budget shrinks 0.9x.
+      if (early_close) restart = shrunk_budget(config_.step, token_budget_, measured_ ? &*measured_ : nullptr, 0);
       if (restart && !early_close_reason().empty())
-        log_warn(cat(early_close_reason(), "; train.oom = \"shrink\": restarting every stream with "
+        log_warn(cat(early_close_reason(), "; ", shrink_cause(config_.step), ": restarting every stream with "
                      "token_budget ", *restart));
       break;
     }
@@ -375,7 +422,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
     const comm::StepAgreement all = session.agree(sums.agreed());
     if (all.out_of_memory()) {
       fates_.discard(inputs);
-      restart = session.after_out_of_memory(all, token_budget_);
+      restart = session.after_out_of_memory(all, token_budget_, measured_ ? &*measured_ : nullptr);
       break;
     }
     // The summed gradient of every drafter's loss sum over the weight of all their valid

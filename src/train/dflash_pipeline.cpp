@@ -1,5 +1,6 @@
 #include "topotrain/train/dflash_pipeline.h"
 
+#include "topotrain/core/log.h"
 #include "topotrain/train/run_setup.h"
 
 namespace topotrain {
@@ -23,6 +24,21 @@ StepMetrics row_of(double tokens) {
   metrics.tokens = tokens;
   metrics.extra = {StepMetrics::kUnset, StepMetrics::kUnset};
   return metrics;
+}
+
+double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device) {
+  const auto columns = static_cast<double>(config.resolved_taps().size() + (config.loss == model::DFlashLoss::kl ? 1 : 0)) *
+                       static_cast<double>(config.target.hidden_size);
+  return columns * static_cast<double>(c10::elementSize(compute_dtype(run.dtype, device)));
+}
+
+MeasuredBudget measure_stream_budget(const JobContext& context, const BudgetStage& stage, const BudgetBounds& bounds,
+                                     const torch::Device& device) {
+  const Runtime& runtime = context.runtime;
+  MeasuredBudget measured = probe_token_budget(stage, context.config.step, bounds, device,
+                                               runtime.role_comm(), MPI_COMM_WORLD);
+  if (runtime.role_rank() == 0) log_info_here(measured.describe());
+  return measured;
 }
 
 }  // namespace topotrain

@@ -33,7 +33,11 @@ class Target {
   // This target's share of the held-out documents, packed at `start`'s budget, then close.
   void send_held_out(const StreamStart& start);
   void pack_held_out_share(std::int64_t token_budget);
-  // The concatenated taps (+ final hidden) of `batch` into `packed.hidden`; false after an
+  // train.token_budget = "auto": this target's forward of the longest documents.
+  BudgetStage budget_stage(const model::DFlashConfig& config, const BudgetBounds& bounds);
+  // The concatenated taps (+ final hidden) of `batch`.
+  torch::Tensor captured_hidden(const PackedBatch& batch);
+  // captured_hidden of `packed.packed` into `packed.hidden`; false after an
   // out-of-memory in its forward (batch `number` of the stream), with `reason` set for the
   // close and, unless the budget can shrink, the job's exit 3.
   bool hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number, std::int64_t token_budget,
@@ -82,14 +86,35 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   TrainingData data = load_training_data(run_);
   dataset_ = std::move(data.train);
   held_out_ = std::move(data.held_out);
+  std::int64_t token_budget = run_.step.token_budget;
+  if (run_.step.auto_budget) {
+    const BudgetBounds bounds = budget_bounds(*dataset_);
+    token_budget = measure_stream_budget(context, budget_stage(config, bounds), bounds, device_).budget;
+  }
   // Packed now, so that a set with nothing to evaluate is refused before training; the
   // drafters, which refuse it alike, have not waited on a target yet.
-  if (held_out_) pack_held_out_share(run_.step.token_budget);
+  if (held_out_) pack_held_out_share(token_budget);
   start_ = receive_stream_start(topology_, rank_);
   TimingLogConfig timing = pipeline_timing_config(run_, device_);
-  timing.flops_per_token = model::forward_flops_per_token(
-      config.target, attention_context(run_.data, *dataset_, run_.step.token_budget));
+  timing.flops_per_token =
+      model::forward_flops_per_token(config.target, attention_context(run_.data, *dataset_, token_budget));
   timings_ = std::make_unique<TimingLog>(run_.run_dir, context.runtime.world(), context.runtime.role(), timing);
+}
+
+BudgetStage Target::budget_stage(const model::DFlashConfig& config, const BudgetBounds& bounds) {
+  BudgetStage stage;
+  stage.name = "target";
+  stage.vocab_size = config.target.vocab_size;
+  stage.document_lengths = {bounds.longest_sample};
+  stage.run = [this](const PackedBatch& batch, std::mt19937_64&) {
+    torch::NoGradGuard frozen;
+    captured_hidden(batch);
+  };
+  // While it waits to send the batch it computed, the link holds the ones sent before.
+  stage.later_bytes_per_token = comm::link_payloads(link_config(topology_, context_.runtime.device()), 1,
+                                                    device_.is_cuda()).sender *
+                                payload_bytes_per_token(config, run_, device_);
+  return stage;
 }
 
 void Target::send_stream(const StreamStart& start) {
@@ -140,9 +165,7 @@ bool Target::hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number,
                            std::string& reason) {
   try {
     fault_inject_out_of_memory(rank_, number);
-    model::BackboneOutput out = target_->forward_backbone(packed.packed, taps_);
-    if (send_final_hidden_) out.taps.push_back(out.hidden);
-    packed.hidden = torch::cat(out.taps, -1).contiguous();
+    packed.hidden = captured_hidden(packed.packed);
     return true;
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
@@ -154,6 +177,12 @@ bool Target::hidden_states(comm::PackedHiddenBatch& packed, std::int64_t number,
                                            compat::peak_allocated_bytes(device_), run_.run_dir)};
     return false;
   }
+}
+
+torch::Tensor Target::captured_hidden(const PackedBatch& batch) {
+  model::BackboneOutput out = target_->forward_backbone(batch, taps_);
+  if (send_final_hidden_) out.taps.push_back(out.hidden);
+  return torch::cat(out.taps, -1).contiguous();
 }
 
 void Target::pack_held_out_share(std::int64_t token_budget) {

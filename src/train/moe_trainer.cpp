@@ -103,16 +103,10 @@ double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, 
 std::optional<MeasuredBudget> measure_token_budget(const JobContext& context, model::Qwen3CausalLMImpl& net,
                                                    const data::TokenDataset& dataset, const torch::Device& device) {
   if (!context.config.step.auto_budget) return std::nullopt;
-  // More than the whole dataset never fills a micro-batch.
-  const auto whole = static_cast<std::int64_t>(dataset.num_tokens());
-  const std::int64_t max_budget =
-      std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
-                             (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule);
-  std::uint64_t longest = 0;
-  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) longest = std::max(longest, dataset.sample_length(i));
+  const BudgetBounds bounds = budget_bounds(dataset);
   const Runtime& runtime = context.runtime;
-  MeasuredBudget measured = probe_token_budget(net, context.config.step, max_budget, static_cast<std::int64_t>(longest),
-                                               device, runtime.local_size(), runtime.role_comm());
+  MeasuredBudget measured = probe_token_budget(language_model_stage(net, bounds), context.config.step, bounds, device,
+                                               runtime.role_comm(), runtime.role_comm());
   if (runtime.rank() == 0) log_info(measured.describe());
   return measured;
 }

@@ -19,6 +19,10 @@ std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t t
   return token_budget / 2;
 }
 
+std::string shrink_cause(const StepConfig& step) {
+  return step.auto_budget ? "train.token_budget = \"auto\"" : "train.oom = \"shrink\"";
+}
+
 void fault_inject_out_of_memory(int rank, std::int64_t step) {
   if (fault_injected("TOPOTRAIN_FAULT_OOM", rank, step))
     throw c10::OutOfMemoryError({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},

@@ -87,15 +87,11 @@ DataConfig held_out_config_from(const Settings& settings, DataConfig data) {
   return data;
 }
 
-// train.token_budget: a number, or "auto" (moe_train) with the memory the probe plans for;
-// train.memory_fraction and train.memory_limit (moe_train's) act only with "auto".
-void token_budget_from(const Settings& settings, const std::string& job, StepConfig& step) {
+// train.token_budget: a number, or "auto" with the memory the probe plans for;
+// train.memory_fraction and train.memory_limit act only with "auto".
+void token_budget_from(const Settings& settings, StepConfig& step) {
   step.auto_budget = settings.word("train.token_budget") == "auto";  // the schema's only word
-  if (step.auto_budget && job != "moe_train")
-    throw ConfigError(cat("train.token_budget = \"auto\" (", settings.origin("train.token_budget"), "): only "
-                          "moe_train measures its budget; set train.token_budget to a number of tokens for ", job));
   if (!step.auto_budget) step.token_budget = settings.integer("train.token_budget");
-  if (job != "moe_train") return;
   step.memory_fraction = settings.real("train.memory_fraction");
   step.memory_limit = settings.integer("train.memory_limit");
   for (const char* key : {"train.memory_fraction", "train.memory_limit"})
@@ -157,7 +153,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.reducer.bucket_mb = s.real("train.bucket_mb");
 
   StepConfig& step = config.step;
-  token_budget_from(s, job, step);
+  token_budget_from(s, step);
   step.grad_accum = static_cast<int>(s.integer("train.grad_accum"));
   step.clip = s.real("train.clip");
   step.skip_nonfinite = s.boolean("train.skip_nonfinite");

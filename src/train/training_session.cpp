@@ -193,7 +193,7 @@ std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::Ste
   }
   if (lead_)
     log_warn(cat("out of memory on rank ", all.oom_rank, " at step ", step(),
-                 "; train.oom = \"shrink\": retrying the step with token_budget ", *halved,
+                 "; ", shrink_cause(config_.step), ": retrying the step with token_budget ", *halved,
                  measured ? " (what the failing step's peak leaves room for, by the probe's measure)" : ""));
   return halved;
 }

@@ -71,8 +71,6 @@ expect_config_error auto_word "setting 'train.token_budget' takes an integer or 
   -np 4 "${moe[@]}" --set train.token_budget=atuo --dry-run
 expect_config_error fraction_without_auto "train.memory_fraction \(--set\) only acts with train.token_budget = \"auto\"" \
   -np 4 "${moe[@]}" --set train.memory_fraction=0.5 --dry-run
-expect_config_error dflash_auto "train.token_budget = \"auto\" \(--set\): only moe_train measures its budget" \
-  -np 4 "${dflash[@]}" --set train.token_budget=auto --dry-run
 budget="train.token_budget = 2147483647 \(--set\) cannot fit a"
 expect_config_error huge_token_budget "$budget trainer rank: .* GiB of this machine's RAM: use a train.token_budget below [0-9]+" \
   -np 4 "${moe[@]}" --set train.token_budget=2147483647

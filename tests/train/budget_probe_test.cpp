@@ -12,6 +12,8 @@
 #include <set>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/process_memory.h"
+#include "topotrain/model/qwen3.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/out_of_memory.h"
@@ -107,8 +109,10 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   step.auto_budget = true;
   step.memory_fraction = 0.9;
   step.memory_limit = std::int64_t{64} << 30;  // far above what 2048 tokens take
+  const BudgetBounds bounds{2048, 2048};
   const MeasuredBudget measured =
-      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+      probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+                         MPI_COMM_WORLD);
   EXPECT_EQ(measured.budget, 2048);
   EXPECT_GT(measured.peak_bytes, measured.fixed_bytes);
   EXPECT_LE(measured.peak_bytes, measured.planned_bytes);
@@ -127,14 +131,17 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   step.memory_limit = static_cast<std::int64_t>(
       (static_cast<double>(measured.fixed_bytes) + measured.bytes_per_token() * 1024) / 0.9);
   const MeasuredBudget smaller =
-      probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+      probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+                         MPI_COMM_WORLD);
   EXPECT_GE(smaller.budget, kBudgetGranule);
   EXPECT_LT(smaller.budget, 2048);
-  EXPECT_LE(smaller.peak_bytes, smaller.planned_bytes);
+  // Within this rank's own plan (the agreed plan is the smallest rank's).
+  EXPECT_LE(smaller.peak_bytes, static_cast<std::int64_t>(0.9 * static_cast<double>(step.memory_limit)));
 
   step.memory_limit = 1 << 20;  // 1 MiB: less than the process holds already
   try {
-    probe_token_budget(*net, step, 2048, 2048, torch::Device(torch::kCPU), 1, MPI_COMM_WORLD);
+    probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+                         MPI_COMM_WORLD);
     ADD_FAILURE() << "a limit below the smallest candidate was accepted";
   } catch (const JobExit& e) {
     EXPECT_EQ(e.code(), 2);
@@ -143,4 +150,52 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("raise train.memory_limit"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+// A stage whose micro-batch costs next to nothing, so that what it holds later decides.
+BudgetStage queue_bound_stage(double later_bytes_per_token) {
+  BudgetStage stage;
+  stage.name = "drafter";
+  stage.vocab_size = 100;
+  stage.document_lengths = {64};
+  stage.run = [](const PackedBatch& batch, std::mt19937_64&) { (void)batch.tokens.sum().item<std::int64_t>(); };
+  stage.later_bytes_per_token = later_bytes_per_token;
+  return stage;
+}
+
+}  // namespace
+
+// What a stage holds later per token (a link's queued hidden states) bounds the budget: at
+// 1 MiB a token and a plan of what the process holds now plus 1000 MiB, 896 tokens (the
+// largest multiple of 128 within it; the process's own few MiB of noise cannot reach the
+// next multiple). With two ranks, each its own stage with its own plan, the job agrees on
+// the smaller stage's budget and each keeps its own stage's.
+TEST(ProbeTokenBudget, WhatAStageHoldsLaterPerTokenBoundsItAndTheJobTakesTheSmallestStage) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm stage_group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &stage_group);
+  const double mib = 1 << 20;
+  const std::int64_t room_tokens = rank == 0 ? 1000 : 2000;
+  StepConfig step;
+  step.auto_budget = true;
+  step.memory_fraction = 0.9;
+  step.memory_limit =
+      static_cast<std::int64_t>((static_cast<double>(resident_set_bytes()) + static_cast<double>(room_tokens) * mib) / 0.9);
+  const MeasuredBudget measured = probe_token_budget(queue_bound_stage(mib), step, {1 << 20, 64},
+                                                     torch::Device(torch::kCPU), stage_group, MPI_COMM_WORLD);
+  EXPECT_EQ(measured.stage_budget, rank == 0 ? 896 : 1920);
+  EXPECT_EQ(measured.budget, 896);
+  EXPECT_LE(measured.peak_bytes, measured.planned_bytes);
+  EXPECT_NEAR(measured.bytes_per_token(), mib, 0.02 * mib);
+  const std::string line = measured.describe();
+  EXPECT_NE(line.find("train.token_budget = \"auto\": 896 tokens per micro-batch; drafters: measured peak"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find(rank == 0 ? "the drafters set the budget" : "the drafters alone fit 1920 tokens"),
+            std::string::npos)
+      << line;
+  MPI_Comm_free(&stage_group);
 }

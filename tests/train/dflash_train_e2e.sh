@@ -44,6 +44,12 @@
 #                                        the data on 2 targets -> 2 drafters evaluates every 3 steps and after
 #                                        its last, and every batch sent is trained once (what an evaluation
 #                                        paused is not sent again); a resume holding out another share is refused
+#   dflash_train_e2e.sh BIN_DIR auto     train.token_budget = "auto": a limit no stage fits is refused on every
+#                                        rank; under one that fits, targets and drafter each log their measure
+#                                        and the stream packs with the smaller stage's budget, training bit for
+#                                        bit as that budget set; a resume measures again; an out-of-memory on
+#                                        the drafter, then on a target, shrinks by the measure (0.9x on CPU
+#                                        ranks, which know no failing peak) and trains every token once
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -355,6 +361,55 @@ PY
   fi
   grep -q "was trained on [0-9]* documents, but this launch trains on [0-9]*" "$work/frac-other.log" ||
     { cat "$work/frac-other.log"; exit 1; }
+  ;;
+auto)
+  auto=(--set train.token_budget=auto --set train.max_steps=6 --set checkpoint.every_steps=3)
+  export FAN_IN=round_robin  # training independent of timing: runs compare bit for bit
+  if train 2 tiny "${auto[@]}" --set train.memory_limit=1048576; then
+    cat "$work/tiny.log"; echo "expected a 1 MiB train.memory_limit to be refused"; exit 1
+  fi
+  grep -q 'train.token_budget = "auto": not even a micro-batch of 128 tokens fits train.memory_fraction = 0.9 of 1.0 MiB (train.memory_limit) on one of the ranks (the fullest [a-z]* holds' \
+    "$work/tiny.log" || { cat "$work/tiny.log"; exit 1; }
+  # What a rank holds before any micro-batch, plus room for the activations of some hundred
+  # tokens: the limit every stage's choice must obey.
+  held=$(grep -Eo 'the fullest [a-z]+ holds [0-9.]+ [MG]iB' "$work/tiny.log" | head -1 | awk '{ print $5 * ($6 == "GiB" ? 1024 : 1) }')
+  limit=$(awk -v held="$held" 'BEGIN { printf "%d", (held + 48) * 1048576 / 0.9 }')
+  measured() {  # measured RUN ROLE: the budget ROLE's first rank logged
+    grep -Eo "train.token_budget = \"auto\": [0-9]+ tokens per micro-batch; ${2}s: measured peak" "$work/$1.log" |
+      tail -1 | awk '{ print $4 }'
+  }
+  train 2 auto "${auto[@]}" --set train.memory_limit="$limit" || { cat "$work/auto.log"; exit 1; }
+  budget=$(measured auto target)
+  [[ -n $budget && $budget == "$(measured auto drafter)" ]] ||
+    { grep '"auto":' "$work/auto.log"; echo "targets and drafter logged different budgets"; exit 1; }
+  if ((budget < 128 || budget >= 11392 || budget % 128 != 0)); then
+    echo "expected a multiple of 128 below the dataset's size, got $budget"; exit 1
+  fi
+  grep -Eq "(targets|drafters) set the budget" "$work/auto.log" || { grep '"auto":' "$work/auto.log"; exit 1; }
+  grep -q "drafter done: 6 steps" "$work/auto.log"
+  train 2 fixed --set train.token_budget="$budget" --set train.max_steps=6 --set checkpoint.every_steps=3 ||
+    { cat "$work/fixed.log"; exit 1; }
+  "$bin/checkpoint_diff" "$work/auto/step-00000006.h5" "$work/fixed/step-00000006.h5" 0 model/
+  "$bin/checkpoint_diff" "$work/auto/step-00000006.h5" "$work/fixed/step-00000006.h5" 0 optim/
+  cmp "$work/auto/samples-rank-2.txt" "$work/fixed/samples-rank-2.txt" || { echo "other batches trained"; exit 1; }
+  # A resume measures again (not a stored number) and trains on from the checkpoint.
+  train 2 auto "${auto[@]}" --set train.memory_limit="$limit" --set train.max_steps=8 --resume auto ||
+    { cat "$work/auto.log"; exit 1; }
+  grep -q 'resumed from .*step-0*6.h5' "$work/auto.log"
+  [[ $(grep -c 'tokens per micro-batch; drafters: measured peak' "$work/auto.log") == 2 ]]
+  grep -q "drafter done: 8 steps" "$work/auto.log"
+  # Out of memory on the drafter (rank 2) in step 2, then on target rank 0 in its batch 3,
+  # train.oom left unset: every stream restarts 0.9x smaller, every token trained once.
+  for fault in 2:2 0:3; do
+    run=shrink-${fault/:/-}
+    TOPOTRAIN_FAULT_OOM=$fault train 2 "$run" --set train.token_budget=auto --set train.memory_limit="$limit" ||
+      { cat "$work/$run.log"; exit 1; }
+    budget=$(measured "$run" drafter)
+    shrunk=$(awk -v b="$budget" 'BEGIN { s = int(b * 0.9); if (s >= 128) s = int(s / 128) * 128; print s }')
+    grep -Eq "train.token_budget = \"auto\": (retrying the step|restarting every stream) with token_budget $shrunk\b" \
+      "$work/$run.log" || { grep -E "out of memory|token_budget [0-9]" "$work/$run.log"; echo "no shrink to $shrunk"; exit 1; }
+    covers_epoch_once "$run" 2
+  done
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

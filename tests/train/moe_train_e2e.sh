@@ -399,7 +399,7 @@ auto)
   grep -q 'train.token_budget = "auto": not even a micro-batch of 128 tokens fits train.memory_fraction = 0.9 of 1.0 MiB (train.memory_limit) on one of the ranks' "$work/tiny.log"
   # What a rank holds before any micro-batch, as that message says, plus room for the
   # activations of about a thousand tokens: the limit that the measured choice must obey.
-  held=$(grep -Eo 'the fullest holds [0-9.]+ [MG]iB' "$work/tiny.log" | head -1 | awk '{ print $4 * ($5 == "GiB" ? 1024 : 1) }')
+  held=$(grep -Eo 'the fullest trainer holds [0-9.]+ [MG]iB' "$work/tiny.log" | head -1 | awk '{ print $5 * ($6 == "GiB" ? 1024 : 1) }')
   limit=$(awk -v held="$held" 'BEGIN { printf "%d", (held + 48) * 1048576 / 0.9 }')
   train 2 auto "${auto[@]}" --set train.memory_limit="$limit"
   budget=$(grep -Eo 'train.token_budget = "auto": [0-9]+ tokens per micro-batch' "$work/auto.log" | awk '{ print $4 }')

@@ -81,6 +81,20 @@ struct LinkConfig {
   int ipc_slots = 2;                                   // ring slots per sender (ipc)
 };
 
+// How many batches of each sender the receiver holds at most (back-pressure above).
+std::size_t batches_held_per_sender(int queue_depth, std::size_t senders);
+
+// Payload memory a link's ends hold besides the batch a sender is computing or the
+// receiver is training on, in payloads of one batch each, for a token budget to leave
+// room for (budget_probe.h). A sender on CUDA counts the IPC ring's slots with their
+// headroom (outside torch's allocator) unless links.hidden_states is nccl or mpi; the
+// receiver counts its queue, every sender's share full.
+struct LinkPayloads {
+  double sender = 0;
+  double receiver = 0;
+};
+LinkPayloads link_payloads(const LinkConfig& config, std::size_t senders, bool cuda);
+
 // Whether every end is on the CPU, and whether all are on one node, decide `automatic`.
 // Throws ConfigError for a transport the placement cannot use.
 LinkTransport resolve_link_transport(LinkTransport requested, bool cpu, bool one_node);

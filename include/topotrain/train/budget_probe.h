@@ -1,27 +1,32 @@
-// train.token_budget = "auto" (moe_train): the largest micro-batch a rank's memory holds,
-// measured on the device before the first step of every launch (not stored for a resume,
-// so that a run restarted on a larger device grows its budget).
+// train.token_budget = "auto": the largest micro-batch a rank's memory holds, measured on
+// the device before the first step of every launch (not stored for a resume, so that a run
+// restarted on a larger device grows its budget).
 //
-// Each trainer rank runs forward and backward on synthetic micro-batches shaped like the
-// packer's worst case at a candidate budget: sequences of the longest sample's length, or of
-// the whole budget when a sample is longer (data.long_samples splits or truncates it there),
-// filling the budget (attention's worst case), token ids drawn below the vocabulary by a
-// generator of the probe's own. It measures the peak: on CUDA the peak of what torch's
-// allocator reserves, fragmentation included, plus what the device holds outside torch
-// (the CUDA context, libraries, other processes; an out-of-memory error is a miss, and the
-// cache is released), on CPU the process's peak resident set. A candidate fits when that peak plus the AdamW state the training
-// session allocates later stays within memory_fraction of the memory limit
-// (train.memory_limit, else the GPU's capacity, on CPU the machine's RAM shared by its
-// ranks). search_token_budget picks the candidates: doubling from kBudgetGranule, then a
-// binary search between the last fit and the first miss. The group agrees on the smallest
-// rank's budget in one all-reduce; when the smallest candidate fits no rank, every rank
-// throws JobExit (exit 2, the message naming the limit and what a rank holds) together.
+// Each rank runs its stage (BudgetStage: moe_train's trainer; dflash_train's target or
+// drafter) on synthetic micro-batches shaped like the packer's worst cases at a candidate
+// budget: documents of the stage's worst lengths (each capped at the budget, which
+// data.long_samples splits or truncates a longer sample to), filling the budget, token ids
+// drawn below the vocabulary by a generator of the probe's own. It measures the peak of each
+// shape and keeps the largest: on CUDA the peak of what torch's allocator reserves,
+// fragmentation included, plus what the device holds outside torch (the CUDA context,
+// libraries, other processes; an out-of-memory error is a miss, and the cache is released),
+// on CPU the process's peak resident set. A candidate fits when that peak, plus what the
+// stage allocates later (the AdamW state; hidden states queued on a link, per token), stays
+// within memory_fraction of the memory limit (train.memory_limit, else the GPU's capacity
+// or, on CPU, the node's RAM, shared by the ranks on it: each plans with its share, and
+// ranks on one GPU probe in turn, each counting its share of the memory outside torch, so
+// that one's misses never fail another's candidates). search_token_budget picks the candidates:
+// doubling from kBudgetGranule, then a binary search between the last fit and the first
+// miss. The stage's ranks agree on their smallest budget and plan in one all-reduce, then
+// (dflash_train, whose stream has one budget) every rank of the job on the smallest stage's
+// in another; when the smallest candidate fits no rank, every rank throws JobExit (exit 2,
+// the message naming the limit and what a rank holds) together.
 //
 // The probe leaves training as it found it: no optimizer step, the gradients dropped again
-// (undefined, as before the probe), torch's CPU generator restored, and no data read, so
-// that a run with "auto" trains exactly as one with the chosen budget set (tested). It runs
-// before the training session exists: no step, no timer row, no collective of the
-// gradient reducer.
+// (undefined, as before the probe: BudgetStage::run's duty), torch's CPU generator restored,
+// and no data read, so that a run with "auto" trains exactly as one with the chosen budget
+// set (tested). It runs before the training session exists: no step, no timer row, no
+// collective of the gradient reducer.
 #pragma once
 
 #include <mpi.h>
@@ -30,8 +35,12 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
 #include <string>
+#include <vector>
 
+#include "topotrain/batch/packed_batch.h"
+#include "topotrain/data/token_dataset.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/train/run_config.h"
 
@@ -52,12 +61,15 @@ BudgetSearch search_token_budget(const std::function<bool(std::int64_t)>& fits, 
                                  std::int64_t granule = kBudgetGranule);
 
 // What the probe measured, for the log, the checkpoint's record, and a later out-of-memory.
-// budget, fixed_bytes and planned_bytes are agreed by the group (the smallest budget and
-// plan, the largest fixed bytes), so that every rank shrinks alike after an out-of-memory.
+// fixed_bytes and planned_bytes are agreed by the stage's ranks (the smallest plan, the
+// largest fixed bytes), budget by the job's (the smallest), so that every rank shrinks
+// alike after an out-of-memory.
 struct MeasuredBudget {
+  std::string stage;                // BudgetStage::name
   std::int64_t budget = 0;
-  std::int64_t fixed_bytes = 0;     // before any micro-batch, with the AdamW state to come
-  std::int64_t peak_bytes = 0;      // this rank's peak at `budget`, with the AdamW state to come
+  std::int64_t stage_budget = 0;    // the smallest that this stage's ranks fit, >= budget
+  std::int64_t fixed_bytes = 0;     // before any micro-batch, with BudgetStage::later_bytes
+  std::int64_t peak_bytes = 0;      // this rank's peak at `budget`, with what the stage holds later
   std::int64_t planned_bytes = 0;   // memory_fraction x capacity_bytes
   std::int64_t capacity_bytes = 0;  // this rank's: train.memory_limit, else the device's
   double seconds = 0;               // the probe's wall time on this rank
@@ -70,14 +82,42 @@ struct MeasuredBudget {
   // measured fixed bytes as they are and scaling the per-token part, at most 0.9x
   // `token_budget`, a multiple of kBudgetGranule where that is not 0; nullopt at 1.
   std::optional<std::int64_t> after_out_of_memory(std::int64_t token_budget, std::int64_t failing_peak_bytes) const;
-  // "budget 4096 tokens: peak 1.20 GiB (..." for the lead's log line.
+  // "train.token_budget = \"auto\": 4096 tokens per micro-batch; measured peak 1.20 GiB (..."
+  // for the stage lead's log line; a job of several stages names this one's.
   std::string describe() const;
 };
 
-// Collective over `group` (the trainers). `max_budget`: the largest budget worth having
-// (a micro-batch holds at most the whole dataset); `longest_sample`: the dataset's, in tokens.
-MeasuredBudget probe_token_budget(model::Qwen3CausalLMImpl& net, const StepConfig& step, std::int64_t max_budget,
-                                  std::int64_t longest_sample, const torch::Device& device, int ranks_on_machine,
-                                  MPI_Comm group);
+// What a micro-batch may hold at most: the whole dataset (more never fills one), and its
+// longest sample, in tokens.
+struct BudgetBounds {
+  std::int64_t max_budget = 0;
+  std::int64_t longest_sample = 0;
+};
+BudgetBounds budget_bounds(const data::TokenDataset& dataset);
+
+// One rank's work on a micro-batch, as the probe runs it.
+struct BudgetStage {
+  std::string name;  // "trainer", "target", "drafter": whose measure the log line gives
+  std::int64_t vocab_size = 0;
+  // The worst cases' document lengths (each capped at the candidate budget): the probe
+  // measures a micro-batch of each and keeps the largest peak.
+  std::vector<std::int64_t> document_lengths;
+  // Forward (and backward) of `batch`, already on the device, leaving no gradient behind.
+  // May draw from `draws` (never from torch's generators).
+  std::function<void(const PackedBatch& batch, std::mt19937_64& draws)> run;
+  // What the stage holds later that `run` does not allocate: fixed bytes (the AdamW
+  // moments) and bytes per token of the budget (hidden states queued on a link).
+  std::int64_t later_bytes = 0;
+  double later_bytes_per_token = 0;
+};
+
+// moe_train's trainer: forward and backward of `net` on the dataset's longest documents,
+// with the AdamW state the session allocates later.
+BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds);
+
+// Collective over `stage_group` (the ranks of `stage`), then, when it is another
+// communicator, over `job_group` (every rank whose micro-batches share the budget).
+MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& step, const BudgetBounds& bounds,
+                                  const torch::Device& device, MPI_Comm stage_group, MPI_Comm job_group);
 
 }  // namespace topotrain

@@ -1,15 +1,18 @@
 // What both roles of dflash_train (dflash_target.h, dflash_drafting.h) build alike, apart
-// from the stream cursor (stream_cursor.h): their ends of the hidden-state link, and the
-// rows of the timings.h5 they share.
+// from the stream cursor (stream_cursor.h): their ends of the hidden-state link, the rows
+// of the timings.h5 they share, and the stream's automatic token budget.
 #pragma once
 
 #include <torch/torch.h>
 
 
 #include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/model/dflash_config.h"
 #include "topotrain/train/run_config.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/store/timing_log.h"
+#include "topotrain/train/budget_probe.h"
+#include "topotrain/train/job.h"
 
 namespace topotrain {
 
@@ -21,5 +24,15 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device);
 // rows.
 TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device);
 StepMetrics row_of(double tokens);
+
+// The bytes of one token's hidden states on the link: [taps (+ final hidden)] columns in
+// the dtype the targets compute in.
+double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device);
+
+// train.token_budget = "auto" (budget_probe.h): this rank measures its `stage`, every rank
+// of the job agrees on the smallest stage's budget, which the stream packs with; each
+// role's first rank logs its measure. Collective over every rank of the job.
+MeasuredBudget measure_stream_budget(const JobContext& context, const BudgetStage& stage, const BudgetBounds& bounds,
+                                     const torch::Device& device);
 
 }  // namespace topotrain

@@ -29,6 +29,9 @@ bool is_out_of_memory(const std::exception& error);
 std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget,
                                           const MeasuredBudget* measured = nullptr,
                                           std::int64_t failing_peak_bytes = 0);
+// What a shrink's log line names as its cause: train.oom = "shrink", or the automatic
+// budget, which shrinks unless train.oom = "fail".
+std::string shrink_cause(const StepConfig& step);
 
 // Test hook (fault_injection.h): TOPOTRAIN_FAULT_OOM="RANK:STEP" makes that rank raise an
 // out-of-memory error once, in that step, so the failure path can be tested without a GPU.
