@@ -137,15 +137,12 @@ class RestoresCpuGenerator {
   torch::Tensor state_;
 };
 
-// The packer's worst micro-batch of documents `length` long at `budget`: as many as fill
-// it (attention grows with the square of a document's length where it is not a flash
-// kernel, a stage's other costs with the number of documents).
-PackedBatch worst_case_batch(std::int64_t budget, std::int64_t length, std::int64_t vocab_size, std::mt19937_64& ids) {
+// A micro-batch of documents of `lengths`, token ids drawn below `vocab_size`.
+PackedBatch synthetic_batch(const std::vector<std::int64_t>& lengths, std::int64_t vocab_size, std::mt19937_64& ids) {
   std::uniform_int_distribution<std::int64_t> id(0, vocab_size - 1);
-  length = std::max<std::int64_t>(1, std::min(budget, length));
   std::vector<std::vector<std::int64_t>> sequences;
-  for (std::int64_t left = budget; left > 0; left -= length) {
-    std::vector<std::int64_t> tokens(static_cast<std::size_t>(std::min(left, length)));
+  for (std::int64_t length : lengths) {
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(length));
     for (auto& token : tokens) token = id(ids);
     sequences.push_back(std::move(tokens));
   }
@@ -157,15 +154,11 @@ PackedBatch worst_case_batch(std::int64_t budget, std::int64_t length, std::int6
 std::optional<std::int64_t> measure(const BudgetStage& stage, std::int64_t budget, const torch::Device& device,
                                     PeakMeter& meter, std::mt19937_64& draws) {
   std::optional<std::int64_t> largest;
-  std::vector<std::int64_t> lengths;
-  for (std::int64_t length : stage.document_lengths) lengths.push_back(std::max<std::int64_t>(1, std::min(budget, length)));
-  std::sort(lengths.begin(), lengths.end());
-  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-  for (std::int64_t length : lengths) {
+  for (const std::vector<std::int64_t>& lengths : stage.worst_cases(budget)) {
     std::optional<std::int64_t> peak;
     meter.reset();
     try {
-      stage.run(worst_case_batch(budget, length, stage.vocab_size, draws).to(device), draws);
+      stage.run(synthetic_batch(lengths, stage.vocab_size, draws).to(device), draws);
       compat::synchronize(device);
       peak = meter.peak();
     } catch (const std::exception& e) {
@@ -241,16 +234,52 @@ BudgetBounds budget_bounds(const data::TokenDataset& dataset) {
   bounds.max_budget = std::max<std::int64_t>(
       1, std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
                                 (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule));
-  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i)
-    bounds.longest_sample = std::max(bounds.longest_sample, static_cast<std::int64_t>(dataset.sample_length(i)));
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {
+    const auto length = static_cast<std::int64_t>(dataset.sample_length(i));
+    if (length > 0) ++bounds.samples_of_length[length];
+    bounds.longest_sample = std::max(bounds.longest_sample, length);
+  }
   return bounds;
+}
+
+std::vector<std::int64_t> worst_fill(const BudgetBounds& bounds, std::int64_t budget,
+                                     const std::function<double(std::int64_t length)>& score) {
+  struct Kind {
+    double score;
+    std::int64_t length, count;
+  };
+  std::vector<Kind> kinds;  // lengths once cut at the budget
+  for (const auto& [length, count] : bounds.samples_of_length) {
+    const std::int64_t cut = std::min(length, budget);
+    if (!kinds.empty() && kinds.back().length == cut) kinds.back().count += count;
+    else kinds.push_back({score(cut), cut, count});
+  }
+  std::sort(kinds.begin(), kinds.end(), [](const Kind& a, const Kind& b) {
+    return a.score != b.score ? a.score > b.score : a.length > b.length;
+  });
+  std::vector<std::int64_t> lengths;
+  std::int64_t left = budget;
+  for (const Kind& kind : kinds)
+    for (std::int64_t i = 0; i < kind.count && left > 0; ++i) {
+      lengths.push_back(std::min(kind.length, left));
+      left -= lengths.back();
+    }
+  return lengths;
+}
+
+std::vector<std::int64_t> longest_fill(const BudgetBounds& bounds, std::int64_t budget) {
+  return worst_fill(bounds, budget, [](std::int64_t length) { return static_cast<double>(length); });
 }
 
 BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds) {
   BudgetStage stage;
   stage.name = "trainer";
   stage.vocab_size = net.config().vocab_size;
-  stage.document_lengths = {bounds.longest_sample};
+  // The longest samples: attention's cost grows with a document's length.
+  stage.worst_cases = [&bounds](std::int64_t budget) {
+    return std::vector<std::vector<std::int64_t>>{longest_fill(bounds, budget)};
+  };
+  stage.longest_document = bounds.longest_sample;
   stage.run = [&net](const PackedBatch& batch, std::mt19937_64&) {
     model::BackboneOutput out = net.forward_backbone(batch);
     model::LmLoss lm = model::lm_loss(net, out.hidden, batch);
@@ -288,11 +317,9 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
   std::map<std::int64_t, std::int64_t> peaks;  // budget -> peak, of the fits
   // A CPU rank cannot survive a candidate that overruns the machine's RAM: one whose peak,
   // grown from the largest fit so far as attention's scores grow (the number of documents
-  // times the square of their length, at the longest worst-case length), would pass the
-  // capacity is a miss without running.
-  const std::int64_t longest = stage.document_lengths.empty()
-                                   ? 1
-                                   : *std::max_element(stage.document_lengths.begin(), stage.document_lengths.end());
+  // times the square of their length, at the longest document of a worst case), would pass
+  // the capacity is a miss without running.
+  const std::int64_t longest = std::max<std::int64_t>(1, stage.longest_document);
   auto beyond_capacity = [&](std::int64_t budget) {
     if (device.is_cuda() || peaks.empty()) return false;
     const auto& [fit, peak] = *peaks.rbegin();

@@ -264,9 +264,17 @@ BudgetStage Drafting::budget_stage(const BudgetBounds& bounds) {
   BudgetStage stage;
   stage.name = "drafter";
   stage.vocab_size = dflash_.target.vocab_size;
-  // The longest contexts, and the most anchors per token: a document of L tokens has
-  // min(train.anchors, L - 1) of them.
-  stage.document_lengths = {bounds.longest_sample, std::min(bounds.longest_sample, dflash_.max_anchors + 1)};
+  // The longest contexts, and the most anchors per token (a document of L tokens has
+  // min(train.anchors, L - 1) of them, each a block of block_size drafted tokens).
+  const auto anchors = static_cast<double>(dflash_.max_anchors);
+  stage.worst_cases = [&bounds, anchors](std::int64_t budget) {
+    return std::vector<std::vector<std::int64_t>>{
+        longest_fill(bounds, budget),
+        worst_fill(bounds, budget, [anchors](std::int64_t length) {
+          return std::min(anchors, static_cast<double>(length - 1)) / static_cast<double>(length);
+        })};
+  };
+  stage.longest_document = bounds.longest_sample;
   stage.run = [this](const PackedBatch& batch, std::mt19937_64& draws) {
     // The hidden states' values do not matter: their memory does.
     const torch::TensorOptions like = torch::TensorOptions().dtype(compute_dtype(config_.dtype, device_)).device(device_);

@@ -105,7 +105,10 @@ BudgetStage Target::budget_stage(const model::DFlashConfig& config, const Budget
   BudgetStage stage;
   stage.name = "target";
   stage.vocab_size = config.target.vocab_size;
-  stage.document_lengths = {bounds.longest_sample};
+  stage.worst_cases = [&bounds](std::int64_t budget) {
+    return std::vector<std::vector<std::int64_t>>{longest_fill(bounds, budget)};
+  };
+  stage.longest_document = bounds.longest_sample;
   stage.run = [this](const PackedBatch& batch, std::mt19937_64&) {
     torch::NoGradGuard frozen;
     captured_hidden(batch);

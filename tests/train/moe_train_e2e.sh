@@ -32,7 +32,10 @@
 #                                      lines with the dataset and every checkpoint written; the report
 #                                      counts the steps trained
 #   moe_train_e2e.sh BIN_DIR nodes     the README's several-node launch (hostfile, TCP between ranks, -x for
-#                                      the environment) on one node's slots trains what plain mpirun does
+#                                      the environment) on one node's slots trains what plain mpirun does;
+#                                      so do two emulated nodes of two ranks (emulated_node_agent.sh), with
+#                                      node-local ranks and GPUs; a checkpoint.dir the second node does not
+#                                      share stops the resume on every rank with the fix
 #   moe_train_e2e.sh BIN_DIR eval      data.eval_fraction holds documents out: the held-out loss is
 #                                      logged and in metrics.jsonl on every train.eval_every-th step and
 #                                      the last; a resume holding out another share is refused, the same
@@ -344,6 +347,51 @@ nodes)
   done
   grep -q "done: 3 steps" "$work/hostfile.log"
   "$bin/checkpoint_diff" "$(latest one-node)" "$(latest hostfile)" 0
+  # Two nodes of two ranks, emulated: mpirun starts node-b's daemon through an rsh agent
+  # that runs it on this machine (as node-b, where the kernel gives it a UTS namespace).
+  printf 'node-a slots=2\nnode-b slots=2\n' > "$work/hosts-two-nodes"
+  two_nodes=("${mpirun[@]}" --hostfile "$work/hosts-two-nodes" --map-by ppr:2:node --mca btl self,tcp
+             --mca plm_rsh_agent "$(cd "$(dirname "$0")" && pwd)/emulated_node_agent.sh" -x OMP_NUM_THREADS)
+  named=0
+  unshare --uts true 2>/dev/null && named=1
+  timeout 300 "${two_nodes[@]}" -np 4 sh -c 'echo "rank $OMPI_COMM_WORLD_RANK local $OMPI_COMM_WORLD_LOCAL_RANK"; \
+      exec "$0" "$@"' "$bin/moe_train" "$(topology 4)" \
+    --set model.preset=tiny-moe --set train.token_budget=256 --set train.lr=1e-2 --set train.warmup=0 \
+    --set log.every=1 --set checkpoint.dir="$work" --set checkpoint.run=two-nodes "${common[@]}" \
+    > "$work/two-nodes.log" 2>&1 || { cat "$work/two-nodes.log"; exit 1; }
+  for rank in 0 1 2 3; do  # node-local ranks 0 1 on each node
+    grep -q "^rank $rank local $((rank % 2))$" "$work/two-nodes.log" ||
+      { echo "rank $rank: not node-local rank $((rank % 2))"; cat "$work/two-nodes.log"; exit 1; }
+  done
+  if ((named)); then
+    for rank in 2 3; do
+      grep -qP "^$rank\ttrainer\tcpu\tnode-b$" "$work/two-nodes.log" || { cat "$work/two-nodes.log"; exit 1; }
+    done
+  fi
+  "$bin/checkpoint_diff" "$(latest one-node)" "$(latest two-nodes)" 0
+  # Node-local GPU choice: a GPU topology without devices places each node's ranks on its
+  # cuda:0 and cuda:1 (a dry run, which shows the placement without a GPU).
+  printf '[topology]\nname = "two-by-two"\ninterconnect = "pcie4"\n[[roles]]\nrole = "trainer"\nranks = [0, 1, 2, 3]\n' \
+    > "$work/gpus.toml"
+  timeout 300 "${two_nodes[@]}" -np 4 "$bin/moe_train" "$work/gpus.toml" --dry-run > "$work/gpus.log" 2>&1 ||
+    { cat "$work/gpus.log"; exit 1; }
+  for rank in 0 1 2 3; do
+    grep -qP "^$rank\ttrainer\tcuda:$((rank % 2))\t" "$work/gpus.log" || { cat "$work/gpus.log"; exit 1; }
+  done
+  # A checkpoint.dir node-b does not share (an empty directory there): the resume stops every
+  # rank, naming node-b's ranks and the fix, instead of resuming some and starting others.
+  if ((named)) && unshare --mount true 2>/dev/null; then
+    if EMULATED_PRIVATE_DIR="$work/two-nodes" EMULATED_FIRST_NODE=node-a timeout 300 "${two_nodes[@]}" -np 4 \
+      "$bin/moe_train" "$(topology 4)" --set model.preset=tiny-moe --set train.token_budget=256 \
+      --set checkpoint.dir="$work" --set checkpoint.run=two-nodes --set train.max_steps=5 --resume auto \
+      > "$work/private.log" 2>&1; then
+      cat "$work/private.log"; echo "expected the resume from a directory node-b lacks to fail"; exit 1
+    fi
+    grep -q "rank 2 on node-b: --resume cannot read $work/two-nodes/step-00000003.h5, the checkpoint the group's first rank resumes from; checkpoint.dir must be a directory every node shares" \
+      "$work/private.log" || { cat "$work/private.log"; exit 1; }
+  else
+    echo "no UTS or mount namespace here: the unshared checkpoint.dir case is not emulated"
+  fi
   ;;
 eval)
   held=(--set data.eval_fraction=0.2 --set train.eval_every=2 --set checkpoint.every_steps=2)

@@ -4,10 +4,10 @@
 //
 // Each rank runs its stage (BudgetStage: moe_train's trainer; dflash_train's target or
 // drafter) on synthetic micro-batches shaped like the packer's worst cases at a candidate
-// budget: documents of the stage's worst lengths (each capped at the budget, which
-// data.long_samples splits or truncates a longer sample to), filling the budget, token ids
-// drawn below the vocabulary by a generator of the probe's own. It measures the peak of each
-// shape and keeps the largest: on CUDA the peak of what torch's allocator reserves,
+// budget: filled with the dataset's samples that are worst for the stage (the longest; for
+// a drafter also those with the most anchors per token), each cut at the budget as
+// data.long_samples cuts a longer one, token ids drawn below the vocabulary by a generator
+// of the probe's own. It measures the peak of each worst case and keeps the largest: on CUDA the peak of what torch's allocator reserves,
 // fragmentation included, plus what the device holds outside torch (the CUDA context,
 // libraries, other processes; an out-of-memory error is a miss, and the cache is released),
 // on CPU the process's peak resident set. A candidate fits when that peak, plus what the
@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -87,21 +88,33 @@ struct MeasuredBudget {
   std::string describe() const;
 };
 
-// What a micro-batch may hold at most: the whole dataset (more never fills one), and its
-// longest sample, in tokens.
+// What a micro-batch can hold: at most the whole dataset (more never fills one), and its
+// samples' lengths, in tokens.
 struct BudgetBounds {
   std::int64_t max_budget = 0;
   std::int64_t longest_sample = 0;
+  std::map<std::int64_t, std::int64_t> samples_of_length;  // length -> how many samples have it
 };
 BudgetBounds budget_bounds(const data::TokenDataset& dataset);
+
+// The documents of the micro-batch of `budget` tokens that the dataset's samples ranked
+// first by `score` (of a length, higher first; ties: longer first) fill: as many of each
+// length as the dataset has, each cut at the budget (as data.long_samples cuts a longer
+// one), the last cut to fit. Some order of the samples packs exactly this batch.
+std::vector<std::int64_t> worst_fill(const BudgetBounds& bounds, std::int64_t budget,
+                                     const std::function<double(std::int64_t length)>& score);
+
+// worst_fill with the longest samples first.
+std::vector<std::int64_t> longest_fill(const BudgetBounds& bounds, std::int64_t budget);
 
 // One rank's work on a micro-batch, as the probe runs it.
 struct BudgetStage {
   std::string name;  // "trainer", "target", "drafter": whose measure the log line gives
   std::int64_t vocab_size = 0;
-  // The worst cases' document lengths (each capped at the candidate budget): the probe
-  // measures a micro-batch of each and keeps the largest peak.
-  std::vector<std::int64_t> document_lengths;
+  // The worst micro-batches at a budget, each as its documents' lengths: the probe measures
+  // each and keeps the largest peak.
+  std::function<std::vector<std::vector<std::int64_t>>(std::int64_t budget)> worst_cases;
+  std::int64_t longest_document = 1;  // of any worst case (a CPU rank's growth bound)
   // Forward (and backward) of `batch`, already on the device, leaving no gradient behind.
   // May draw from `draws` (never from torch's generators).
   std::function<void(const PackedBatch& batch, std::mt19937_64& draws)> run;
@@ -111,7 +124,7 @@ struct BudgetStage {
   double later_bytes_per_token = 0;
 };
 
-// moe_train's trainer: forward and backward of `net` on the dataset's longest documents,
+// moe_train's trainer: forward and backward of `net` on the dataset's longest samples,
 // with the AdamW state the session allocates later.
 BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds);
 
