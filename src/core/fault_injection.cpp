@@ -27,8 +27,8 @@ void fault_inject_stall(int rank, std::int64_t step) {
   if (fault_injected("TOPOTRAIN_FAULT_STALL", rank, step)) std::raise(SIGSTOP);
 }
 
-void fault_inject_slow_checkpoint() {
-  const char* seconds = std::getenv("TOPOTRAIN_FAULT_SLOW_CHECKPOINT");
+void fault_inject_delay(const char* variable) {
+  const char* seconds = std::getenv(variable);
   if (seconds) std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(seconds)));
 }
 

@@ -42,6 +42,10 @@ std::string resplit_topology(const std::string& text, const std::string& source,
   if (targets < 1 || drafters < 1 || targets + drafters != world)
     throw ConfigError(cat(source, ": cannot split its ", world, " ranks into ", targets, " target(s) and ", drafters,
                           " drafter(s); both need at least 1 and together ", world));
+  if (drafters > targets)
+    throw ConfigError(cat(source, ": cannot split its ", world, " ranks into ", targets, " target(s) and ", drafters,
+                          " drafter(s): a target streams to one drafter, so every drafter needs a target of its own "
+                          "(at most ", world / 2, " drafters)"));
 
   const bool all_cpu = old_targets->all_cpu && old_drafters->all_cpu;
   const bool listed = !old_targets->devices.empty() && !old_drafters->devices.empty();

@@ -141,7 +141,7 @@ void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snap
   const std::string name = CheckpointWriter::file_name(snapshot.state.step);
   const std::string final_path = join_path(run_dir, name);
   const std::string temporary = final_path + ".tmp";
-  fault_inject_slow_checkpoint();
+  fault_inject_delay("TOPOTRAIN_FAULT_SLOW_CHECKPOINT");
   write_checkpoint_file(temporary, snapshot.state);
   fsync_path(temporary);
   rename_file(temporary, final_path);

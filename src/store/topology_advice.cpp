@@ -111,8 +111,10 @@ TopologyAdvice advise_topology(const StitchedRun& run) {
     if (entry.second.second > 0) advice.measured_throughput += entry.second.first / entry.second.second;
 
   advice.measured = predict_split(advice, advice.targets, advice.drafters);
+  // A target streams to one drafter, so every drafter needs a target of its own: at most
+  // half the ranks draft.
   const int world = advice.targets + advice.drafters;
-  for (int drafters = 1; drafters < world; ++drafters) {
+  for (int drafters = 1; drafters <= world / 2; ++drafters) {
     SplitPrediction p = predict_split(advice, world - drafters, drafters);
     p.speedup = advice.measured.throughput > 0 ? p.throughput / advice.measured.throughput : 0;
     advice.splits.push_back(p);

@@ -377,6 +377,7 @@ void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const Stream
   {
     auto t = session_->scope(Phase::forward);
     out = drafter_->forward(batch, blocks);
+    fault_inject_delay("TOPOTRAIN_FAULT_SLOW_DRAFTER");
     if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", me_, session_->step()))
       out.loss_sum = out.loss_sum * std::numeric_limits<double>::quiet_NaN();
   }

@@ -87,12 +87,16 @@ TEST(TopologySplit, RefusesWhatCannotBeCarriedOver) {
             std::string::npos);
   EXPECT_NE(config_error_of([&] { resplit_topology(dflash, "cpu-7t1d.toml", 8, 0); }).find("at least 1"),
             std::string::npos);
+  // A target streams to one drafter: 3t5d would leave two drafters without one.
+  EXPECT_NE(config_error_of([&] { resplit_topology(dflash, "cpu-7t1d.toml", 3, 5); })
+                .find("every drafter needs a target of its own (at most 4 drafters)"),
+            std::string::npos);
   EXPECT_NE(config_error_of([&] { resplit_topology(read_source_file("topology/cpu4.toml"), "cpu4.toml", 2, 2); })
                 .find("cpu4.toml: not a DFlash topology"),
             std::string::npos);
   const std::string mixed =
       "[topology]\nname = \"m\"\ninterconnect = \"pcie4\"\n[[roles]]\nrole = \"target\"\nranks = [0, 1]\n"
       "devices = [0, 1]\n[[roles]]\nrole = \"drafter\"\nranks = [2]\n";
-  EXPECT_NE(config_error_of([&] { resplit_topology(mixed, "m.toml", 1, 2); }).find("m.toml: its target and drafter roles place"),
+  EXPECT_NE(config_error_of([&] { resplit_topology(mixed, "m.toml", 2, 1); }).find("m.toml: its target and drafter roles place"),
             std::string::npos);
 }

@@ -70,24 +70,25 @@ TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
   EXPECT_NEAR(advice.measured_throughput, 10000, 1e-6);
   EXPECT_NEAR(advice.measured.throughput, 10000, 1e-6);
   EXPECT_EQ(advice.measured.bound, "drafters");
-  // D' drafters train D' x 10000 tok/s until the (8 - D') targets' 50000 each bound them.
-  for (int d = 1; d <= 7; ++d)
+  // D' drafters train D' x 10000 tok/s until the (8 - D') targets' 50000 each bound them;
+  // every drafter needs a target of its own, so 4t4d is the most drafters there can be.
+  for (int d = 1; d <= 4; ++d)
     EXPECT_NEAR(split(advice, 8 - d, d).throughput, std::min((8 - d) * 50000.0, d * 10000.0), 1e-6) << d;
-  ASSERT_EQ(advice.splits.size(), 7u);
-  EXPECT_EQ(advice.splits.front().targets, 2);
-  EXPECT_EQ(advice.splits.front().drafters, 6);
-  EXPECT_NEAR(advice.splits.front().speedup, 6, 1e-9);
-  EXPECT_EQ(advice.recommended().drafters, 6);
+  ASSERT_EQ(advice.splits.size(), 4u);
+  EXPECT_EQ(advice.splits.front().targets, 4);
+  EXPECT_EQ(advice.splits.front().drafters, 4);
+  EXPECT_NEAR(advice.splits.front().speedup, 4, 1e-9);
+  EXPECT_EQ(advice.recommended().drafters, 4);
   const std::string text = format_topology_advice(advice, 3);
-  EXPECT_NE(text.find("recommended split: 2t6d (x6.00 predicted, bound by drafters)"), std::string::npos) << text;
+  EXPECT_NE(text.find("recommended split: 4t4d (x4.00 predicted, bound by drafters)"), std::string::npos) << text;
   EXPECT_NE(text.find("upper bounds"), std::string::npos) << text;
 
   // The file written for it is the demo's topology with those role counts.
   const std::string written = recommended_topology_text(advice, read_source_file("topology/cpu-7t1d.toml"), "demo");
   const Topology t = parse_topology(written, "written");
-  EXPECT_EQ(t.find_role("target")->ranks.size(), 2u);
-  EXPECT_EQ(t.find_role("drafter")->ranks.size(), 6u);
-  EXPECT_EQ(written.rfind("# Re-split by topotrain-report: 2t6d, predicted x6.00 over the measured 7t1d", 0), 0u)
+  EXPECT_EQ(t.find_role("target")->ranks.size(), 4u);
+  EXPECT_EQ(t.find_role("drafter")->ranks.size(), 4u);
+  EXPECT_EQ(written.rfind("# Re-split by topotrain-report: 4t4d, predicted x4.00 over the measured 7t1d", 0), 0u)
       << written;
 }
 
@@ -129,15 +130,15 @@ TEST(TopologyAdvice, TargetBoundRecommendsMoreTargets) {
 // The all-reduce measured with 2 drafters scales as 2(D-1)/D and vanishes with one.
 TEST(TopologyAdvice, AllReduceScalesWithTheRingAndVanishesForOneDrafter) {
   const StitchedRun run = synthetic_run(
-      split_roles(2, 2),
+      split_roles(4, 2),
       {{"target", {{"forward", 0.01}, {"queue_wait", 0.09}, {"wall", 0.1}, {"tokens", 1000}}},
        {"drafter", {{"backward", 0.04}, {"comm_wait", 0.01}, {"wall", 0.05}, {"tokens", 1000}, {"loss", 2}}}});
   const TopologyAdvice advice = advise_topology(run);
   ASSERT_TRUE(advice.applicable) << advice.reason;
-  EXPECT_NEAR(split(advice, 3, 1).throughput, 1000 / 0.04, 1e-6);
-  EXPECT_NEAR(split(advice, 2, 2).throughput, 2 * 1000 / 0.05, 1e-6);
-  EXPECT_NEAR(split(advice, 1, 3).throughput, 3 * 1000 / (0.04 + 0.01 * (4.0 / 3.0)), 1e-6);
-  EXPECT_EQ(split(advice, 1, 3).bound, "drafters");
+  EXPECT_NEAR(split(advice, 5, 1).throughput, 1000 / 0.04, 1e-6);
+  EXPECT_NEAR(split(advice, 4, 2).throughput, 2 * 1000 / 0.05, 1e-6);
+  EXPECT_NEAR(split(advice, 3, 3).throughput, 3 * 1000 / (0.04 + 0.01 * (4.0 / 3.0)), 1e-6);
+  EXPECT_EQ(split(advice, 3, 3).bound, "drafters");
   EXPECT_EQ(advice.recommended().drafters, 3);
 }
 

@@ -31,11 +31,11 @@
 #   dflash_train_e2e.sh BIN_DIR nonfinite a NaN drafter loss stops every rank with exit 4 and one message
 #                                        naming the rank and step, the last checkpoint intact;
 #                                        train.skip_nonfinite = true skips that step, changing nothing
-#   dflash_train_e2e.sh BIN_DIR recommend the cpu-7t1d demo for a few steps is drafter-bound: topotrain-report
-#                                        recommends more drafters and writes that topology, which runs the
-#                                        same steps with those role counts; the measured and predicted
-#                                        speedups are printed, not asserted (8 ranks sharing a CI machine's
-#                                        cores time too noisily to hold even the direction)
+#   dflash_train_e2e.sh BIN_DIR recommend the cpu-7t1d demo, its drafter slowed by a fixed delay per micro-batch
+#                                        (TOPOTRAIN_FAULT_SLOW_DRAFTER), is drafter-bound: topotrain-report
+#                                        recommends more drafters (at most one per target) and writes that
+#                                        topology, which runs the same steps with those role counts, its
+#                                        measured speedup within 30% of the predicted one
 #   dflash_train_e2e.sh BIN_DIR eval     held-out documents (data.eval_path, train.eval_every = 2): the drafter's
 #                                        held-out tau and acc@k are logged and in metrics.jsonl and timings.h5
 #                                        after steps 2, 4 and the last, 5, and training is bit for bit that of
@@ -248,7 +248,11 @@ nonfinite)
   "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/
   ;;
 recommend)
-  # Enough epochs that the data never ends the run: both splits run all their steps.
+  # Enough epochs that the data never ends the run: both splits run all their steps. Every
+  # drafter micro-batch takes 0.4 s longer, as on a slower GPU, without using a core: eight
+  # ranks sharing a CI machine's two cores then run at the steady per-rank rates the model
+  # assumes (unslowed, their speed swung between runs from x0.7 to x2.0 of the 7t1d's).
+  export TOPOTRAIN_FAULT_SLOW_DRAFTER=0.4
   steps=(--set train.max_steps=12 --set train.epochs=100 --set log.every=6)
   timeout 300 "${mpirun[@]}" -np 8 "$bin/dflash_train" topology/cpu-7t1d.toml "${common[@]}" "${steps[@]}" \
     --set checkpoint.run=measured > "$work/measured.log" 2>&1 || { cat "$work/measured.log"; exit 1; }
@@ -273,9 +277,9 @@ recommend)
   after=$(grep -Eo 'measured [0-9]+ tok/s trained' "$work/resplit-report.txt" | awk '{print $2}')
   sed -n '/^topology model/,/^recommended split/p' "$work/report.txt"
   echo "7t1d: $before tok/s trained; $split: $after tok/s: measured x$(awk -v a="$after" -v b="$before" 'BEGIN {printf "%.2f", a / b}'), predicted x$predicted"
-  # Not asserted: on 2 shared cores the 8 ranks' speed swings between runs (x0.7 to x2.0
-  # measured against x1.9 to x3.0 predicted), so the direction is printed, not held.
-  awk -v a="$after" -v b="$before" 'BEGIN {exit !(a > b)}' || echo "note: $split ran slower than 7t1d this time"
+  # The recommended split moves throughput the predicted way, within 30% of the predicted ratio.
+  awk -v a="$after" -v b="$before" -v p="$predicted" 'BEGIN { r = a / b / p; exit !(r >= 0.7 && r <= 1.3) }' ||
+    { echo "measured speedup not within 30% of the predicted x$predicted"; exit 1; }
   ;;
 eval)
   # A few paragraphs of another text as the held-out documents; round-robin fan-in makes

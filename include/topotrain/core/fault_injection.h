@@ -7,6 +7,10 @@
 //   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
 //   TOPOTRAIN_FAULT_SLOW_CHECKPOINT  holds SECONDS instead: every checkpoint write takes that
 //                               much longer (store/checkpoint_writer.h), as on a slow disk
+//   TOPOTRAIN_FAULT_SLOW_DRAFTER  holds SECONDS: every drafter micro-batch's forward takes that
+//                               much longer (dflash_drafting.cpp), as on a slower GPU, without
+//                               using a core (CPU ranks sharing a few cores then run at the
+//                               steady rates the topology model assumes)
 #pragma once
 
 #include <cstdint>
@@ -21,7 +25,7 @@ bool fault_injected(const char* variable, int rank, std::int64_t step);
 // wedged or suspended process would; SIGCONT lets it go on.
 void fault_inject_stall(int rank, std::int64_t step);
 
-// TOPOTRAIN_FAULT_SLOW_CHECKPOINT: sleeps its seconds (none when unset).
-void fault_inject_slow_checkpoint();
+// The SLOW variables: sleeps the seconds `variable` holds (none when unset).
+void fault_inject_delay(const char* variable);
 
 }  // namespace topotrain

@@ -16,7 +16,8 @@ namespace topotrain {
 
 // `text` parsed as a topology (`source` names it in messages) with `targets` target and
 // `drafters` drafter ranks, their sum its ranks. Throws ConfigError when the text is not a
-// target/drafter topology, the counts do not fit it, or its roles place ranks in ways that
+// target/drafter topology, the counts do not fit it (more drafters than targets leave a
+// drafter without one), or its roles place ranks in ways that
 // cannot be carried over (one role on listed devices, another on the default placement).
 std::string resplit_topology(const std::string& text, const std::string& source, int targets, int drafters);
 

@@ -19,7 +19,8 @@
 //          stays in c, and a(D') for D' >= 2 is unknown, taken as 0 and flagged (those
 //          predictions are upper bounds).
 //
-// Every split T' + D' = T + D with T', D' >= 1 is predicted from the newest launch's rows;
+// Every split T' + D' = T + D with T' >= D' >= 1 (a target streams to one drafter, so each
+// drafter needs a target of its own) is predicted from the newest launch's rows;
 // the speedup of each is over the model's own prediction for the measured split, so that
 // what the model leaves out (oversubscription, the link) cancels as far as it is the same
 // for both. A split is recommended only when it predicts at least kMinAdvisedSpeedup.
@@ -56,7 +57,7 @@ struct TopologyAdvice {
   bool allreduce_known = false;    // false with one drafter: a(D' >= 2) taken as 0
   double measured_throughput = 0;  // drafters' tokens per second of wall, summed
   SplitPrediction measured;        // the model at the measured split
-  std::vector<SplitPrediction> splits;  // every split, fastest first; ties keep the measured one first
+  std::vector<SplitPrediction> splits;  // every possible split, fastest first; ties keep the measured one first
 
   // The fastest split if it gains kMinAdvisedSpeedup, else the measured one.
   const SplitPrediction& recommended() const;
