@@ -8,14 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
-source launch/env.sh
-[[ -x $BUILD_DIR/bin/dflash_train ]] || JOBS=$(nproc --all) launch/build.sh >/dev/null
-bin=$BUILD_DIR/bin
-results=${OUT:-$(mktemp -d)}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 4096 >/dev/null
+source bench/dflash/bench_setup.sh
 sed -e 's/^devices = \[1\]/devices = [0]/' -e 's/^hidden_states = .*/hidden_states = "ipc"/' topology/1t1d.toml \
   > "$work/one-gpu.toml"
 for run in fixed auto; do

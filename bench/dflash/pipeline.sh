@@ -16,14 +16,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
-source launch/env.sh
-[[ -x $BUILD_DIR/bin/dflash_train ]] || JOBS=$(nproc --all) launch/build.sh >/dev/null
-bin=$BUILD_DIR/bin
-results=${OUT:-$(mktemp -d)}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 4096 >/dev/null
+source bench/dflash/bench_setup.sh
 
 run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
   local name=$1 np=$2 topology=$3 steps=$4
