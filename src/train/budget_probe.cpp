@@ -219,7 +219,8 @@ std::string MeasuredBudget::describe() const {
   // moe_train has one stage; dflash_train's stream has the budget of its smallest.
   const bool one_stage = stage == "trainer";
   return cat("train.token_budget = \"auto\": ", budget, " tokens per micro-batch; ",
-             one_stage ? std::string() : cat(stage, "s: "), "measured peak ", bytes_text(peak_bytes), " (", bytes_text(fixed_bytes), " before the micro-batch + ",
+             one_stage ? std::string() : cat(stage, "s: "), "measured peak ", bytes_text(peak_bytes), " (",
+             bytes_text(fixed_bytes), " before the micro-batch + ",
              fixed_point(bytes_per_token() / 1024.0, 1), " KiB per token) of ", bytes_text(planned_bytes),
              " planned, capacity ", bytes_text(capacity_bytes), ", headroom ", bytes_text(capacity_bytes - peak_bytes),
              "; ", probes, " probes in ", fixed_point(seconds, 2), " s",
@@ -323,7 +324,9 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
   auto beyond_capacity = [&](std::int64_t budget) {
     if (device.is_cuda() || peaks.empty()) return false;
     const auto& [fit, peak] = *peaks.rbegin();
-    const auto sequence = [&](std::int64_t b) { return static_cast<double>(std::max<std::int64_t>(1, std::min(b, longest))); };
+    const auto sequence = [&](std::int64_t b) {
+      return static_cast<double>(std::max<std::int64_t>(1, std::min(b, longest)));
+    };
     const double growth = static_cast<double>(budget) / static_cast<double>(fit) * sequence(budget) / sequence(fit);
     return static_cast<double>(measured.fixed_bytes) + static_cast<double>(peak - measured.fixed_bytes) * growth >
            static_cast<double>(measured.capacity_bytes);

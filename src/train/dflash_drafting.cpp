@@ -200,7 +200,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
 
   // Drafters read no data but with held-out documents (the training split's length and
   // its end, the held-out set's size): else the dataset's header says how long the run is.
-  // An automatic budget reads them too: the longest sample shapes the probe's batches.
+  // An automatic budget reads them too: the samples' lengths shape the probe's batches.
   held_out_ = config_.data.has_eval();
   std::int64_t train_tokens = 0;
   TrainingData data;  // held until the resumed state is checked against it
@@ -277,13 +277,12 @@ BudgetStage Drafting::budget_stage(const BudgetBounds& bounds) {
   stage.longest_document = bounds.longest_sample;
   stage.run = [this](const PackedBatch& batch, std::mt19937_64& draws) {
     // The hidden states' values do not matter: their memory does.
-    const torch::TensorOptions like = torch::TensorOptions().dtype(compute_dtype(config_.dtype, device_)).device(device_);
+    const auto like = torch::TensorOptions().dtype(compute_dtype(config_.dtype, device_)).device(device_);
+    const std::int64_t tokens = batch.num_tokens(), hidden = dflash_.target.hidden_size;
     model::DFlashBatch in;
     in.packed = batch;
-    in.taps = torch::full({batch.num_tokens(),
-                           static_cast<std::int64_t>(dflash_.resolved_taps().size()) * dflash_.target.hidden_size},
-                          0.5, like);
-    if (dflash_.loss == model::DFlashLoss::kl) in.final_hidden = torch::full({batch.num_tokens(), dflash_.target.hidden_size}, 0.5, like);
+    in.taps = torch::full({tokens, static_cast<std::int64_t>(dflash_.resolved_taps().size()) * hidden}, 0.5, like);
+    if (dflash_.loss == model::DFlashLoss::kl) in.final_hidden = torch::full({tokens, hidden}, 0.5, like);
     auto generator = at::make_generator<at::CPUGeneratorImpl>(draws());
     const model::DFlashBlocks blocks =
         model::sample_anchors(batch.cu_seqlens, batch.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);

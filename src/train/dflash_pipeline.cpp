@@ -27,8 +27,8 @@ StepMetrics row_of(double tokens) {
 }
 
 double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device) {
-  const auto columns = static_cast<double>(config.resolved_taps().size() + (config.loss == model::DFlashLoss::kl ? 1 : 0)) *
-                       static_cast<double>(config.target.hidden_size);
+  const std::size_t tensors = config.resolved_taps().size() + (config.loss == model::DFlashLoss::kl ? 1 : 0);
+  const double columns = static_cast<double>(tensors) * static_cast<double>(config.target.hidden_size);
   return columns * static_cast<double>(c10::elementSize(compute_dtype(run.dtype, device)));
 }
 

@@ -7,20 +7,21 @@
 // budget: filled with the dataset's samples that are worst for the stage (the longest; for
 // a drafter also those with the most anchors per token), each cut at the budget as
 // data.long_samples cuts a longer one, token ids drawn below the vocabulary by a generator
-// of the probe's own. It measures the peak of each worst case and keeps the largest: on CUDA the peak of what torch's allocator reserves,
-// fragmentation included, plus what the device holds outside torch (the CUDA context,
-// libraries, other processes; an out-of-memory error is a miss, and the cache is released),
-// on CPU the process's peak resident set. A candidate fits when that peak, plus what the
-// stage allocates later (the AdamW state; hidden states queued on a link, per token), stays
-// within memory_fraction of the memory limit (train.memory_limit, else the GPU's capacity
-// or, on CPU, the node's RAM, shared by the ranks on it: each plans with its share, and
-// ranks on one GPU probe in turn, each counting its share of the memory outside torch, so
-// that one's misses never fail another's candidates). search_token_budget picks the candidates:
-// doubling from kBudgetGranule, then a binary search between the last fit and the first
-// miss. The stage's ranks agree on their smallest budget and plan in one all-reduce, then
-// (dflash_train, whose stream has one budget) every rank of the job on the smallest stage's
-// in another; when the smallest candidate fits no rank, every rank throws JobExit (exit 2,
-// the message naming the limit and what a rank holds) together.
+// of the probe's own. It measures the peak of each worst case and keeps the largest: on
+// CUDA the peak of what torch's allocator reserves, fragmentation included, plus what the
+// device holds outside torch (the CUDA context, libraries, other processes; an
+// out-of-memory error is a miss, and the cache is released), on CPU the process's peak
+// resident set. A candidate fits when that peak, plus what the stage allocates later (the
+// AdamW state; hidden states queued on a link, per token), stays within memory_fraction of
+// the memory limit (train.memory_limit, else the GPU's capacity or, on CPU, the node's RAM,
+// shared by the ranks on it: each plans with its share, and ranks on one GPU probe in turn,
+// each counting its share of the memory outside torch, so that one's misses never fail
+// another's candidates). search_token_budget picks the candidates: doubling from
+// kBudgetGranule, then a binary search between the last fit and the first miss. The
+// stage's ranks agree on their smallest budget and plan in one all-reduce, then
+// (dflash_train, whose stream has one budget) every rank of the job on the smallest
+// stage's in another; when the smallest candidate fits no rank, every rank throws JobExit
+// (exit 2, the message naming the limit and what a rank holds) together.
 //
 // The probe leaves training as it found it: no optimizer step, the gradients dropped again
 // (undefined, as before the probe: BudgetStage::run's duty), torch's CPU generator restored,
