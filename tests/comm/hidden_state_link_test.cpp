@@ -106,6 +106,23 @@ TEST(HiddenStateLinkTransport, AutoPicksByPlacementAndBadChoicesAreConfigErrors)
   EXPECT_THROW(resolve_link_transport(LinkTransport::ipc, false, false), ConfigError);
 }
 
+// What a token budget must leave room for on each end (budget_probe.h): the receiver's
+// queue, every sender's share full (20 over 7 senders: 2 each), and on CUDA the sender's
+// IPC ring of 2 slots with their 25% headroom, unless the link is nccl or mpi.
+TEST(HiddenStateLinkMemory, CountsTheQueueAndTheIpcRing) {
+  EXPECT_EQ(comm::batches_held_per_sender(20, 7), 2u);
+  EXPECT_EQ(comm::batches_held_per_sender(2, 4), 1u);
+  comm::LinkConfig config;
+  config.queue_depth = 20;
+  const comm::LinkPayloads ipc = comm::link_payloads(config, 7, true);
+  EXPECT_DOUBLE_EQ(ipc.receiver, 14);
+  EXPECT_DOUBLE_EQ(ipc.sender, 2.5);
+  EXPECT_DOUBLE_EQ(comm::link_payloads(config, 7, false).sender, 0);
+  config.transport = LinkTransport::nccl;
+  EXPECT_DOUBLE_EQ(comm::link_payloads(config, 1, true).sender, 0);
+  EXPECT_DOUBLE_EQ(comm::link_payloads(config, 1, true).receiver, 20);
+}
+
 TEST_F(HiddenStateLink, FanInDeliversEveryBatchOnceBitExact) {
   const int per_sender = 6;
   LinkEnds ends = fan_in();
