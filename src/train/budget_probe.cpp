@@ -151,10 +151,11 @@ PackedBatch synthetic_batch(const std::vector<std::int64_t>& lengths, std::int64
 
 // This rank's peak over the stage's worst micro-batches at `budget`; nullopt after an
 // out-of-memory.
-std::optional<std::int64_t> measure(const BudgetStage& stage, std::int64_t budget, const torch::Device& device,
-                                    PeakMeter& meter, std::mt19937_64& draws) {
+std::optional<std::int64_t> measure(const BudgetStage& stage, const BudgetBounds& bounds, std::int64_t budget,
+                                    const torch::Device& device, PeakMeter& meter, std::mt19937_64& draws) {
   std::optional<std::int64_t> largest;
-  for (const std::vector<std::int64_t>& lengths : stage.worst_cases(budget)) {
+  for (const auto& score : stage.worst_first) {
+    const std::vector<std::int64_t> lengths = worst_fill(bounds, budget, score);
     std::optional<std::int64_t> peak;
     meter.reset();
     try {
@@ -164,6 +165,7 @@ std::optional<std::int64_t> measure(const BudgetStage& stage, std::int64_t budge
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
     }
+    for (const torch::Tensor& p : stage.trained) p.mutable_grad() = torch::Tensor();
     compat::release_cached_memory(device);
     if (!peak) return std::nullopt;
     largest = std::max(largest.value_or(0), *peak);
@@ -235,11 +237,8 @@ BudgetBounds budget_bounds(const data::TokenDataset& dataset) {
   bounds.max_budget = std::max<std::int64_t>(
       1, std::min<std::int64_t>(std::numeric_limits<std::int32_t>::max(),
                                 (whole + kBudgetGranule - 1) / kBudgetGranule * kBudgetGranule));
-  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) {
-    const auto length = static_cast<std::int64_t>(dataset.sample_length(i));
-    if (length > 0) ++bounds.samples_of_length[length];
-    bounds.longest_sample = std::max(bounds.longest_sample, length);
-  }
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i)
+    if (const auto length = static_cast<std::int64_t>(dataset.sample_length(i))) ++bounds.samples_of_length[length];
   return bounds;
 }
 
@@ -268,27 +267,19 @@ std::vector<std::int64_t> worst_fill(const BudgetBounds& bounds, std::int64_t bu
   return lengths;
 }
 
-std::vector<std::int64_t> longest_fill(const BudgetBounds& bounds, std::int64_t budget) {
-  return worst_fill(bounds, budget, [](std::int64_t length) { return static_cast<double>(length); });
-}
+double longest_first(std::int64_t length) { return static_cast<double>(length); }
 
-BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds) {
+BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net) {
   BudgetStage stage;
   stage.name = "trainer";
   stage.vocab_size = net.config().vocab_size;
-  // The longest samples: attention's cost grows with a document's length.
-  stage.worst_cases = [&bounds](std::int64_t budget) {
-    return std::vector<std::vector<std::int64_t>>{longest_fill(bounds, budget)};
-  };
-  stage.longest_document = bounds.longest_sample;
+  stage.worst_first = {longest_first};  // attention's cost grows with a document's length
   stage.run = [&net](const PackedBatch& batch, std::mt19937_64&) {
     model::BackboneOutput out = net.forward_backbone(batch);
     model::LmLoss lm = model::lm_loss(net, out.hidden, batch);
     (lm.loss_sum + out.aux_loss * net.config().router_aux_loss_coef).backward();
-    for (auto& p : net.parameters()) p.mutable_grad() = torch::Tensor();
   };
-  // AdamW keeps exp_avg and exp_avg_sq like each master parameter.
-  for (const auto& p : net.parameters()) stage.later_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
+  stage.trained = net.parameters();
   return stage;
 }
 
@@ -306,21 +297,24 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
   measured.stage = stage.name;
   measured.capacity_bytes = capacity_bytes(step, device, sharers.size);
   measured.planned_bytes = static_cast<std::int64_t>(step.memory_fraction * static_cast<double>(measured.capacity_bytes));
+  // AdamW keeps exp_avg and exp_avg_sq like each parameter it trains.
+  std::int64_t adamw_bytes = 0;
+  for (const torch::Tensor& p : stage.trained) adamw_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
   const auto later = [&](std::int64_t budget) {
-    return stage.later_bytes + static_cast<std::int64_t>(stage.later_bytes_per_token * static_cast<double>(budget));
+    return adamw_bytes + static_cast<std::int64_t>(stage.later_bytes_per_token * static_cast<double>(budget));
   };
 
   const RestoresCpuGenerator restores_generator;
   std::mt19937_64 draws(step.seed);
   PeakMeter meter(device, outside_torch_share(device, sharers.comm));
   meter.reset();
-  measured.fixed_bytes = meter.now() + stage.later_bytes;
+  measured.fixed_bytes = meter.now() + adamw_bytes;
   std::map<std::int64_t, std::int64_t> peaks;  // budget -> peak, of the fits
   // A CPU rank cannot survive a candidate that overruns the machine's RAM: one whose peak,
   // grown from the largest fit so far as attention's scores grow (the number of documents
   // times the square of their length, at the longest document of a worst case), would pass
   // the capacity is a miss without running.
-  const std::int64_t longest = std::max<std::int64_t>(1, stage.longest_document);
+  const std::int64_t longest = std::max<std::int64_t>(1, bounds.longest_sample());
   auto beyond_capacity = [&](std::int64_t budget) {
     if (device.is_cuda() || peaks.empty()) return false;
     const auto& [fit, peak] = *peaks.rbegin();
@@ -332,7 +326,7 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
            static_cast<double>(measured.capacity_bytes);
   };
   auto peak_at = [&](std::int64_t budget) -> std::optional<std::int64_t> {
-    const std::optional<std::int64_t> peak = measure(stage, budget, device, meter, draws);
+    const std::optional<std::int64_t> peak = measure(stage, bounds, budget, device, meter, draws);
     if (peak) return *peak + later(budget);
     return std::nullopt;
   };

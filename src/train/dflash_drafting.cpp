@@ -126,7 +126,7 @@ class Drafting {
   std::optional<std::int64_t> train_streams();
   void open_link();
   // train.token_budget = "auto": this drafter's forward and backward of the worst cases.
-  BudgetStage budget_stage(const BudgetBounds& bounds);
+  BudgetStage budget_stage();
   // The step's batches: as they arrive, or from the targets in a rotation that depends only
   // on the step (so that a resumed run takes the same batches); a target whose stream has
   // ended leaves its turns to the next ones. Fewer arrive only once all of this drafter's
@@ -212,8 +212,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
     train_tokens = static_cast<std::int64_t>(data::TokenDataset::read_header(config_.data.path).num_tokens);
   }
   if (config_.step.auto_budget) {
-    const BudgetBounds bounds = budget_bounds(*data.train);
-    measured_ = measure_stream_budget(context, budget_stage(bounds), bounds, device_);
+    measured_ = measure_stream_budget(context, budget_stage(), budget_bounds(*data.train), device_);
     token_budget_ = measured_->budget;
   }
   if (held_out_) {
@@ -260,21 +259,16 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   open_link();
 }
 
-BudgetStage Drafting::budget_stage(const BudgetBounds& bounds) {
+BudgetStage Drafting::budget_stage() {
   BudgetStage stage;
   stage.name = "drafter";
   stage.vocab_size = dflash_.target.vocab_size;
   // The longest contexts, and the most anchors per token (a document of L tokens has
   // min(train.anchors, L - 1) of them, each a block of block_size drafted tokens).
   const auto anchors = static_cast<double>(dflash_.max_anchors);
-  stage.worst_cases = [&bounds, anchors](std::int64_t budget) {
-    return std::vector<std::vector<std::int64_t>>{
-        longest_fill(bounds, budget),
-        worst_fill(bounds, budget, [anchors](std::int64_t length) {
-          return std::min(anchors, static_cast<double>(length - 1)) / static_cast<double>(length);
-        })};
-  };
-  stage.longest_document = bounds.longest_sample;
+  stage.worst_first = {longest_first, [anchors](std::int64_t length) {
+                         return std::min(anchors, static_cast<double>(length - 1)) / static_cast<double>(length);
+                       }};
   stage.run = [this](const PackedBatch& batch, std::mt19937_64& draws) {
     // The hidden states' values do not matter: their memory does.
     const auto like = torch::TensorOptions().dtype(compute_dtype(config_.dtype, device_)).device(device_);
@@ -287,16 +281,14 @@ BudgetStage Drafting::budget_stage(const BudgetBounds& bounds) {
     const model::DFlashBlocks blocks =
         model::sample_anchors(batch.cu_seqlens, batch.loss_mask, dflash_.block_size, dflash_.max_anchors, generator);
     drafter_->forward(in, blocks).loss_sum.backward();
-    for (auto& p : drafter_->parameters()) p.mutable_grad() = torch::Tensor();
   };
+  stage.trained = drafter_->parameters();
   // Beside the batch it trains on: the link's queue, the step's other batches, and during a
   // held-out pass the paused batches while the pass's own link fills its queue.
   const comm::LinkPayloads link = comm::link_payloads(link_config(topology_, context_.runtime.device()),
                                                       topology_.targets_of(me_).size(), device_.is_cuda());
   const double payloads = link.receiver * (held_out_ ? 2 : 1) + static_cast<double>(config_.step.grad_accum - 1);
   stage.later_bytes_per_token = payloads * payload_bytes_per_token(dflash_, config_, device_);
-  // AdamW keeps exp_avg and exp_avg_sq like each parameter, allocated by the session.
-  for (const auto& p : drafter_->parameters()) stage.later_bytes += 2 * static_cast<std::int64_t>(p.nbytes());
   return stage;
 }
 

@@ -34,7 +34,7 @@ class Target {
   void send_held_out(const StreamStart& start);
   void pack_held_out_share(std::int64_t token_budget);
   // train.token_budget = "auto": this target's forward of the longest documents.
-  BudgetStage budget_stage(const model::DFlashConfig& config, const BudgetBounds& bounds);
+  BudgetStage budget_stage(const model::DFlashConfig& config);
   // The concatenated taps (+ final hidden) of `batch`.
   torch::Tensor captured_hidden(const PackedBatch& batch);
   // captured_hidden of `packed.packed` into `packed.hidden`; false after an
@@ -88,8 +88,7 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   held_out_ = std::move(data.held_out);
   std::int64_t token_budget = run_.step.token_budget;
   if (run_.step.auto_budget) {
-    const BudgetBounds bounds = budget_bounds(*dataset_);
-    token_budget = measure_stream_budget(context, budget_stage(config, bounds), bounds, device_).budget;
+    token_budget = measure_stream_budget(context, budget_stage(config), budget_bounds(*dataset_), device_).budget;
   }
   // Packed now, so that a set with nothing to evaluate is refused before training; the
   // drafters, which refuse it alike, have not waited on a target yet.
@@ -101,14 +100,11 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   timings_ = std::make_unique<TimingLog>(run_.run_dir, context.runtime.world(), context.runtime.role(), timing);
 }
 
-BudgetStage Target::budget_stage(const model::DFlashConfig& config, const BudgetBounds& bounds) {
+BudgetStage Target::budget_stage(const model::DFlashConfig& config) {
   BudgetStage stage;
   stage.name = "target";
   stage.vocab_size = config.target.vocab_size;
-  stage.worst_cases = [&bounds](std::int64_t budget) {
-    return std::vector<std::vector<std::int64_t>>{longest_fill(bounds, budget)};
-  };
-  stage.longest_document = bounds.longest_sample;
+  stage.worst_first = {longest_first};
   stage.run = [this](const PackedBatch& batch, std::mt19937_64&) {
     torch::NoGradGuard frozen;
     captured_hidden(batch);

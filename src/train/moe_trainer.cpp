@@ -105,7 +105,7 @@ std::optional<MeasuredBudget> measure_token_budget(const JobContext& context, mo
   if (!context.config.step.auto_budget) return std::nullopt;
   const BudgetBounds bounds = budget_bounds(dataset);
   const Runtime& runtime = context.runtime;
-  MeasuredBudget measured = probe_token_budget(language_model_stage(net, bounds), context.config.step, bounds, device,
+  MeasuredBudget measured = probe_token_budget(language_model_stage(net), context.config.step, bounds, device,
                                                runtime.role_comm(), runtime.role_comm());
   if (runtime.rank() == 0) log_info(measured.describe());
   return measured;

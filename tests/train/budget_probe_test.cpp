@@ -92,9 +92,10 @@ TEST(MeasuredBudget, ShrinksByWhatTheFailingPeakSays) {
 // budget), or the densest in anchors (a drafter's: min(512, L - 1) / L), as many of each
 // length as there are, the last cut to fit.
 TEST(WorstFill, FillsTheBudgetWithTheSamplesThatScoreHighest) {
-  const BudgetBounds bounds{8192, 5000, {{100, 3}, {600, 2}, {5000, 1}}};
-  EXPECT_EQ(longest_fill(bounds, 1024), (std::vector<std::int64_t>{1024}));
-  EXPECT_EQ(longest_fill(bounds, 8192), (std::vector<std::int64_t>{5000, 600, 600, 100, 100, 100}));
+  const BudgetBounds bounds{8192, {{100, 3}, {600, 2}, {5000, 1}}};
+  EXPECT_EQ(bounds.longest_sample(), 5000);
+  EXPECT_EQ(worst_fill(bounds, 1024, longest_first), (std::vector<std::int64_t>{1024}));
+  EXPECT_EQ(worst_fill(bounds, 8192, longest_first), (std::vector<std::int64_t>{5000, 600, 600, 100, 100, 100}));
   const auto density = [](std::int64_t length) {
     return std::min(512.0, static_cast<double>(length - 1)) / static_cast<double>(length);
   };
@@ -122,9 +123,9 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   step.auto_budget = true;
   step.memory_fraction = 0.9;
   step.memory_limit = std::int64_t{64} << 30;  // far above what 2048 tokens take
-  const BudgetBounds bounds{2048, 2048, {{2048, 1}}};
+  const BudgetBounds bounds{2048, {{2048, 1}}};
   const MeasuredBudget measured =
-      probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+      probe_token_budget(language_model_stage(*net), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
                          MPI_COMM_WORLD);
   EXPECT_EQ(measured.budget, 2048);
   EXPECT_GT(measured.peak_bytes, measured.fixed_bytes);
@@ -144,7 +145,7 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   step.memory_limit = static_cast<std::int64_t>(
       (static_cast<double>(measured.fixed_bytes) + measured.bytes_per_token() * 1024) / 0.9);
   const MeasuredBudget smaller =
-      probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+      probe_token_budget(language_model_stage(*net), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
                          MPI_COMM_WORLD);
   EXPECT_GE(smaller.budget, kBudgetGranule);
   EXPECT_LT(smaller.budget, 2048);
@@ -153,7 +154,7 @@ TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
 
   step.memory_limit = 1 << 20;  // 1 MiB: less than the process holds already
   try {
-    probe_token_budget(language_model_stage(*net, bounds), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
+    probe_token_budget(language_model_stage(*net), step, bounds, torch::Device(torch::kCPU), MPI_COMM_WORLD,
                          MPI_COMM_WORLD);
     ADD_FAILURE() << "a limit below the smallest candidate was accepted";
   } catch (const JobExit& e) {
@@ -172,10 +173,7 @@ BudgetStage queue_bound_stage(double later_bytes_per_token) {
   BudgetStage stage;
   stage.name = "drafter";
   stage.vocab_size = 100;
-  stage.worst_cases = [](std::int64_t budget) {
-    return std::vector<std::vector<std::int64_t>>{std::vector<std::int64_t>(static_cast<std::size_t>(budget / 64), 64)};
-  };
-  stage.longest_document = 64;
+  stage.worst_first = {longest_first};  // of 64-token samples only
   stage.run = [](const PackedBatch& batch, std::mt19937_64&) { (void)batch.tokens.sum().item<std::int64_t>(); };
   stage.later_bytes_per_token = later_bytes_per_token;
   return stage;
@@ -200,7 +198,7 @@ TEST(ProbeTokenBudget, WhatAStageHoldsLaterPerTokenBoundsItAndTheJobTakesTheSmal
   step.memory_fraction = 0.9;
   step.memory_limit =
       static_cast<std::int64_t>((static_cast<double>(resident_set_bytes()) + static_cast<double>(room_tokens) * mib) / 0.9);
-  const MeasuredBudget measured = probe_token_budget(queue_bound_stage(mib), step, {1 << 20, 64, {{64, 1 << 14}}},
+  const MeasuredBudget measured = probe_token_budget(queue_bound_stage(mib), step, {1 << 20, {{64, 1 << 14}}},
                                                      torch::Device(torch::kCPU), stage_group, MPI_COMM_WORLD);
   EXPECT_EQ(measured.stage_budget, rank == 0 ? 896 : 1920);
   EXPECT_EQ(measured.budget, 896);

@@ -24,7 +24,7 @@
 // (exit 2, the message naming the limit and what a rank holds) together.
 //
 // The probe leaves training as it found it: no optimizer step, the gradients dropped again
-// (undefined, as before the probe: BudgetStage::run's duty), torch's CPU generator restored,
+// (undefined, as before the probe), torch's CPU generator restored,
 // and no data read, so that a run with "auto" trains exactly as one with the chosen budget
 // set (tested). It runs before the training session exists: no step, no timer row, no
 // collective of the gradient reducer.
@@ -70,7 +70,7 @@ struct MeasuredBudget {
   std::string stage;                // BudgetStage::name
   std::int64_t budget = 0;
   std::int64_t stage_budget = 0;    // the smallest that this stage's ranks fit, >= budget
-  std::int64_t fixed_bytes = 0;     // before any micro-batch, with BudgetStage::later_bytes
+  std::int64_t fixed_bytes = 0;     // before any micro-batch, with the AdamW moments to come
   std::int64_t peak_bytes = 0;      // this rank's peak at `budget`, with what the stage holds later
   std::int64_t planned_bytes = 0;   // memory_fraction x capacity_bytes
   std::int64_t capacity_bytes = 0;  // this rank's: train.memory_limit, else the device's
@@ -93,8 +93,9 @@ struct MeasuredBudget {
 // samples' lengths, in tokens.
 struct BudgetBounds {
   std::int64_t max_budget = 0;
-  std::int64_t longest_sample = 0;
   std::map<std::int64_t, std::int64_t> samples_of_length;  // length -> how many samples have it
+
+  std::int64_t longest_sample() const { return samples_of_length.empty() ? 0 : samples_of_length.rbegin()->first; }
 };
 BudgetBounds budget_bounds(const data::TokenDataset& dataset);
 
@@ -105,29 +106,29 @@ BudgetBounds budget_bounds(const data::TokenDataset& dataset);
 std::vector<std::int64_t> worst_fill(const BudgetBounds& bounds, std::int64_t budget,
                                      const std::function<double(std::int64_t length)>& score);
 
-// worst_fill with the longest samples first.
-std::vector<std::int64_t> longest_fill(const BudgetBounds& bounds, std::int64_t budget);
+// worst_fill's score for the longest samples first.
+double longest_first(std::int64_t length);
 
 // One rank's work on a micro-batch, as the probe runs it.
 struct BudgetStage {
   std::string name;  // "trainer", "target", "drafter": whose measure the log line gives
   std::int64_t vocab_size = 0;
-  // The worst micro-batches at a budget, each as its documents' lengths: the probe measures
-  // each and keeps the largest peak.
-  std::function<std::vector<std::vector<std::int64_t>>(std::int64_t budget)> worst_cases;
-  std::int64_t longest_document = 1;  // of any worst case (a CPU rank's growth bound)
-  // Forward (and backward) of `batch`, already on the device, leaving no gradient behind.
-  // May draw from `draws` (never from torch's generators).
+  // Scores of the stage's worst samples (worst_fill): at a budget the probe measures the
+  // micro-batch each fills and keeps the largest peak.
+  std::vector<std::function<double(std::int64_t length)>> worst_first;
+  // Forward (and backward) of `batch`, already on the device. May draw from `draws` (never
+  // from torch's generators).
   std::function<void(const PackedBatch& batch, std::mt19937_64& draws)> run;
-  // What the stage holds later that `run` does not allocate: fixed bytes (the AdamW
-  // moments) and bytes per token of the budget (hidden states queued on a link).
-  std::int64_t later_bytes = 0;
+  // What AdamW trains (none for a frozen stage): the probe drops their gradients after each
+  // run and counts the moments the session allocates later.
+  std::vector<torch::Tensor> trained;
+  // What the stage holds later per token of the budget that `run` does not allocate
+  // (hidden states queued on a link).
   double later_bytes_per_token = 0;
 };
 
-// moe_train's trainer: forward and backward of `net` on the dataset's longest samples,
-// with the AdamW state the session allocates later.
-BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net, const BudgetBounds& bounds);
+// moe_train's trainer: forward and backward of `net` on the dataset's longest samples.
+BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net);
 
 // Collective over `stage_group` (the ranks of `stage`), then, when it is another
 // communicator, over `job_group` (every rank whose micro-batches share the budget).
