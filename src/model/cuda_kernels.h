@@ -65,15 +65,20 @@ cudaError_t rms_norm_backward(const void* s_bf16, const float* weight, const flo
                               const void* grad_sum_bf16, void* grad_x_bf16, float* weight_grad_partials, int64_t rows,
                               int64_t hidden, cudaStream_t stream);
 
-// The MoE combine: out[t] = sum_j weights[t, j] * y[t, j] for y bf16 [tokens, k, hidden]
-// (contiguous, hidden % 8 == 0), weights fp32 [tokens, k], out bf16 [tokens, hidden]; one warp
-// per token, fp32 sums. k <= kMaxCombineChoices.
+// out[t] = sum_j w[t, j] * src[rows[t, j]], w = weights fp32 [tokens, k] or 1 where weights is
+// null: src bf16 [N, hidden] (contiguous, hidden % 8 == 0), rows int64 [tokens, k] in [0, N),
+// out bf16 [tokens, hidden]; one warp per token, fp32 sums, k <= kMaxCombineChoices. The MoE
+// combine (weights set, src the experts' outputs in expert order) and the dispatch's backward
+// (no weights, src the gradients of the dispatched rows).
 constexpr int kMaxCombineChoices = 8;
-cudaError_t expert_combine_forward(const void* y_bf16, const float* weights, void* out_bf16, int64_t tokens,
-                                   int64_t k, int64_t hidden, cudaStream_t stream);
-// grad_y[t, j] = weights[t, j] * grad_out[t] (bf16), grad_weights[t, j] = <grad_out[t], y[t, j]> (fp32).
-cudaError_t expert_combine_backward(const void* y_bf16, const float* weights, const void* grad_out_bf16,
-                                    void* grad_y_bf16, float* grad_weights, int64_t tokens, int64_t k, int64_t hidden,
-                                    cudaStream_t stream);
+cudaError_t gather_rows_sum(const void* src_bf16, const int64_t* rows, const float* weights, void* out_bf16,
+                            int64_t tokens, int64_t k, int64_t hidden, cudaStream_t stream);
+// The combine's backward where rows is a permutation of [0, N) (N = tokens * k), so that every
+// row of grad_y_rows is written exactly once, without atomics:
+// grad_y_rows[rows[t, j]] = weights[t, j] * grad_out[t] (bf16) and
+// grad_weights[t, j] = <grad_out[t], y_rows[rows[t, j]]> (fp32).
+cudaError_t expert_combine_backward(const void* y_rows_bf16, const int64_t* rows, const float* weights,
+                                    const void* grad_out_bf16, void* grad_y_rows_bf16, float* grad_weights,
+                                    int64_t tokens, int64_t k, int64_t hidden, cudaStream_t stream);
 
 }  // namespace topotrain::model::kernels

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernel_launch.h"
+#include "topotrain/core/error.h"
 #include "topotrain/model/swiglu.h"
 #include "topotrain/torch_compat.h"
 
@@ -47,52 +48,83 @@ class DispatchRowsFunction : public torch::autograd::Function<DispatchRowsFuncti
                                                torch::autograd::tensor_list grads) {
     const auto& grad = grads[0];
     const int64_t k = ctx->saved_data["k"].toInt();
-    auto per_token = grad.index_select(0, ctx->get_saved_variables()[0]).view({-1, k, grad.size(1)});
-    return {per_token.sum(1), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    const auto inverse = ctx->get_saved_variables()[0];
+    return {sum_token_rows(grad, inverse.view({-1, k})), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+
+ private:
+  // grad_x[t] = sum_j grad[rows[t, j]]: one pass on the GPU, a gather and a sum otherwise.
+  static torch::Tensor sum_token_rows(const torch::Tensor& grad, const torch::Tensor& rows) {
+#ifdef TOPOTRAIN_CUDA
+    if (own_kernels_apply(grad) && grad.size(1) % 8 == 0 &&
+        rows.size(1) <= kernels::kMaxCombineChoices) {
+      const auto g = grad.contiguous();
+      auto out = torch::empty({rows.size(0), g.size(1)}, g.options());
+      check_launch(kernels::gather_rows_sum(g.data_ptr(), rows.data_ptr<int64_t>(), /*weights=*/nullptr, out.data_ptr(),
+                                            rows.size(0), rows.size(1), g.size(1), stream_of(g)),
+                   "gather_rows_sum");
+      return out;
+    }
+#endif
+    return grad.index_select(0, rows.reshape({-1})).view({rows.size(0), rows.size(1), grad.size(1)}).sum(1);
   }
 };
 
 #ifdef TOPOTRAIN_CUDA
+// y_rows [N, H], rows int64 [T, k] a permutation of [0, N) (the caller's invariant: the
+// backward writes each row of grad_y_rows once and allocates it uninitialised).
 class CombineFunction : public torch::autograd::Function<CombineFunction> {
  public:
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y_in,
-                               const torch::Tensor& weights_in) {
-    auto y = y_in.contiguous();
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& y_rows_in,
+                               const torch::Tensor& rows_in, const torch::Tensor& weights_in) {
+    auto y_rows = y_rows_in.contiguous();
+    auto rows = rows_in.contiguous();
     auto weights = weights_in.contiguous();
-    const int64_t tokens = y.size(0), k = y.size(1), hidden = y.size(2);
-    auto out = torch::empty({tokens, hidden}, y.options());
-    check_launch(kernels::expert_combine_forward(y.data_ptr(), weights.data_ptr<float>(), out.data_ptr(), tokens, k,
-                                                 hidden, stream_of(y)),
-                 "expert_combine_forward");
-    ctx->save_for_backward({y, weights});
+    const int64_t tokens = rows.size(0), k = rows.size(1), hidden = y_rows.size(1);
+    auto out = torch::empty({tokens, hidden}, y_rows.options());
+    check_launch(kernels::gather_rows_sum(y_rows.data_ptr(), rows.data_ptr<int64_t>(), weights.data_ptr<float>(),
+                                          out.data_ptr(), tokens, k, hidden, stream_of(y_rows)),
+                 "gather_rows_sum");
+    ctx->save_for_backward({y_rows, rows, weights});
     return out;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const auto &y = saved[0], &weights = saved[1];
+    const auto &y_rows = saved[0], &rows = saved[1], &weights = saved[2];
     const auto grad_out = grads[0].contiguous();
-    auto grad_y = torch::empty_like(y);
+    auto grad_y_rows = torch::empty_like(y_rows);
     auto grad_weights = torch::empty_like(weights);
-    check_launch(kernels::expert_combine_backward(y.data_ptr(), weights.data_ptr<float>(), grad_out.data_ptr(),
-                                                  grad_y.data_ptr(), grad_weights.data_ptr<float>(), y.size(0),
-                                                  y.size(1), y.size(2), stream_of(y)),
+    check_launch(kernels::expert_combine_backward(y_rows.data_ptr(), rows.data_ptr<int64_t>(), weights.data_ptr<float>(),
+                                                  grad_out.data_ptr(), grad_y_rows.data_ptr(),
+                                                  grad_weights.data_ptr<float>(), rows.size(0), rows.size(1),
+                                                  y_rows.size(1), stream_of(y_rows)),
                  "expert_combine_backward");
-    return {grad_y, grad_weights};
+    return {grad_y_rows, torch::Tensor(), grad_weights};
   }
 };
 #endif
 
 }  // namespace
 
-torch::Tensor combine_expert_outputs(const torch::Tensor& y, const torch::Tensor& weights) {
+torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::Tensor& rows,
+                                     const torch::Tensor& weights) {
+  if (y_rows.dim() != 2 || rows.dim() != 2 || rows.numel() != y_rows.size(0) || weights.sizes() != rows.sizes()) {
+    throw std::invalid_argument(cat("combine_expert_outputs: expected y_rows [N, H], rows and weights [T, k] with T * k = N, got y_rows ",
+                                    y_rows.sizes(), ", rows ", rows.sizes(), ", weights ", weights.sizes()));
+  }
 #ifdef TOPOTRAIN_CUDA
-  if (own_kernels_apply(y) && y.dim() == 3 && y.size(2) % 8 == 0 && y.size(1) <= kernels::kMaxCombineChoices &&
+  if (own_kernels_apply(y_rows) && y_rows.size(1) % 8 == 0 &&
+      rows.size(1) <= kernels::kMaxCombineChoices && rows.scalar_type() == torch::kInt64 &&
       weights.scalar_type() == torch::kFloat32) {
-    return CombineFunction::apply(y, weights);
+    return CombineFunction::apply(y_rows, rows, weights);
   }
 #endif
+  // The permutation's inverse by one scatter, so that the gather's backward is a gather too.
+  const auto order = rows.reshape({-1});
+  const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  auto y = permute_rows(y_rows, order, inverse).view({rows.size(0), rows.size(1), y_rows.size(1)});
   return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
 }
 
@@ -109,10 +141,8 @@ ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarTy
   return ExpertBackend::sorted_loop;
 }
 
-void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selected) {
-  auto flat = selected.reshape({-1});
-  auto counts = torch::zeros({probs.size(1)}, probs.options())
-                    .index_add_(0, flat, torch::ones({flat.size(0)}, probs.options()));
+void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selections) {
+  auto counts = selections.to(torch::kFloat32);
   auto sums = probs.sum(0);
   expert_counts = expert_counts.defined() ? expert_counts + counts : counts;
   probability_sums = probability_sums.defined() ? probability_sums + sums : sums;
@@ -167,14 +197,13 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
 }
 
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
-  const int64_t tokens = x.size(0), hidden = x.size(1), num_experts = gate->weight.size(0);
+  const int64_t tokens = x.size(0), num_experts = gate->weight.size(0);
   // The router runs in fp32 even under bf16 compute: bf16 rounding of near-tied logits
   // flips top-k choices, and a flipped choice sends the token through another expert.
   auto router_logits = gate(x.to(torch::kFloat32));
   auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
   auto [weights, selected] = probs.topk(top_k_, -1);
   if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
-  if (load != nullptr) load->add(probs, selected);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
   // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a
@@ -185,9 +214,11 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   // scatter_add instead of bincount, which reads the maximum back to the host.
   auto counts = torch::zeros({num_experts}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
+  if (load != nullptr) load->add(probs, counts);
   auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), counts, backend);
-  auto y = permute_rows(y_sorted, inverse, order).view({tokens, top_k_, hidden});
-  return combine_expert_outputs(y, weights);
+  // inverse[t * k + j] is the sorted row of token t's choice j: the combine reads the experts'
+  // outputs where they are, in expert order.
+  return combine_expert_outputs(y_sorted, inverse.view({tokens, top_k_}), weights);
 }
 
 }  // namespace topotrain::model

@@ -1,6 +1,6 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
-// combine) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
+// combine and dispatch) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
 // gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, and the
 // LM loss enqueues without waiting for the device.
 #include <cmath>
@@ -162,20 +162,56 @@ TEST_F(FusedOpsGpu, RotatedHeadsOfAFusedProjectionMatchTorchOpsInFp32) {
   EXPECT_GT(grad.narrow(1, 0, q_heads * dim).abs().max().item<float>(), 0.0f);
 }
 
-TEST_F(FusedOpsGpu, ExpertCombineMatchesTorchOpsInFp32) {
+TEST_F(FusedOpsGpu, ExpertCombineThroughAPermutationMatchesTorchOpsInFp32) {
   const int64_t tokens = 500, k = 3, hidden = 136;
-  auto y = leaf_pair({tokens, k, hidden});
+  auto y = leaf_pair({tokens * k, hidden});
+  const auto rows = torch::randperm(tokens * k, kBf16.dtype(torch::kInt64)).view({tokens, k});
   auto w = torch::rand({tokens, k}, kBf16.dtype(torch::kFloat32)).requires_grad_();
   auto w_ref = w.detach().clone().requires_grad_();
   auto upstream = torch::randn({tokens, hidden}, kBf16);
-  auto out = mdl::combine_expert_outputs(y.bf16, w);
-  auto ref = mdl::combine_expert_outputs(y.fp32, w_ref);
+  auto out = mdl::combine_expert_outputs(y.bf16, rows, w);
+  auto ref = mdl::combine_expert_outputs(y.fp32, rows, w_ref);
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   EXPECT_LT(relative_error(out, ref), 1e-2);
   (out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum().backward();
   (ref * upstream.to(torch::kFloat32)).sum().backward();
   EXPECT_LT(relative_error(y.bf16.grad(), y.fp32.grad()), 1e-2);
   EXPECT_LT(relative_error(w.grad(), w_ref.grad()), 1e-2);
+  // Independent of both paths: token 7's output by hand in fp32.
+  auto by_hand = torch::zeros({hidden}, kBf16.dtype(torch::kFloat32));
+  for (int64_t j = 0; j < k; ++j) by_hand += w[7][j].detach() * y.fp32[rows[7][j].item<int64_t>()].detach();
+  EXPECT_LT(relative_error(out[7], by_hand), 1e-2);
+}
+
+// The whole sparse block in bf16 (grouped GEMMs, the fused combine and the dispatch's fused
+// backward) against the same block in fp32 through torch ops, at top-2 and at the kernels'
+// largest k: the output and the gradients of the input, the router and the experts.
+TEST_F(FusedOpsGpu, SparseMoeBlockInBf16MatchesItsFp32TorchOpPath) {
+  for (int64_t k : {2, 8}) {
+    SCOPED_TRACE(k);
+    auto config = mdl::ModelConfig::preset("tiny-moe");
+    config.hidden_size = 128, config.moe_intermediate_size = 64;
+    config.num_experts = 16, config.num_experts_per_tok = k;
+    mdl::SparseMoeBlock block(config);
+    block->to(torch::kCUDA);
+    auto x = leaf_pair({777, config.hidden_size});
+    const auto upstream = torch::randn({777, config.hidden_size}, kBf16.dtype(torch::kFloat32));
+    const auto params = std::vector<torch::Tensor>{block->gate->weight, block->experts->gate_up_proj,
+                                                   block->experts->down_proj};
+    auto run = [&](const torch::Tensor& input, mdl::ExpertBackend backend) {
+      auto out = block(input, backend, nullptr);
+      std::vector<torch::Tensor> wrt{input};
+      wrt.insert(wrt.end(), params.begin(), params.end());
+      auto grads = torch::autograd::grad({(out.to(torch::kFloat32) * upstream).sum()}, wrt);
+      grads.insert(grads.begin(), out);
+      return grads;
+    };
+    const auto backend = mdl::choose_expert_backend(x.bf16.device(), torch::kBFloat16, config);
+    const auto got = run(x.bf16, backend);
+    const auto want = run(x.fp32, mdl::ExpertBackend::sorted_loop);
+    const char* names[] = {"output", "grad x", "grad router", "grad gate_up", "grad down"};
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(relative_error(got[i], want[i]), 2e-2) << names[i];
+  }
 }
 
 TEST_F(FusedOpsGpu, RowCrossEntropyMatchesTorchOpsInFp32) {

@@ -1,6 +1,7 @@
 // The torch-op paths of the fused model ops on CPU (the paths the GPU test holds the CUDA
 // kernels to), each against a computation written out independently.
 #include <cmath>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -61,11 +62,13 @@ TEST_F(FusedOpsCpu, NormRotaryOfAColumnSliceRotatesEachHeadByItsPosition) {
   }
 }
 
-TEST_F(FusedOpsCpu, ExpertCombineWeighsEachChoice) {
-  auto y = torch::randn({3, 2, 4}), weights = torch::rand({3, 2});
-  auto out = mdl::combine_expert_outputs(y, weights);
+TEST_F(FusedOpsCpu, ExpertCombineWeighsEachChoiceReadThroughItsRow) {
+  auto y = torch::randn({6, 4}), weights = torch::rand({3, 2});
+  const auto rows = torch::tensor({{4, 0}, {2, 5}, {1, 3}}, torch::kInt64);
+  auto out = mdl::combine_expert_outputs(y, rows, weights);
   for (int64_t t = 0; t < 3; ++t) {
-    auto expected = y[t][0] * weights[t][0] + y[t][1] * weights[t][1];
+    auto expected = y[rows[t][0].item<int64_t>()] * weights[t][0] + y[rows[t][1].item<int64_t>()] * weights[t][1];
     EXPECT_TRUE(torch::allclose(out[t], expected, 1e-6, 1e-6));
   }
+  EXPECT_THROW(mdl::combine_expert_outputs(y.narrow(0, 0, 5), rows, weights), std::invalid_argument);
 }

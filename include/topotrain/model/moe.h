@@ -32,18 +32,23 @@ struct RouterLoad {
   torch::Tensor probability_sums;   // fp32 [E]: sum of router softmax probabilities
   int64_t rows = 0;                 // tokens x layers summed
 
-  // probs: fp32 router softmax [T, E]; selected: the top-k expert ids [T, k].
-  void add(const torch::Tensor& probs, const torch::Tensor& selected);
+  // probs: fp32 router softmax [T, E]; selections: how many of the T * k top-k choices
+  // went to each expert [E] (any dtype), the counts the dispatch already makes.
+  void add(const torch::Tensor& probs, const torch::Tensor& selections);
 };
 
 // num_experts * sum_e (counts_e / rows) * (probability_sums_e / rows); zero when empty.
 // This is HF's aux loss before router_aux_loss_coef is applied.
 torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts);
 
-// A token's k expert outputs weighted by its router weights: y [T, k, H] in the compute
-// dtype, weights fp32 [T, k] -> [T, H] in y's dtype. One kernel each way for bf16 on CUDA
-// (fp32 sums, H % 8 == 0, k <= 8); torch ops otherwise (weights rounded to y's dtype first).
-torch::Tensor combine_expert_outputs(const torch::Tensor& y, const torch::Tensor& weights);
+// A token's k expert outputs weighted by its router weights, read where the experts left them:
+// y_rows [N, H] in the compute dtype holds every (token, choice) output once, rows int64 [T, k]
+// names the row of token t's choice j and must be a permutation of [0, N) (N = T * k: every row
+// is one choice's), weights fp32 [T, k] -> [T, H] in y_rows' dtype. One kernel each way for bf16
+// on CUDA (fp32 sums, H % 8 == 0, k <= 8), which reads the rows through the permutation instead
+// of gathering them first; torch ops otherwise (weights rounded to y's dtype first).
+torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::Tensor& rows,
+                                     const torch::Tensor& weights);
 
 // The stacked expert weights, HF's per-expert Linear layouts stacked on dim 0:
 // gate_up_proj [E, 2*I, H] (gate rows first, then up rows), down_proj [E, H, I].

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Where one training step's device time goes, at the two shapes the MFU goal names: moe-500m
+# on ~2K-token documents and the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16
+# experts top-8 of 512, vocab 151936, tied; its config.json written with transformers) on
+# ~4K-token documents, both with 16384-token micro-batches on one GPU. Each runs PROFILE_STEPS
+# (30) steps idealised (checkpoints off: the profiled step is a plain training step) with
+# log.profile_step = PROFILE_STEPS - 1, then bench/moe/kernel_table.py sums the step's device
+# time by kernel and by kind. Prints each run's last progress line and both tables; the
+# tables, profile summaries and logs go to $OUT (default: a new temporary folder).
+#   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
+#   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
+OUT=${OUT:-$(mktemp -d)}
+steps=${PROFILE_STEPS:-30}
+shapes=${SHAPES:-"reference moe-500m"}
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  launch/build.sh >"$OUT/profile-build.log" 2>&1 || { tail -40 "$OUT/profile-build.log"; exit 1; }
+fi
+# shellcheck source=/dev/null
+source launch/env.sh
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = [0]\n' \
+  >"$work/one.toml"
+for shape in $shapes; do
+  if [[ $shape == reference ]]; then
+    python3 bench/moe/make_dataset.py "$work/docs4k.h5" --tokens 4000000 --mean-len 4096 >/dev/null || exit 1
+    python3 -c "from transformers import Qwen3MoeConfig; Qwen3MoeConfig(hidden_size=1024, num_hidden_layers=12,
+num_attention_heads=16, head_dim=64, num_key_value_heads=4, num_experts=16, num_experts_per_tok=8,
+moe_intermediate_size=512, vocab_size=151936, tie_word_embeddings=True).save_pretrained('$work/reference-shape')" ||
+      exit 1
+    model=(--set "model.config=$work/reference-shape/config.json" --set "data.path=$work/docs4k.h5")
+  else
+    python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 2048 >/dev/null || exit 1
+    model=(--set "model.preset=$shape" --set "data.path=$work/docs.h5")
+  fi
+  timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE \
+    "$BUILD_DIR/bin/moe_train" "$work/one.toml" "${model[@]}" --set train.token_budget=16384 --set train.lr=6e-4 \
+    --set "train.max_steps=$steps" --set log.every=5 --set checkpoint.every_steps=-1 \
+    --set "log.profile_step=$((steps - 1))" --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$shape" \
+    >"$OUT/profile-$shape.log" 2>&1
+  echo "== $shape: rc=$? $(grep -E 'step +[0-9]+ ' "$OUT/profile-$shape.log" | tail -2 | head -1 | sed 's/.*\] //' | cut -c1-160)"
+  cp "$work/runs/$shape/profile-step$((steps - 1))-rank0.txt" "$OUT/profile-$shape.txt" 2>/dev/null
+  python3 bench/moe/kernel_table.py "$work/runs/$shape/profile-step$((steps - 1))-rank0.json" --top 45 \
+    | tee "$OUT/kernels-$shape.txt"
+done
