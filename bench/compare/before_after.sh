@@ -2,10 +2,12 @@
 # Before/after on one GPU, same sitting: builds this tree (into /root/build-gpu) and an older
 # one (OLD_TREE, default .old: a source tree made by `git archive REV | tar -x -C .old`; into
 # /root/build-old) side by side, runs the GPU tests of this tree (SKIP_GPU_TESTS=1 leaves them
-# out), then moe_train (moe-500m, 16K-token
-# micro-batches, 40 steps; idealised twice, then defaults) and dflash_train (1t1d on one GPU
-# over CUDA IPC, qwen3-0.6b target, 30 steps) from both builds, interleaved. Logs and the
-# new build's report go to $OUT.
+# out), then moe_train from both builds, interleaved, with 16K-token micro-batches for 40 steps
+# (idealised twice, then defaults): moe-500m on ~2K-token documents and, unless
+# SKIP_REFERENCE_SHAPE=1, the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16 experts
+# top-8 of 512, vocab 151936, tied; config.json written with transformers) on ~4K-token
+# documents; then, unless SKIP_DFLASH=1, dflash_train (1t1d on one GPU over CUDA IPC,
+# qwen3-0.6b target, 30 steps). Logs and the new build's reports go to $OUT.
 #   OUT=/tmp/compare bash bench/compare/before_after.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -25,21 +27,39 @@ echo "gpu tests done at $((SECONDS - start)) s"
 work=$(mktemp -d)
 python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 2000000 --mean-len 2048 >/dev/null
 printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = [0]\n' > "$work/one.toml"
-moe() {  # moe TREE NAME [--set ...]
-  local tree=$1 name=$2; shift 2
+python3 bench/moe/make_dataset.py "$work/docs4k.h5" --tokens 2000000 --mean-len 4096 >/dev/null
+python3 -c "from transformers import Qwen3MoeConfig; Qwen3MoeConfig(hidden_size=1024, num_hidden_layers=12,
+num_attention_heads=16, head_dim=64, num_key_value_heads=4, num_experts=16, num_experts_per_tok=8,
+moe_intermediate_size=512, vocab_size=151936, tie_word_embeddings=True).save_pretrained('$work/reference-shape')"
+shape_args() {  # SHAPE: the model and data settings of moe-500m or the reference shape
+  if [[ $1 == reference ]]; then
+    echo "--set model.config=$work/reference-shape/config.json --set data.path=$work/docs4k.h5"
+  else
+    echo "--set model.preset=moe-500m --set data.path=$work/docs.h5"
+  fi
+}
+moe() {  # moe TREE SHAPE NAME [--set ...]
+  local tree=$1 shape=$2 name=$3; shift 3
+  # shellcheck disable=SC2046
   timeout 120 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH /root/build-$tree/bin/moe_train "$work/one.toml" \
-    --set model.preset=moe-500m --set data.path="$work/docs.h5" --set train.token_budget=16384 --set train.max_steps=40 \
+    $(shape_args "$shape") --set train.token_budget=16384 --set train.max_steps=40 \
     --set log.every=10 --set checkpoint.dir="$work" --set checkpoint.run="$name" "$@" > "$OUT/moe-$name.log" 2>&1
   echo "moe $name rc=$? $(grep -E 'step +40 ' "$OUT/moe-$name.log" | sed 's/.*\] //' | cut -c1-150)"
 }
-for round in 1 2; do
-  for tree in old new; do
-    moe $tree "$tree-ideal-$round" --set checkpoint.every_steps=-1
+shapes="moe-500m"
+[[ -n ${SKIP_REFERENCE_SHAPE:-} ]] || shapes="moe-500m reference"
+for shape in $shapes; do
+  for round in 1 2; do
+    for tree in old new; do
+      moe $tree $shape "$tree-$shape-ideal-$round" --set checkpoint.every_steps=-1
+    done
   done
+  for tree in old new; do moe $tree $shape "$tree-$shape-defaults"; done
+  /root/build-gpu/bin/topotrain-report "$work/new-$shape-ideal-2" > "$OUT/report-new-$shape-ideal.txt" 2>&1
+  head -20 "$OUT/report-new-$shape-ideal.txt"
 done
-for tree in old new; do moe $tree "$tree-defaults" ; done
-/root/build-gpu/bin/topotrain-report "$work/new-ideal-2" > "$OUT/report-new-ideal.txt" 2>&1; head -40 "$OUT/report-new-ideal.txt"
 echo "moe done at $((SECONDS - start)) s"
+[[ -n ${SKIP_DFLASH:-} ]] && exit 0
 sed -e 's/^devices = \[1\]/devices = [0]/' -e 's/^hidden_states = .*/hidden_states = "ipc"/' topology/1t1d.toml > "$work/one-ipc.toml"
 for tree in old new old new; do
   [[ $((SECONDS - start)) -gt 500 ]] && { echo "time up before dflash $tree"; break; }
