@@ -11,7 +11,7 @@ build=${BUILD_DIR:-$root/build-gpu}
 np=${NP:-2}
 out=${OUT:-.}/comm_bench.txt
 [[ -f $build/CMakeCache.txt ]] || BUILD_DIR=$build "$root/launch/build.sh" >/dev/null
-cmake --build "$build" --target comm_bench -j "$(nproc)" >/dev/null
+cmake --build "$build" --target comm_bench -j "$(nproc --all)" >/dev/null
 # toml++ unpacked into .deps (shared/gpu recipe) is a shared library the binaries need.
 export LD_LIBRARY_PATH=$root/.deps/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export NCCL_NVLS_ENABLE=0

@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 cmake --build "$build" --target bench_data_packing topotrain_prepare -j "${JOBS:-2}" >/dev/null
 
 {
-  echo "# bench/data/run.sh on $(hostname), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "# bench/data/run.sh on $(hostname), $(nproc --all) cores, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "## packing + prefetch, one core (taskset -c 0)"
   taskset -c 0 "$build/bin/bench_data_packing" 100 65536 1 1
   # Rank 0 of 8 with 10 accumulation rounds: it lays out all 80 micro-batches of a step
@@ -29,7 +29,7 @@ cmake --build "$build" --target bench_data_packing topotrain_prepare -j "${JOBS:
   python3 "$root/bench/data/make_bpe_tokenizer.py" "$work/train.txt" 400 "$work/tokenizer.json"
   for tokenizer in byte "$work/tokenizer.json"; do
     for threads in 1 0; do
-      echo "--tokenizer $(basename "$tokenizer") --threads $threads (0 = all $(nproc) cores), --split paragraph"
+      echo "--tokenizer $(basename "$tokenizer") --threads $threads (0 = all $(nproc --all) cores), --split paragraph"
       time "$build/bin/topotrain-prepare" --quiet --split paragraph --threads "$threads" --tokenizer "$tokenizer" \
         --output "$work/out.h5" "$work/corpus.txt"
     done

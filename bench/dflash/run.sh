@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 export BUILD_DIR=${BUILD_DIR:-$root/build-gpu} BUILD_TYPE=${BUILD_TYPE:-Release}
 source launch/env.sh
-jobs=${JOBS:-$(nproc)}
+jobs=${JOBS:-$(nproc --all)}
 JOBS=$jobs launch/build.sh -DTOPOTRAIN_BUILD_TESTS=ON >/dev/null
 bin=$BUILD_DIR/bin
 if [[ ! -x $bin/test_dflash_gpu ]]; then  # a build dir configured without tests

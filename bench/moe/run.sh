@@ -71,10 +71,10 @@ if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   build_log=$(mktemp)
   if [[ ! -f $BUILD_DIR/CMakeCache.txt ]]; then
     say "configuring and building topotrain into $BUILD_DIR (tests off; first time takes minutes)"
-    JOBS=${JOBS:-$(nproc)} launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF >"$build_log" 2>&1 ||
+    JOBS=${JOBS:-$(nproc --all)} launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF >"$build_log" 2>&1 ||
       { tail -40 "$build_log"; die "build failed (log above)"; }
   fi
-  cmake --build "$BUILD_DIR" --target moe_train topotrain_report -j "$(nproc)" >"$build_log" 2>&1 ||
+  cmake --build "$BUILD_DIR" --target moe_train topotrain_report -j "$(nproc --all)" >"$build_log" 2>&1 ||
     { tail -40 "$build_log"; die "building moe_train / topotrain-report in $BUILD_DIR failed (log above)"; }
   rm -f "$build_log"
 fi
