@@ -96,10 +96,10 @@ class CombineFunction : public torch::autograd::Function<CombineFunction> {
     const auto grad_out = grads[0].contiguous();
     auto grad_y_rows = torch::empty_like(y_rows);
     auto grad_weights = torch::empty_like(weights);
-    check_launch(kernels::expert_combine_backward(y_rows.data_ptr(), rows.data_ptr<int64_t>(), weights.data_ptr<float>(),
-                                                  grad_out.data_ptr(), grad_y_rows.data_ptr(),
-                                                  grad_weights.data_ptr<float>(), rows.size(0), rows.size(1),
-                                                  y_rows.size(1), stream_of(y_rows)),
+    check_launch(kernels::expert_combine_backward(y_rows.data_ptr(), rows.data_ptr<int64_t>(),
+                                                  weights.data_ptr<float>(), grad_out.data_ptr(),
+                                                  grad_y_rows.data_ptr(), grad_weights.data_ptr<float>(),
+                                                  rows.size(0), rows.size(1), y_rows.size(1), stream_of(y_rows)),
                  "expert_combine_backward");
     return {grad_y_rows, torch::Tensor(), grad_weights};
   }
@@ -111,8 +111,9 @@ class CombineFunction : public torch::autograd::Function<CombineFunction> {
 torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::Tensor& rows,
                                      const torch::Tensor& weights) {
   if (y_rows.dim() != 2 || rows.dim() != 2 || rows.numel() != y_rows.size(0) || weights.sizes() != rows.sizes()) {
-    throw std::invalid_argument(cat("combine_expert_outputs: expected y_rows [N, H], rows and weights [T, k] with T * k = N, got y_rows ",
-                                    y_rows.sizes(), ", rows ", rows.sizes(), ", weights ", weights.sizes()));
+    throw std::invalid_argument(cat("combine_expert_outputs: expected y_rows [N, H], rows and weights [T, k] with ",
+                                    "T * k = N, got y_rows ", y_rows.sizes(), ", rows ", rows.sizes(), ", weights ",
+                                    weights.sizes()));
   }
 #ifdef TOPOTRAIN_CUDA
   if (own_kernels_apply(y_rows) && y_rows.size(1) % 8 == 0 &&
