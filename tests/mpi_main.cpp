@@ -1,9 +1,37 @@
-// main() for GoogleTest suites that run under mpirun: every rank runs every test, only
-// rank 0 prints, and the process fails on every rank if a test failed on any rank.
+// main() for GoogleTest suites that run under mpirun: every rank runs every test, rank 0
+// prints the usual report, the other ranks print only their failures (each line named by
+// rank, so that a check that fails on rank 1 alone says what failed), and the process fails on
+// every rank if a test failed on any rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <string>
+
+namespace {
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+
+  // The test's name is kept here: UnitTest::current_test_info() takes the lock that gtest
+  // holds while it reports a result, so calling it from OnTestPartResult deadlocks.
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    test_ = std::string(test.test_suite_name()) + "." + test.name();
+  }
+
+  void OnTestPartResult(const ::testing::TestPartResult& result) override {
+    if (!result.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s failed at %s:%d\n%s\n", rank_, test_.c_str(),
+                 result.file_name() ? result.file_name() : "?", result.line_number(), result.message());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -14,6 +42,7 @@ int main(int argc, char** argv) {
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(rank));
   }
   int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
   int any_failed = 0;
