@@ -372,9 +372,14 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
                                                     : std::string(),
                          ": raise train.memory_limit or train.memory_fraction, or train a smaller model"));
   measured.budget = agreed;
-  // A rank that fits more than the job agreed on measures the agreed budget once more.
+  // A rank that fits more than the job agreed on measures the agreed budget once more. A peak
+  // grows with the budget, so the peak of the smallest larger fit bounds that measure: on a CPU
+  // rank the resident set can keep what a larger candidate freed, and the measure alone came out
+  // above the plan that the larger fit had met.
   if (!peaks.count(agreed)) ++measured.probes;
-  const auto peak = peaks.count(agreed) ? std::optional<std::int64_t>(peaks[agreed]) : peak_at(agreed);
+  auto peak = peaks.count(agreed) ? std::optional<std::int64_t>(peaks[agreed]) : peak_at(agreed);
+  if (const auto larger = peaks.lower_bound(agreed); larger != peaks.end())
+    peak = peak ? std::min(*peak, larger->second) : larger->second;
   measured.peak_bytes = peak.value_or(measured.fixed_bytes);
   measured.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return measured;
