@@ -28,9 +28,7 @@ printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "tr
 for shape in $shapes; do
   if [[ $shape == reference ]]; then
     python3 bench/moe/make_dataset.py "$work/docs4k.h5" --tokens 4000000 --mean-len 4096 >/dev/null || exit 1
-    python3 -c "from transformers import Qwen3MoeConfig; Qwen3MoeConfig(hidden_size=1024, num_hidden_layers=12,
-num_attention_heads=16, head_dim=64, num_key_value_heads=4, num_experts=16, num_experts_per_tok=8,
-moe_intermediate_size=512, vocab_size=151936, tie_word_embeddings=True).save_pretrained('$work/reference-shape')" ||
+    python3 bench/moe/reference_shape.py "$work/reference-shape" ||
       exit 1
     model=(--set "model.config=$work/reference-shape/config.json" --set "data.path=$work/docs4k.h5")
   else

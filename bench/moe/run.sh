@@ -223,9 +223,7 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
   if over_budget; then echo "- $label: skipped, time budget of ${budget_s}s spent" >>"$notes"; return; fi
   if [[ $shape == reference ]]; then
     [[ -f $work/reference-shape/config.json ]] ||
-      "$python" -c "from transformers import Qwen3MoeConfig; Qwen3MoeConfig(hidden_size=1024, num_hidden_layers=12,
-num_attention_heads=16, head_dim=64, num_key_value_heads=4, num_experts=16, num_experts_per_tok=8,
-moe_intermediate_size=512, vocab_size=151936, tie_word_embeddings=True).save_pretrained('$work/reference-shape')" ||
+      "$python" bench/moe/reference_shape.py "$work/reference-shape" ||
       { echo "- $label: could not write the reference shape's config.json with transformers" >>"$notes"; return; }
     settings+=(--set "model.config=$work/reference-shape/config.json" --set "data.path=$work/data4k.h5")
   else
