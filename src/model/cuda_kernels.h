@@ -81,4 +81,20 @@ cudaError_t expert_combine_backward(const void* y_rows_bf16, const int64_t* rows
                                     const void* grad_out_bf16, void* grad_y_rows_bf16, float* grad_weights,
                                     int64_t tokens, int64_t k, int64_t hidden, cudaStream_t stream);
 
+// The MoE router after its GEMM, one warp per token: logits fp32 [tokens, experts] (contiguous)
+// -> probs = softmax(logits) fp32 [tokens, experts]; the k largest probabilities in descending
+// order (NaN first, ties to the lower expert) as selected uint8 [tokens, k] and weights fp32
+// [tokens, k], divided by their sum when `renormalize`; counts int32 [experts] = how many of the
+// tokens * k choices went to each expert (zeroed here first). experts <= kMaxRouterExperts,
+// 1 <= k <= min(experts, kMaxRouterChoices).
+constexpr int kMaxRouterExperts = 256;
+constexpr int kMaxRouterChoices = 32;
+cudaError_t route_forward(const float* logits, float* probs, float* weights, uint8_t* selected, int* counts,
+                          int64_t tokens, int64_t experts, int64_t k, bool renormalize, cudaStream_t stream);
+// grad_logits fp32 [tokens, experts] from the gradients of probs and weights (either may be null:
+// zero), through the renormalisation, the top-k and the softmax.
+cudaError_t route_backward(const float* probs, const uint8_t* selected, const float* weights,
+                           const float* grad_weights, const float* grad_probs, float* grad_logits, int64_t tokens,
+                           int64_t experts, int64_t k, bool renormalize, cudaStream_t stream);
+
 }  // namespace topotrain::model::kernels

@@ -1,6 +1,7 @@
 #include "topotrain/model/moe.h"
 
 #include <stdexcept>
+#include <tuple>
 #include <vector>
 
 #include "kernel_launch.h"
@@ -71,6 +72,48 @@ class DispatchRowsFunction : public torch::autograd::Function<DispatchRowsFuncti
 };
 
 #ifdef TOPOTRAIN_CUDA
+// logits fp32 [T, E] -> probs, weights (differentiable), selected, counts: route_tokens's kernels.
+class RouteFunction : public torch::autograd::Function<RouteFunction> {
+ public:
+  static torch::autograd::tensor_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits_in,
+                                              int64_t k, bool renormalize) {
+    const auto logits = logits_in.contiguous();
+    const int64_t tokens = logits.size(0), experts = logits.size(1);
+    auto probs = torch::empty_like(logits);
+    auto weights = torch::empty({tokens, k}, logits.options());
+    auto selected = torch::empty({tokens, k}, logits.options().dtype(torch::kUInt8));
+    auto counts = torch::empty({experts}, logits.options().dtype(torch::kInt32));
+    check_launch(kernels::route_forward(logits.data_ptr<float>(), probs.data_ptr<float>(), weights.data_ptr<float>(),
+                                        selected.data_ptr<uint8_t>(), counts.data_ptr<int>(), tokens, experts, k,
+                                        renormalize, stream_of(logits)),
+                 "route_forward");
+    ctx->save_for_backward({probs, weights, selected});
+    ctx->saved_data["renormalize"] = renormalize;
+    ctx->mark_non_differentiable({selected, counts});
+    ctx->set_materialize_grads(false);
+    return {probs, weights, selected, counts};
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &probs = saved[0], &weights = saved[1], &selected = saved[2];
+    // An output nothing read back has no gradient: the kernel takes it as zero.
+    const auto grad_probs = grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
+    const auto grad_weights = grads[1].defined() ? grads[1].contiguous() : torch::Tensor();
+    auto grad_logits = torch::empty_like(probs);
+    check_launch(kernels::route_backward(probs.data_ptr<float>(), selected.data_ptr<uint8_t>(),
+                                         weights.data_ptr<float>(),
+                                         grad_weights.defined() ? grad_weights.data_ptr<float>() : nullptr,
+                                         grad_probs.defined() ? grad_probs.data_ptr<float>() : nullptr,
+                                         grad_logits.data_ptr<float>(), probs.size(0), probs.size(1),
+                                         weights.size(1), ctx->saved_data["renormalize"].toBool(),
+                                         stream_of(probs)),
+                 "route_backward");
+    return {grad_logits, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // y_rows [N, H], rows int64 [T, k] a permutation of [0, N) (the caller's invariant: the
 // backward writes each row of grad_y_rows once and allocates it uninitialised).
 class CombineFunction : public torch::autograd::Function<CombineFunction> {
@@ -129,6 +172,27 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
   return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
 }
 
+Routing route_tokens(const torch::Tensor& logits, int64_t k, bool renormalize) {
+  if (logits.dim() != 2 || logits.scalar_type() != torch::kFloat32 || k < 1 || k > logits.size(1)) {
+    throw std::invalid_argument(cat("route_tokens: expected fp32 logits [T, E] and 1 <= k <= E, got ",
+                                    logits.scalar_type(), " logits ", logits.sizes(), " and k = ", k));
+  }
+#ifdef TOPOTRAIN_CUDA
+  if (logits.is_cuda() && logits.size(1) <= kernels::kMaxRouterExperts && k <= kernels::kMaxRouterChoices) {
+    const auto out = RouteFunction::apply(logits, k, renormalize);
+    return {out[0], out[1], out[2], out[3]};
+  }
+#endif
+  Routing routing;
+  routing.probs = torch::softmax(logits, -1);
+  std::tie(routing.weights, routing.selected) = routing.probs.topk(k, -1);
+  if (renormalize) routing.weights = routing.weights / routing.weights.sum(-1, /*keepdim=*/true);
+  // scatter_add instead of bincount, which reads the maximum back to the host.
+  const auto flat = routing.selected.reshape({-1});
+  routing.counts = torch::zeros({logits.size(1)}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
+  return routing;
+}
+
 std::string to_string(ExpertBackend backend) {
   return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
 }
@@ -169,7 +233,7 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::T
 #if TOPOTRAIN_HAS_GROUPED_MM
     // offs holds each group's end row; weights go in as [E, in, out] views of the
     // [E, out, in] storage, the column-major operand layout the kernel prefers.
-    auto offs = counts.cumsum(0).to(torch::kInt32);
+    auto offs = counts.cumsum(0, torch::kInt32);
     auto hidden = swiglu(at::_grouped_mm(x_sorted, gate_up.transpose(1, 2), offs));
     return at::_grouped_mm(hidden, down.transpose(1, 2), offs);
 #else
@@ -198,28 +262,24 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
 }
 
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
-  const int64_t tokens = x.size(0), num_experts = gate->weight.size(0);
+  const int64_t tokens = x.size(0);
   // The router runs in fp32 even under bf16 compute: bf16 rounding of near-tied logits
   // flips top-k choices, and a flipped choice sends the token through another expert.
-  auto router_logits = gate(x.to(torch::kFloat32));
-  auto probs = torch::softmax(router_logits, -1, torch::kFloat32);
-  auto [weights, selected] = probs.topk(top_k_, -1);
-  if (norm_topk_prob_) weights = weights / weights.sum(-1, /*keepdim=*/true);
+  const auto routing = route_tokens(gate(x.to(torch::kFloat32)), top_k_, norm_topk_prob_);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
   // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a
-  // token's k rows), so both are deterministic and atomic-free.
-  auto flat = selected.reshape({-1});
-  auto order = flat.argsort();
+  // token's k rows), so both are deterministic and atomic-free. The sort is stable, so rows of
+  // one expert keep token order and the experts' weight gradients sum in the same order every
+  // run; on the kernel's uint8 keys it is one radix pass.
+  const auto order = std::get<1>(routing.selected.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false));
   // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
   auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
-  // scatter_add instead of bincount, which reads the maximum back to the host.
-  auto counts = torch::zeros({num_experts}, flat.options()).scatter_add_(0, flat, torch::ones_like(flat));
-  if (load != nullptr) load->add(probs, counts);
-  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), counts, backend);
+  if (load != nullptr) load->add(routing.probs, routing.counts);
+  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), routing.counts, backend);
   // inverse[t * k + j] is the sorted row of token t's choice j: the combine reads the experts'
   // outputs where they are, in expert order.
-  return combine_expert_outputs(y_sorted, inverse.view({tokens, top_k_}), weights);
+  return combine_expert_outputs(y_sorted, inverse.view({tokens, top_k_}), routing.weights);
 }
 
 }  // namespace topotrain::model

@@ -1,8 +1,9 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
-// combine and dispatch) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
-// gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, and the
+// combine and dispatch, the router) against the torch-op path run in fp32 on the same bf16
+// inputs: outputs and every gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, and the
 // LM loss enqueues without waiting for the device.
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -181,6 +182,56 @@ TEST_F(FusedOpsGpu, ExpertCombineThroughAPermutationMatchesTorchOpsInFp32) {
   auto by_hand = torch::zeros({hidden}, kBf16.dtype(torch::kFloat32));
   for (int64_t j = 0; j < k; ++j) by_hand += w[7][j].detach() * y.fp32[rows[7][j].item<int64_t>()].detach();
   EXPECT_LT(relative_error(out[7], by_hand), 1e-2);
+}
+
+// The router kernel against softmax, topk and the division as torch ops on the same fp32
+// logits: probabilities, choices, weights, counts and the logits' gradient, at expert counts
+// that fill one to eight registers per lane (200: the last lane's slots part empty), top-1 and
+// top-8, with and without renormalisation, and with only the weights read (no gradient for the
+// probabilities).
+TEST_F(FusedOpsGpu, RouterSoftmaxTopKMatchesTorchOps) {
+  const auto fp32 = kBf16.dtype(torch::kFloat32);
+  for (int64_t experts : {16, 128, 200}) {
+    for (int64_t k : {1, 8}) {
+      for (bool renormalize : {true, false}) {
+        SCOPED_TRACE(testing::Message() << experts << " experts, top-" << k << (renormalize ? ", renormalised" : ""));
+        const int64_t tokens = 333;
+        const auto logits = (torch::randn({tokens, experts}, fp32) * 3).requires_grad_();
+        const auto logits_ref = logits.detach().clone().requires_grad_();
+        const auto got = mdl::route_tokens(logits, k, renormalize);
+        const auto probs = torch::softmax(logits_ref, -1);
+        auto [weights, selected] = probs.topk(k, -1);
+        if (renormalize) weights = weights / weights.sum(-1, true);
+        EXPECT_EQ(got.selected.scalar_type(), torch::kUInt8);
+        EXPECT_TRUE(torch::equal(got.selected.to(torch::kInt64), selected));
+        const auto counts = torch::bincount(selected.reshape({-1}), {}, experts);
+        EXPECT_TRUE(torch::equal(got.counts.to(torch::kInt64), counts));
+        EXPECT_LT(relative_error(got.probs, probs), 1e-6);
+        EXPECT_LT(relative_error(got.weights, weights), 1e-6);
+        const auto up_probs = torch::randn({tokens, experts}, fp32), up_weights = torch::randn({tokens, k}, fp32);
+        auto objective = [&](const torch::Tensor& p, const torch::Tensor& w, bool read_probs) {
+          auto sum = (w * up_weights).sum();
+          return read_probs ? sum + (p * up_probs).sum() : sum;
+        };
+        for (bool read_probs : {true, false}) {
+          const auto grad = torch::autograd::grad({objective(got.probs, got.weights, read_probs)}, {logits}, {},
+                                                  /*retain_graph=*/true)[0];
+          const auto grad_ref = torch::autograd::grad({objective(probs, weights, read_probs)}, {logits_ref}, {},
+                                                      /*retain_graph=*/true)[0];
+          // Relative to the upstream values' scale (1): top-1 renormalised weights are constant
+          // 1, and the gradient through them is zero but for rounding.
+          const double scale = std::max(1.0, grad_ref.abs().max().item<double>());
+          EXPECT_LT((grad - grad_ref).abs().max().item<double>() / scale, 1e-5)
+              << (read_probs ? "probs and weights read" : "weights read");
+        }
+      }
+    }
+  }
+  // Equal probabilities: the lower experts win, in order (torch leaves the order of ties open).
+  const auto tied = mdl::route_tokens(torch::zeros({4, 16}, fp32), 3, /*renormalize=*/false);
+  const auto lowest_three = torch::arange(3, fp32.dtype(torch::kInt64)).expand({4, 3});
+  EXPECT_TRUE(torch::equal(tied.selected.to(torch::kInt64), lowest_three));
+  EXPECT_LT(relative_error(tied.weights, torch::full({4, 3}, 1.0 / 16, fp32)), 1e-6);
 }
 
 // The whole sparse block in bf16 (grouped GEMMs, the fused combine and the dispatch's fused

@@ -37,6 +37,21 @@ struct RouterLoad {
   void add(const torch::Tensor& probs, const torch::Tensor& selections);
 };
 
+// The router's decisions for T tokens over E experts, HF's: softmax in fp32, top-k, the k
+// weights optionally renormalised to sum to 1.
+struct Routing {
+  torch::Tensor probs;     // fp32 [T, E], differentiable (the load-balancing loss reads it)
+  torch::Tensor weights;   // fp32 [T, k], differentiable: the chosen probabilities, renormalised when asked
+  torch::Tensor selected;  // [T, k] the chosen experts, most probable first: uint8 from the kernel, else int64
+  torch::Tensor counts;    // integer [E]: how many of the T * k choices went to each expert
+};
+
+// logits fp32 [T, E], the router GEMM's output. One kernel each way for CUDA logits with
+// E <= 256 and k <= 32 (at every compute dtype: the router runs in fp32), torch ops otherwise.
+// Ties between equal probabilities go to the lower expert in the kernel; torch's topk leaves
+// their order unspecified.
+Routing route_tokens(const torch::Tensor& logits, int64_t k, bool renormalize);
+
 // num_experts * sum_e (counts_e / rows) * (probability_sums_e / rows); zero when empty.
 // This is HF's aux loss before router_aux_loss_coef is applied.
 torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts);
