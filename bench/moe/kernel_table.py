@@ -3,7 +3,7 @@
 moe_train writes with --set log.profile_step=N (profile-step<N>-rank<R>.json; pip torch's
 Kineto). The text summary beside it lists the top 25 activities; this lists them all and
 sums them into kinds (attention, grouped GEMM, GEMM, gather/scatter, ...), so that the
-share of each lever of the step can be read off.
+share of each lever of the step can be read off, and lists where the device sat idle.
 
     python3 bench/moe/kernel_table.py RUN_DIR/profile-step25-rank0.json [--top 60]
 """
@@ -62,6 +62,23 @@ def main():
     print(f"\n{'ms':>8} {'share':>6} {'count':>6}  kernel")
     for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6d}  {name[:150]}")
+    print_idle_gaps(device, start)
+
+
+def print_idle_gaps(device, start, shortest_us=20.0, listed=12):
+    """Where the device waits for the host: stretches of the step with no activity on any stream,
+    the longest with the activities either side (a host synchronisation shows as a long gap
+    before the first kernel the host issued after it)."""
+    gaps, busy_until, previous = [], None, None
+    for e in sorted(device, key=lambda e: e["ts"]):
+        if busy_until is not None and e["ts"] - busy_until >= shortest_us:
+            gaps.append((e["ts"] - busy_until, busy_until - start, previous["name"], e["name"]))
+        if busy_until is None or e["ts"] + e["dur"] > busy_until:
+            busy_until, previous = e["ts"] + e["dur"], e
+    print(f"\nidle gaps >= {shortest_us:.0f} us: {len(gaps)}, {sum(g[0] for g in gaps) / 1e3:.1f} ms in all")
+    print(f"{'gap us':>8} {'at ms':>8}  after -> before")
+    for gap, at, after, before in sorted(gaps, reverse=True)[:listed]:
+        print(f"{gap:8.0f} {at / 1e3:8.2f}  {after[:60]} -> {before[:60]}")
 
 
 if __name__ == "__main__":
