@@ -1,30 +1,33 @@
 #include "topotrain/model/compute_weight.h"
 
+#include "topotrain/model/accumulate_into_grad.h"
+
 namespace topotrain::model {
 namespace {
 
 // Forward hands back the cached copy; backward splits the copy's gradient by master and casts
-// each part to its master's dtype: what cat(master.to(dtype)...)'s backward does.
+// each part to its master's dtype: what cat(master.to(dtype)...)'s backward does. Inside an
+// AccumulateIntoGrad scope a part is added into its master's .grad() instead, where that exists.
 class CachedCastFunction : public torch::autograd::Function<CachedCastFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& copy,
                                torch::TensorList masters) {
-    std::vector<int64_t> rows;
-    for (const auto& m : masters) rows.push_back(m.size(0));
-    ctx->saved_data["rows"] = rows;
-    ctx->saved_data["dtype"] = masters.front().scalar_type();
+    ctx->saved_data["masters"] = masters.vec();
+    ctx->saved_data["into_grad"] = AccumulateIntoGrad::active();
     return copy;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    const auto rows = ctx->saved_data["rows"].toIntVector();
-    const auto dtype = ctx->saved_data["dtype"].toScalarType();
+    const auto masters = ctx->saved_data["masters"].toTensorVector();
+    const bool into_grad = ctx->saved_data["into_grad"].toBool();
     torch::autograd::tensor_list out{torch::Tensor()};
     int64_t begin = 0;
-    for (int64_t n : rows) {
-      out.push_back(grads[0].narrow(0, begin, n).to(dtype));
-      begin += n;
+    for (const auto& m : masters) {
+      const auto part = grads[0].narrow(0, begin, m.size(0));
+      begin += m.size(0);
+      const bool added = into_grad && add_into_grad(m, part);
+      out.push_back(added ? torch::Tensor() : part.to(m.scalar_type()));
     }
     return out;
   }

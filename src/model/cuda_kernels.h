@@ -97,4 +97,8 @@ cudaError_t route_backward(const float* probs, const uint8_t* selected, const fl
                            const float* grad_weights, const float* grad_probs, float* grad_logits, int64_t tokens,
                            int64_t experts, int64_t k, bool renormalize, cudaStream_t stream);
 
+// sum fp32 [n] += grad bf16 [n], each value converted exactly and added in fp32 (what
+// sum.add_(grad.to(float)) computes, in one pass). n % 8 == 0, both pointers 16-byte aligned.
+cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream);
+
 }  // namespace topotrain::model::kernels

@@ -4,6 +4,7 @@
 
 #include "kernel_launch.h"
 #include "topotrain/core/error.h"
+#include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/torch_compat.h"
 
 #ifdef TOPOTRAIN_CUDA
@@ -174,6 +175,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     }
     ctx->save_for_backward({grad_hidden, grad_of_weight ? grad_weight.to(weight.scalar_type()) : grad_weight});
     ctx->mark_non_differentiable({argmax});
+    if (grad_of_weight && AccumulateIntoGrad::active()) ctx->saved_data["add_into_grad_of"] = weight;
     return {loss, argmax};
   }
 
@@ -181,7 +183,12 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     const auto saved = ctx->get_saved_variables();
     const auto& scale = grad_outputs[0];
     auto scaled = [&](const torch::Tensor& g) { return g.defined() ? g * scale.to(g.scalar_type()) : torch::Tensor(); };
-    return {scaled(saved[0]), scaled(saved[1]), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+    torch::Tensor grad_weight;
+    const auto into = ctx->saved_data.find("add_into_grad_of");
+    if (into == ctx->saved_data.end() ||
+        !add_into_grad(into->second.toTensor(), saved[1], scale.to(saved[1].scalar_type())))
+      grad_weight = scaled(saved[1]);
+    return {scaled(saved[0]), grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
             torch::Tensor(), torch::Tensor()};
   }
 };

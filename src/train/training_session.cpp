@@ -8,6 +8,7 @@
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/grad_clip.h"
@@ -117,6 +118,7 @@ void TrainingSession::accumulate(int m, int count, bool has_data, const std::fun
   if (oom_ || !has_data) return;
   try {
     fault_inject_out_of_memory(runtime_.rank(), step());
+    model::AccumulateIntoGrad into_grad;
     work();
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;

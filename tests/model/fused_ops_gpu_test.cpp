@@ -1,14 +1,17 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
-// combine and dispatch, the router) against the torch-op path run in fp32 on the same bf16
-// inputs: outputs and every gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, and the
-// LM loss enqueues without waiting for the device.
+// combine and dispatch, the router, a bf16 gradient added into an fp32 .grad()) against the
+// torch-op path run in fp32 on the same bf16 inputs: outputs and every gradient. Also: a kept
+// bf16 weight copy is remade after torch's fused AdamW step, the LM loss enqueues without
+// waiting for the device, and gradients the ops add into .grad() (AccumulateIntoGrad) equal
+// autograd's.
 #include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "into_grad_check.h"
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/model/config.h"
@@ -25,6 +28,7 @@
 #endif
 
 namespace mdl = topotrain::model;
+namespace test_support = topotrain::model::test_support;
 
 namespace {
 
@@ -330,6 +334,28 @@ TEST_F(FusedOpsGpu, KeptComputeWeightFollowsAFusedAdamwStep) {
   const auto after = weight.values({w}, torch::kBFloat16);
   EXPECT_FALSE(torch::equal(after, before));
   EXPECT_TRUE(torch::equal(after, w.detach().to(torch::kBFloat16)));
+}
+
+TEST_F(FusedOpsGpu, Bf16GradientAddedIntoAnFp32GradIsTheCastAndAdd) {
+  const auto fp32 = kBf16.dtype(torch::kFloat32);
+  // The kernel's sizes (8-value vectors; more than its grid covers in one sweep) and torch's
+  // add_ for the rest: a size off the vectors, a .grad() 4 bytes off a 16-byte boundary.
+  for (int64_t n : {8, 4096, 40000000, 1000003}) {
+    for (int64_t offset : {0, 1}) {
+      SCOPED_TRACE(n);
+      SCOPED_TRACE(offset);
+      auto master = torch::zeros({n}, fp32).requires_grad_();
+      const auto start = torch::randn({n}, fp32);
+      master.mutable_grad() = torch::empty({n + offset}, fp32).narrow(0, offset, n).copy_(start);
+      const auto grad = torch::randn({n}, kBf16);
+      ASSERT_TRUE(mdl::add_into_grad(master, grad));
+      EXPECT_TRUE(torch::equal(master.grad(), start + grad.to(torch::kFloat32)));
+    }
+  }
+}
+
+TEST_F(FusedOpsGpu, GradientsAddedIntoGradEqualAutogradsOnTheGpu) {
+  for (const char* name : {"tiny-dense", "tiny-moe"}) test_support::expect_into_grad_matches_autograd(name, torch::kCUDA);
 }
 
 #ifdef TOPOTRAIN_CUDA

@@ -128,6 +128,8 @@ class TrainingSession {
   // Micro-batch m of `count`: runs `work` (forward and backward) unless this rank already
   // ran out of memory in this step or `has_data` is false (the data ended within the step),
   // walking the reducer either way. An out-of-memory error is caught and kept for agree().
+  // `work` runs in a model::AccumulateIntoGrad scope: the reducer keeps every trained
+  // parameter's .grad() bound to its bucket, so master weights' gradients go straight there.
   void accumulate(int m, int count, bool has_data, const std::function<void()>& work);
   bool out_of_memory() const { return oom_; }
   // Finishes the gradient reduction, enqueues the reduced gradients' norm, then reads this

@@ -1,0 +1,48 @@
+#include "topotrain/model/accumulate_into_grad.h"
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "topotrain/core/error.h"
+
+#include "kernel_launch.h"
+
+namespace topotrain::model {
+namespace {
+
+thread_local int open_scopes = 0;
+
+#ifdef TOPOTRAIN_CUDA
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+#endif
+
+}  // namespace
+
+AccumulateIntoGrad::AccumulateIntoGrad() { ++open_scopes; }
+AccumulateIntoGrad::~AccumulateIntoGrad() { --open_scopes; }
+bool AccumulateIntoGrad::active() { return open_scopes > 0; }
+
+bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const torch::Tensor& scale) {
+  const torch::Tensor& sum = master.grad();
+  if (!sum.defined()) return false;
+  if (sum.sizes() != grad.sizes())
+    throw std::invalid_argument(cat("add_into_grad: gradient of shape ", grad.sizes(), " for a .grad() of shape ",
+                                    sum.sizes()));
+  if (scale.defined()) {
+    sum.addcmul_(grad, scale);
+    return true;
+  }
+#ifdef TOPOTRAIN_CUDA
+  if (own_kernels_apply(grad) && sum.scalar_type() == torch::kFloat32 && sum.device() == grad.device() &&
+      sum.is_contiguous() && grad.is_contiguous() && sum.numel() == grad.numel() && grad.numel() % 8 == 0 &&
+      aligned16(sum.data_ptr()) && aligned16(grad.data_ptr())) {
+    check_launch(kernels::accumulate_bf16(sum.data_ptr<float>(), grad.data_ptr(), grad.numel(), stream_of(grad)),
+                 "accumulate_bf16");
+    return true;
+  }
+#endif
+  sum.add_(grad);
+  return true;
+}
+
+}  // namespace topotrain::model
