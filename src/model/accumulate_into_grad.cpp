@@ -45,4 +45,28 @@ bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const
   return true;
 }
 
+bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad) {
+  const torch::Tensor& sum = master.grad();
+  if (!sum.defined()) return false;
+  if (sum.dim() != 2 || grad.dim() != 2 || rows.dim() != 1 || grad.size(1) != sum.size(1) ||
+      rows.size(0) != grad.size(0))
+    throw std::invalid_argument(cat("add_rows_into_grad: rows ", rows.sizes(), " of a gradient ", grad.sizes(),
+                                    " for a .grad() of shape ", sum.sizes()));
+#ifdef TOPOTRAIN_CUDA
+  if (own_kernels_apply(grad) && sum.scalar_type() == torch::kFloat32 && sum.device() == grad.device() &&
+      rows.device() == grad.device() && rows.scalar_type() == torch::kInt64 && sum.is_contiguous() &&
+      grad.is_contiguous() && grad.size(1) % 8 == 0 && aligned16(sum.data_ptr()) && aligned16(grad.data_ptr())) {
+    const auto [sorted, order] = rows.sort(/*stable=*/true, 0, /*descending=*/false);
+    check_launch(kernels::accumulate_bf16_rows(sum.data_ptr<float>(), grad.data_ptr(), sorted.data_ptr<int64_t>(),
+                                               order.data_ptr<int64_t>(), rows.size(0), grad.size(1),
+                                               stream_of(grad)),
+                 "accumulate_bf16_rows");
+    return true;
+  }
+#endif
+  sum.add_(torch::embedding_backward(grad.to(sum.scalar_type()), rows, sum.size(0), /*padding_idx=*/-1,
+                                     /*scale_grad_by_freq=*/false, /*sparse=*/false));
+  return true;
+}
+
 }  // namespace topotrain::model

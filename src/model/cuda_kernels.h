@@ -100,5 +100,11 @@ cudaError_t route_backward(const float* probs, const uint8_t* selected, const fl
 // sum fp32 [n] += grad bf16 [n], each value converted exactly and added in fp32 (what
 // sum.add_(grad.to(float)) computes, in one pass). n % 8 == 0, both pointers 16-byte aligned.
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream);
+// sum fp32 [rows, columns] row sorted_rows[i] += grad bf16 [n, columns] row order[i], for i in
+// [0, n): sorted_rows ascending (a stable sort of the row indices, order its permutation).
+// Each row's run is summed in position order, then added: deterministic. columns % 8 == 0,
+// both pointers 16-byte aligned, every index in range.
+cudaError_t accumulate_bf16_rows(float* sum, const void* grad_bf16, const int64_t* sorted_rows, const int64_t* order,
+                                 int64_t n, int64_t columns, cudaStream_t stream);
 
 }  // namespace topotrain::model::kernels

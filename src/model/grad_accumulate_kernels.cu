@@ -1,5 +1,6 @@
-// fp32 += bf16 in one pass: a master weight's gradient added where it accumulates, without an
-// fp32 copy of the bf16 gradient first (model/accumulate_into_grad.h).
+// fp32 += bf16: a master weight's gradient added where it accumulates, without an fp32 copy of
+// the bf16 gradient first (model/accumulate_into_grad.h): a whole tensor in one pass, or rows
+// gathered by index (an embedding table's).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -33,7 +34,52 @@ __global__ void accumulate_bf16_kernel(float4* sum, const uint4* grad, int64_t v
   }
 }
 
+// One warp per position of the sorted row indices. The warp at the first position of a run of
+// one row sums the run's gradient rows in position order (a fixed order: deterministic, no
+// atomics), 8 columns per lane and pass, and adds the sum into that row.
+__global__ void accumulate_bf16_rows_kernel(float4* sum, const uint4* grad, const int64_t* sorted_rows,
+                                            const int64_t* order, int64_t n, int64_t vectors) {
+  const int64_t at = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (at >= n) return;
+  const int64_t row = sorted_rows[at];
+  if (at > 0 && sorted_rows[at - 1] == row) return;
+  int64_t end = at + 1;
+  while (end < n && sorted_rows[end] == row) ++end;
+  for (int64_t v = lane; v < vectors; v += 32) {
+    float acc[kVector] = {};
+    for (int64_t j = at; j < end; ++j) {
+      Bf16x8 g;
+      g.raw = grad[order[j] * vectors + v];
+#pragma unroll
+      for (int k = 0; k < kVector; ++k) acc[k] += __bfloat162float(g.v[k]);
+    }
+    float4* out = sum + 2 * (row * vectors + v);
+    float4 lo = out[0], hi = out[1];
+    lo.x += acc[0];
+    lo.y += acc[1];
+    lo.z += acc[2];
+    lo.w += acc[3];
+    hi.x += acc[4];
+    hi.y += acc[5];
+    hi.z += acc[6];
+    hi.w += acc[7];
+    out[0] = lo;
+    out[1] = hi;
+  }
+}
+
 }  // namespace
+
+cudaError_t accumulate_bf16_rows(float* sum, const void* grad_bf16, const int64_t* sorted_rows, const int64_t* order,
+                                 int64_t n, int64_t columns, cudaStream_t stream) {
+  if (n == 0 || columns == 0) return cudaSuccess;
+  constexpr int64_t kWarpsPerBlock = kThreads / 32;
+  const auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  accumulate_bf16_rows_kernel<<<blocks, kThreads, 0, stream>>>(
+      reinterpret_cast<float4*>(sum), static_cast<const uint4*>(grad_bf16), sorted_rows, order, n, columns / kVector);
+  return cudaGetLastError();
+}
 
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream) {
   const int64_t vectors = n / kVector;

@@ -4,6 +4,7 @@
 
 #include "kernel_launch.h"
 #include "topotrain/core/error.h"
+#include "topotrain/model/accumulate_into_grad.h"
 
 namespace topotrain::model {
 
@@ -41,7 +42,41 @@ EmbeddingImpl::EmbeddingImpl(int64_t vocab, int64_t hidden, double init_std) {
   weight = register_parameter("weight", torch::randn({vocab, hidden}) * init_std);
 }
 
-torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return torch::embedding(weight, tokens); }
+namespace {
+
+// Rows of the table, cast to the compute dtype. Backward sums each token's gradient into its
+// row: inside an AccumulateIntoGrad scope straight into .grad() (add_rows_into_grad), otherwise
+// as autograd's embedding backward does, into a dense gradient of the table's size.
+class EmbeddingLookupFunction : public torch::autograd::Function<EmbeddingLookupFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& weight,
+                               const torch::Tensor& tokens, c10::ScalarType dtype) {
+    ctx->saved_data["tokens"] = tokens;
+    ctx->saved_data["table"] = weight;
+    ctx->saved_data["into_grad"] = AccumulateIntoGrad::active();
+    return torch::embedding(weight, tokens).to(dtype);
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto tokens = ctx->saved_data["tokens"].toTensor();
+    const auto table = ctx->saved_data["table"].toTensor();
+    torch::Tensor grad_table;
+    if (!ctx->saved_data["into_grad"].toBool() || !add_rows_into_grad(table, tokens, grads[0]))
+      grad_table = torch::embedding_backward(grads[0].to(table.scalar_type()), tokens, table.size(0), /*padding_idx=*/-1,
+                                             /*scale_grad_by_freq=*/false, /*sparse=*/false);
+    return {grad_table, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& tokens) { return lookup(tokens, weight.scalar_type()); }
+
+torch::Tensor EmbeddingImpl::lookup(const torch::Tensor& tokens, torch::ScalarType dtype) {
+  if (!torch::GradMode::is_enabled() || !weight.requires_grad()) return torch::embedding(weight, tokens).to(dtype);
+  return EmbeddingLookupFunction::apply(weight, tokens, dtype);
+}
 
 BackboneImpl::BackboneImpl(const ModelConfig& c) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, c.initializer_range));
@@ -101,7 +136,7 @@ BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, con
   RouterLoad load;
   BackboneOutput out;
   out.taps.resize(taps.size());
-  ResidualStream stream{model->embed_tokens(batch.tokens).to(compute_dtype_), {}};
+  ResidualStream stream{model->embed_tokens->lookup(batch.tokens, compute_dtype_), {}};
   for (int64_t i = 0; i < num_layers; ++i) {
     stream = layer(i)(stream, context, experts, &load);
     for (size_t t = 0; t < taps.size(); ++t) {

@@ -1,7 +1,7 @@
-// model::AccumulateIntoGrad on CPU: inside the scope the bf16-cast masters' gradients (the
-// projections, the experts, an untied LM head) are added into .grad() by the op and reach
-// autograd as none, while every AccumulateGrad node still runs once per micro-batch (what the
-// GradReducer's ready hook counts on); the accumulated gradients equal autograd's.
+// model::AccumulateIntoGrad on CPU: inside the scope the masters' gradients (the projections,
+// the experts, the LM head, the embedding table, tied or not) are added into .grad() by the op
+// and reach autograd as none, while every AccumulateGrad node still runs once per micro-batch
+// (what the GradReducer's ready hook counts on); the accumulated gradients equal autograd's.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -41,4 +41,6 @@ TEST_F(AccumulateIntoGradTest, MasterWithoutGradGetsItThroughAutogradInsideTheSc
   EXPECT_TRUE(torch::equal(b.grad(), 1 + r.narrow(0, 3, 2).to(torch::kFloat32)));
   EXPECT_FALSE(mdl::AccumulateIntoGrad::active());
   EXPECT_THROW(mdl::add_into_grad(b, torch::ones({4, 2})), std::invalid_argument);
+  EXPECT_THROW(mdl::add_rows_into_grad(b, torch::zeros({3}, torch::kInt64), torch::ones({2, 4})),
+               std::invalid_argument);
 }

@@ -1,10 +1,10 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
-// combine and dispatch, the router, a bf16 gradient added into an fp32 .grad()) against the
-// torch-op path run in fp32 on the same bf16 inputs: outputs and every gradient. Also: a kept
-// bf16 weight copy is remade after torch's fused AdamW step, the LM loss enqueues without
-// waiting for the device, and gradients the ops add into .grad() (AccumulateIntoGrad) equal
-// autograd's.
+// combine and dispatch, the router, bf16 gradients added into an fp32 .grad(), whole or by
+// rows) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
+// gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, the LM loss
+// enqueues without waiting for the device, and gradients the ops add into .grad()
+// (AccumulateIntoGrad) equal autograd's.
 #include <algorithm>
 #include <cmath>
 
@@ -351,6 +351,30 @@ TEST_F(FusedOpsGpu, Bf16GradientAddedIntoAnFp32GradIsTheCastAndAdd) {
       ASSERT_TRUE(mdl::add_into_grad(master, grad));
       EXPECT_TRUE(torch::equal(master.grad(), start + grad.to(torch::kFloat32)));
     }
+  }
+}
+
+TEST_F(FusedOpsGpu, EmbeddingRowsAddedIntoGradEqualTheDenseGradientAdded) {
+  const auto fp32 = kBf16.dtype(torch::kFloat32);
+  // Repeated rows (runs of one row up to 300 long), rows never hit, widths of 1 to 33 vectors.
+  for (int64_t columns : {8, 264, 1024}) {
+    SCOPED_TRACE(columns);
+    const int64_t vocab = 1000, n = 4096;
+    auto table = torch::zeros({vocab, columns}, fp32).requires_grad_();
+    const auto start = torch::randn({vocab, columns}, fp32);
+    table.mutable_grad() = start.clone();
+    auto rows = torch::randint(0, 200, {n}, fp32.dtype(torch::kInt64));
+    rows.narrow(0, 0, 300).fill_(7);
+    const auto grad = torch::randn({n, columns}, kBf16);
+    ASSERT_TRUE(mdl::add_rows_into_grad(table, rows, grad));
+    const auto expected = start + torch::embedding_backward(grad.to(torch::kFloat32), rows, vocab, -1, false, false);
+    EXPECT_LT(relative_error(table.grad(), expected), 1e-6);
+    EXPECT_TRUE(torch::equal(table.grad().narrow(0, 200, vocab - 200), start.narrow(0, 200, vocab - 200)));
+    // The same call again adds the same amounts: the run sums do not depend on scheduling.
+    const auto once = table.grad().clone();
+    table.mutable_grad() = start.clone();
+    ASSERT_TRUE(mdl::add_rows_into_grad(table, rows, grad));
+    EXPECT_TRUE(torch::equal(table.grad(), once));
   }
 }
 

@@ -100,10 +100,9 @@ inline void expect_into_grad_matches_autograd(const char* preset, const torch::D
     EXPECT_EQ(expected.hooked[i].calls, 2);
     EXPECT_EQ(expected.hooked[i].with_gradient, 2);
     EXPECT_EQ(got.hooked[i].calls, 2);
-    // Norm weights and the fp32 router reach autograd as they are; so does the embedding's
-    // lookup gradient (for a tied LM head, with the head's added into .grad()).
-    const bool cast_master = named[i].value().dim() >= 2 && param.find("gate.weight") == std::string::npos &&
-                             param.find("embed_tokens") == std::string::npos;
+    // Norm weights and the fp32 router reach autograd as they are; the projections, experts,
+    // LM head and embedding table (tied or not) are added into .grad() by their ops.
+    const bool cast_master = named[i].value().dim() >= 2 && param.find("gate.weight") == std::string::npos;
     EXPECT_EQ(got.hooked[i].with_gradient, cast_master ? 0 : 2);
     added_by_op += cast_master;
   }

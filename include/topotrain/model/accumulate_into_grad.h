@@ -4,9 +4,10 @@
 // A master reaches the matmuls as a compute-dtype (bf16) copy made out of autograd's sight
 // (ComputeWeight; the LM loss's weight), so its gradient comes back as a separate tensor:
 // autograd would first make it an fp32 tensor of the master's size and AccumulateGrad would
-// then add that into .grad(), two passes over every master per micro-batch. Inside an
-// AccumulateIntoGrad scope those ops add the gradient into .grad() themselves, in one pass,
-// and give autograd no gradient for that master.
+// then add that into .grad(), two passes over every master per micro-batch; an embedding
+// table's gradient, a few thousand rows, would become a dense table-sized tensor first. Inside
+// an AccumulateIntoGrad scope those ops (and the embedding lookup) add the gradient into
+// .grad() themselves, in one pass, and give autograd no gradient for that master.
 //
 // Contract:
 // * The scope is read when the op runs forward, on the thread that opened it; its backward,
@@ -41,5 +42,11 @@ class AccumulateIntoGrad {
 // scale is defined) into it and returns true. Otherwise returns false and changes nothing.
 // A bf16 gradient into an fp32 .grad() on a GPU is one kernel (kernels::accumulate_bf16).
 bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const torch::Tensor& scale = {});
+// When master.grad() ([rows, columns]) is defined: adds row i of grad [n, columns] into its row
+// rows[i] (int64 [n], every index in range; repeats sum) and returns true; otherwise false. The
+// sum of a row's repeats does not depend on scheduling: on a GPU with a bf16 gradient one
+// stable sort and one kernel (kernels::accumulate_bf16_rows), elsewhere the dense gradient
+// autograd would make (embedding_backward), added.
+bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad);
 
 }  // namespace topotrain::model

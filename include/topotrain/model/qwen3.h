@@ -55,7 +55,11 @@ TORCH_MODULE(DecoderLayer);
 class EmbeddingImpl : public torch::nn::Module {
  public:
   EmbeddingImpl(int64_t vocab, int64_t hidden, double init_std);
+  // The rows of `tokens` in the table's dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
+  // The rows cast to `dtype`; inside a model::AccumulateIntoGrad scope the backward adds the
+  // rows' gradients into weight.grad() where it is defined (accumulate_into_grad.h).
+  torch::Tensor lookup(const torch::Tensor& tokens, torch::ScalarType dtype);
   torch::Tensor weight;
 };
 TORCH_MODULE(Embedding);
