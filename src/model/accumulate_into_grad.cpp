@@ -64,9 +64,14 @@ bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, 
     return true;
   }
 #endif
-  sum.add_(torch::embedding_backward(grad.to(sum.scalar_type()), rows, sum.size(0), /*padding_idx=*/-1,
-                                     /*scale_grad_by_freq=*/false, /*sparse=*/false));
+  sum.add_(rows_gradient(rows, grad, sum.size(0), sum.scalar_type()));
   return true;
+}
+
+torch::Tensor rows_gradient(const torch::Tensor& rows, const torch::Tensor& grad, int64_t num_rows,
+                            torch::ScalarType dtype) {
+  return torch::embedding_backward(grad.to(dtype), rows, num_rows, /*padding_idx=*/-1,
+                                   /*scale_grad_by_freq=*/false, /*sparse=*/false);
 }
 
 }  // namespace topotrain::model

@@ -63,8 +63,7 @@ class EmbeddingLookupFunction : public torch::autograd::Function<EmbeddingLookup
     const auto table = ctx->saved_data["table"].toTensor();
     torch::Tensor grad_table;
     if (!ctx->saved_data["into_grad"].toBool() || !add_rows_into_grad(table, tokens, grads[0]))
-      grad_table = torch::embedding_backward(grads[0].to(table.scalar_type()), tokens, table.size(0), /*padding_idx=*/-1,
-                                             /*scale_grad_by_freq=*/false, /*sparse=*/false);
+      grad_table = rows_gradient(tokens, grads[0], table.size(0), table.scalar_type());
     return {grad_table, torch::Tensor(), torch::Tensor()};
   }
 };

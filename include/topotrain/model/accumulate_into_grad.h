@@ -45,8 +45,11 @@ bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const
 // When master.grad() ([rows, columns]) is defined: adds row i of grad [n, columns] into its row
 // rows[i] (int64 [n], every index in range; repeats sum) and returns true; otherwise false. The
 // sum of a row's repeats does not depend on scheduling: on a GPU with a bf16 gradient one
-// stable sort and one kernel (kernels::accumulate_bf16_rows), elsewhere the dense gradient
-// autograd would make (embedding_backward), added.
+// stable sort and one kernel (kernels::accumulate_bf16_rows), elsewhere rows_gradient, added.
 bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad);
+// The dense [num_rows, columns] gradient, in `dtype`, of a lookup of `rows` whose output got
+// `grad`: what autograd's embedding backward makes.
+torch::Tensor rows_gradient(const torch::Tensor& rows, const torch::Tensor& grad, int64_t num_rows,
+                            torch::ScalarType dtype);
 
 }  // namespace topotrain::model
