@@ -3,9 +3,8 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "topotrain/core/error.h"
-
 #include "kernel_launch.h"
+#include "topotrain/core/error.h"
 
 namespace topotrain::model {
 namespace {
@@ -14,6 +13,15 @@ thread_local int open_scopes = 0;
 
 #ifdef TOPOTRAIN_CUDA
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// Where kernels::accumulate_bf16 and accumulate_bf16_rows take `grad` into `sum`: a bf16
+// gradient and an fp32 sum on one GPU, both contiguous, 16-byte aligned, whole 8-value vectors
+// per `width` values (the tensor, or a row).
+bool bf16_kernel_applies(const torch::Tensor& sum, const torch::Tensor& grad, int64_t width) {
+  return own_kernels_apply(grad) && sum.scalar_type() == torch::kFloat32 && sum.device() == grad.device() &&
+         sum.is_contiguous() && grad.is_contiguous() && width % 8 == 0 && aligned16(sum.data_ptr()) &&
+         aligned16(grad.data_ptr());
+}
 #endif
 
 }  // namespace
@@ -33,9 +41,7 @@ bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const
     return true;
   }
 #ifdef TOPOTRAIN_CUDA
-  if (own_kernels_apply(grad) && sum.scalar_type() == torch::kFloat32 && sum.device() == grad.device() &&
-      sum.is_contiguous() && grad.is_contiguous() && sum.numel() == grad.numel() && grad.numel() % 8 == 0 &&
-      aligned16(sum.data_ptr()) && aligned16(grad.data_ptr())) {
+  if (bf16_kernel_applies(sum, grad, grad.numel())) {
     check_launch(kernels::accumulate_bf16(sum.data_ptr<float>(), grad.data_ptr(), grad.numel(), stream_of(grad)),
                  "accumulate_bf16");
     return true;
@@ -53,9 +59,8 @@ bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, 
     throw std::invalid_argument(cat("add_rows_into_grad: rows ", rows.sizes(), " of a gradient ", grad.sizes(),
                                     " for a .grad() of shape ", sum.sizes()));
 #ifdef TOPOTRAIN_CUDA
-  if (own_kernels_apply(grad) && sum.scalar_type() == torch::kFloat32 && sum.device() == grad.device() &&
-      rows.device() == grad.device() && rows.scalar_type() == torch::kInt64 && sum.is_contiguous() &&
-      grad.is_contiguous() && grad.size(1) % 8 == 0 && aligned16(sum.data_ptr()) && aligned16(grad.data_ptr())) {
+  if (bf16_kernel_applies(sum, grad, grad.size(1)) && rows.device() == grad.device() &&
+      rows.scalar_type() == torch::kInt64) {
     const auto [sorted, order] = rows.sort(/*stable=*/true, 0, /*descending=*/false);
     check_launch(kernels::accumulate_bf16_rows(sum.data_ptr<float>(), grad.data_ptr(), sorted.data_ptr<int64_t>(),
                                                order.data_ptr<int64_t>(), rows.size(0), grad.size(1),

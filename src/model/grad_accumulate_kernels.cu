@@ -14,23 +14,31 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// out[0..1] (8 fp32 values, two 16-byte vectors) += v.
+__device__ inline void add_eight(float4* out, const float (&v)[kVector]) {
+  float4 lo = out[0], hi = out[1];
+  lo.x += v[0];
+  lo.y += v[1];
+  lo.z += v[2];
+  lo.w += v[3];
+  hi.x += v[4];
+  hi.y += v[5];
+  hi.z += v[6];
+  hi.w += v[7];
+  out[0] = lo;
+  out[1] = hi;
+}
+
 // Vector i covers values [8i, 8i + 8): one 16-byte load of the gradient, two of the sum.
 __global__ void accumulate_bf16_kernel(float4* sum, const uint4* grad, int64_t vectors) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     Bf16x8 g;
     g.raw = grad[i];
-    float4 lo = sum[2 * i], hi = sum[2 * i + 1];
-    lo.x += __bfloat162float(g.v[0]);
-    lo.y += __bfloat162float(g.v[1]);
-    lo.z += __bfloat162float(g.v[2]);
-    lo.w += __bfloat162float(g.v[3]);
-    hi.x += __bfloat162float(g.v[4]);
-    hi.y += __bfloat162float(g.v[5]);
-    hi.z += __bfloat162float(g.v[6]);
-    hi.w += __bfloat162float(g.v[7]);
-    sum[2 * i] = lo;
-    sum[2 * i + 1] = hi;
+    float v[kVector];
+#pragma unroll
+    for (int k = 0; k < kVector; ++k) v[k] = __bfloat162float(g.v[k]);
+    add_eight(sum + 2 * i, v);
   }
 }
 
@@ -54,18 +62,7 @@ __global__ void accumulate_bf16_rows_kernel(float4* sum, const uint4* grad, cons
 #pragma unroll
       for (int k = 0; k < kVector; ++k) acc[k] += __bfloat162float(g.v[k]);
     }
-    float4* out = sum + 2 * (row * vectors + v);
-    float4 lo = out[0], hi = out[1];
-    lo.x += acc[0];
-    lo.y += acc[1];
-    lo.z += acc[2];
-    lo.w += acc[3];
-    hi.x += acc[4];
-    hi.y += acc[5];
-    hi.z += acc[6];
-    hi.w += acc[7];
-    out[0] = lo;
-    out[1] = hi;
+    add_eight(sum + 2 * (row * vectors + v), acc);
   }
 }
 
