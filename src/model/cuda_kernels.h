@@ -97,6 +97,26 @@ cudaError_t route_backward(const float* probs, const uint8_t* selected, const fl
                            const float* grad_weights, const float* grad_probs, float* grad_logits, int64_t tokens,
                            int64_t experts, int64_t k, bool renormalize, cudaStream_t stream);
 
+// The router's GEMM in fp32 over bf16 activations: logits fp32 [tokens, experts] =
+// x bf16 [tokens, hidden] . weight fp32 [experts, hidden]^T, each x value converted exactly and
+// the products summed in fp32 (what x.to(float) @ weight.t() computes, summed in another order),
+// without an fp32 copy of x. The three launchers take the shapes router_gemm_applies accepts.
+constexpr int kMaxRouterGemmExperts = 64;
+constexpr int kMaxRouterGemmHidden = 3072;
+bool router_gemm_applies(int64_t experts, int64_t hidden);
+cudaError_t router_logits_forward(const void* x_bf16, const float* weight, float* logits, int64_t tokens,
+                                  int64_t experts, int64_t hidden, cudaStream_t stream);
+// grad_x bf16 [tokens, hidden] = grad_logits fp32 [tokens, experts] . weight, summed in fp32,
+// rounded once.
+cudaError_t router_logits_backward_input(const float* grad_logits, const float* weight, void* grad_x_bf16,
+                                         int64_t tokens, int64_t experts, int64_t hidden, cudaStream_t stream);
+// Per-block partial weight gradients partials fp32 [router_weight_grad_blocks(tokens), experts,
+// hidden], each block's sum over its tokens of grad_logits[t]^T x[t] (zero for a block with
+// none), summed by the caller (a fixed-order sum keeps the weight gradient deterministic).
+int64_t router_weight_grad_blocks(int64_t tokens);
+cudaError_t router_logits_backward_weight(const void* x_bf16, const float* grad_logits, float* partials,
+                                          int64_t tokens, int64_t experts, int64_t hidden, cudaStream_t stream);
+
 // sum fp32 [n] += grad bf16 [n], each value converted exactly and added in fp32 (what
 // sum.add_(grad.to(float)) computes, in one pass). n % 8 == 0, both pointers 16-byte aligned.
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream);

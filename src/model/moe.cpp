@@ -114,6 +114,40 @@ class RouteFunction : public torch::autograd::Function<RouteFunction> {
   }
 };
 
+// logits fp32 [T, E] = x bf16 [T, H] . weight fp32 [E, H]^T, fp32 arithmetic (router_gemm_kernels.cu).
+class RouterLogitsFunction : public torch::autograd::Function<RouterLogitsFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_in,
+                               const torch::Tensor& weight_in) {
+    const auto x = x_in.contiguous();
+    const auto weight = weight_in.contiguous();
+    auto logits = torch::empty({x.size(0), weight.size(0)}, weight.options());
+    check_launch(kernels::router_logits_forward(x.data_ptr(), weight.data_ptr<float>(), logits.data_ptr<float>(),
+                                                x.size(0), weight.size(0), x.size(1), stream_of(x)),
+                 "router_logits_forward");
+    ctx->save_for_backward({x, weight});
+    return logits;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1];
+    const auto grad_logits = grads[0].contiguous();
+    const int64_t tokens = x.size(0), experts = weight.size(0), hidden = x.size(1);
+    auto grad_x = torch::empty_like(x);
+    check_launch(kernels::router_logits_backward_input(grad_logits.data_ptr<float>(), weight.data_ptr<float>(),
+                                                       grad_x.data_ptr(), tokens, experts, hidden, stream_of(x)),
+                 "router_logits_backward_input");
+    auto partials = torch::empty({kernels::router_weight_grad_blocks(tokens), experts, hidden}, weight.options());
+    check_launch(kernels::router_logits_backward_weight(x.data_ptr(), grad_logits.data_ptr<float>(),
+                                                        partials.data_ptr<float>(), tokens, experts, hidden,
+                                                        stream_of(x)),
+                 "router_logits_backward_weight");
+    return {grad_x, partials.sum(0)};
+  }
+};
+
 // y_rows [N, H], rows int64 [T, k] a permutation of [0, N) (the caller's invariant: the
 // backward writes each row of grad_y_rows once and allocates it uninitialised).
 class CombineFunction : public torch::autograd::Function<CombineFunction> {
@@ -170,6 +204,19 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
   const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   auto y = permute_rows(y_rows, order, inverse).view({rows.size(0), rows.size(1), y_rows.size(1)});
   return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
+}
+
+torch::Tensor router_logits(const torch::Tensor& x, const torch::Tensor& weight) {
+  if (x.dim() != 2 || weight.dim() != 2 || x.size(1) != weight.size(1) || weight.scalar_type() != torch::kFloat32) {
+    throw std::invalid_argument(cat("router_logits: expected x [T, H] and an fp32 weight [E, H], got x ", x.sizes(),
+                                    " and ", weight.scalar_type(), " weight ", weight.sizes()));
+  }
+#ifdef TOPOTRAIN_CUDA
+  if (own_kernels_apply(x) && weight.device() == x.device() && kernels::router_gemm_applies(weight.size(0), x.size(1))) {
+    return RouterLogitsFunction::apply(x, weight);
+  }
+#endif
+  return torch::matmul(x.to(torch::kFloat32), weight.t());
 }
 
 Routing route_tokens(const torch::Tensor& logits, int64_t k, bool renormalize) {
@@ -263,9 +310,7 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
 
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
   const int64_t tokens = x.size(0);
-  // The router runs in fp32 even under bf16 compute: bf16 rounding of near-tied logits
-  // flips top-k choices, and a flipped choice sends the token through another expert.
-  const auto routing = route_tokens(gate(x.to(torch::kFloat32)), top_k_, norm_topk_prob_);
+  const auto routing = route_tokens(router_logits(x, gate->weight), top_k_, norm_topk_prob_);
 
   // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
   // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a

@@ -1,8 +1,8 @@
 // Our CUDA kernels (RMSNorm with and without the residual add, SwiGLU, per-head norm + rotary
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
-// combine and dispatch, the router, bf16 gradients added into an fp32 .grad(), whole or by
-// rows) against the torch-op path run in fp32 on the same bf16 inputs: outputs and every
-// gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, the LM loss
+// combine and dispatch, the router and its GEMM, bf16 gradients added into an fp32 .grad(),
+// whole or by rows) against the torch-op path run in fp32 on the same bf16 inputs: outputs and
+// every gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, the LM loss
 // enqueues without waiting for the device, and gradients the ops add into .grad()
 // (AccumulateIntoGrad) equal autograd's.
 #include <algorithm>
@@ -236,6 +236,44 @@ TEST_F(FusedOpsGpu, RouterSoftmaxTopKMatchesTorchOps) {
   const auto lowest_three = torch::arange(3, fp32.dtype(torch::kInt64)).expand({4, 3});
   EXPECT_TRUE(torch::equal(tied.selected.to(torch::kInt64), lowest_three));
   EXPECT_LT(relative_error(tied.weights, torch::full({4, 3}, 1.0 / 16, fp32)), 1e-6);
+}
+
+// The router GEMM's kernels against x.to(fp32) @ weight.t() through torch: the logits and the
+// gradients of x and the weight, at both forward tiles (8 and 16 experts, 16 at 1536 columns in
+// three tiles with the last partly empty), hidden sizes below one 256-column slice and at the
+// largest the kernels take, token counts that leave warps and weight-gradient chunks partly
+// empty, and no tokens at all. The weight gradient is the same bits when run again.
+TEST_F(FusedOpsGpu, RouterLogitsMatchTheFp32GemmOfTheBf16Input) {
+  const auto fp32 = kBf16.dtype(torch::kFloat32);
+  struct Shape {
+    int64_t tokens, experts, hidden;
+  };
+  for (const auto& shape : {Shape{333, 16, 1024}, Shape{1001, 8, 768}, Shape{4097, 12, 72}, Shape{70, 64, 3072},
+                            Shape{5, 40, 1536}, Shape{0, 16, 1024}}) {
+    SCOPED_TRACE(testing::Message() << shape.tokens << " tokens, " << shape.experts << " experts, hidden "
+                                    << shape.hidden);
+    auto x = leaf_pair({shape.tokens, shape.hidden});
+    const auto weight = (torch::randn({shape.experts, shape.hidden}, fp32) * 0.02).requires_grad_();
+    const auto weight_ref = weight.detach().clone().requires_grad_();
+    const auto logits = mdl::router_logits(x.bf16, weight);
+    const auto logits_ref = torch::matmul(x.fp32, weight_ref.t());
+    ASSERT_EQ(logits.scalar_type(), torch::kFloat32);
+    ASSERT_EQ(logits.sizes(), logits_ref.sizes());
+    const auto upstream = torch::randn_like(logits_ref);
+    const auto grads = torch::autograd::grad({(logits * upstream).sum()}, {x.bf16, weight});
+    const auto grads_ref = torch::autograd::grad({(logits_ref * upstream).sum()}, {x.fp32, weight_ref});
+    if (shape.tokens == 0) {
+      EXPECT_EQ(grads[0].sizes(), x.bf16.sizes());
+      EXPECT_TRUE(torch::equal(grads[1], torch::zeros_like(weight)));
+      continue;
+    }
+    EXPECT_LT(relative_error(logits, logits_ref), 1e-5);
+    EXPECT_EQ(grads[0].scalar_type(), torch::kBFloat16);
+    EXPECT_LT(relative_error(grads[0], grads_ref[0]), 1e-2);  // one bf16 rounding
+    EXPECT_LT(relative_error(grads[1], grads_ref[1]), 1e-5);
+    const auto again = torch::autograd::grad({(mdl::router_logits(x.bf16, weight) * upstream).sum()}, {weight})[0];
+    EXPECT_TRUE(torch::equal(again, grads[1]));
+  }
 }
 
 // The whole sparse block in bf16 (grouped GEMMs, the fused combine and the dispatch's fused

@@ -46,6 +46,13 @@ struct Routing {
   torch::Tensor counts;    // integer [E]: how many of the T * k choices went to each expert
 };
 
+// The router GEMM: logits fp32 [T, E] = x [T, H] . weight fp32 [E, H]^T, in fp32 at every
+// compute dtype: bf16 rounding of near-tied logits flips top-k choices, and a flipped choice
+// sends the token through another expert. For bf16 x on CUDA with E <= 64 and H % 8 == 0,
+// H <= 3072 one kernel forward and two backward that read x as it is; otherwise torch ops on an
+// fp32 copy of x.
+torch::Tensor router_logits(const torch::Tensor& x, const torch::Tensor& weight);
+
 // logits fp32 [T, E], the router GEMM's output. One kernel each way for CUDA logits with
 // E <= 256 and k <= 32 (at every compute dtype: the router runs in fp32), torch ops otherwise.
 // Ties between equal probabilities go to the lower expert in the kernel; torch's topk leaves
