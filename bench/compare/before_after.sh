@@ -7,7 +7,8 @@
 # SKIP_REFERENCE_SHAPE=1, the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16 experts
 # top-8 of 512, vocab 151936, tied; config.json written with transformers) on ~4K-token
 # documents; then, unless SKIP_DFLASH=1, dflash_train (1t1d on one GPU over CUDA IPC,
-# qwen3-0.6b target, 30 steps). Logs and the new build's reports go to $OUT.
+# qwen3-0.6b target, 30 steps). Logs and both builds' phase reports (of the second idealised
+# run) go to $OUT.
 #   OUT=/tmp/compare bash bench/compare/before_after.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -53,8 +54,11 @@ for shape in $shapes; do
     done
   done
   for tree in old new; do moe $tree $shape "$tree-$shape-defaults"; done
-  /root/build-gpu/bin/topotrain-report "$work/new-$shape-ideal-2" > "$OUT/report-new-$shape-ideal.txt" 2>&1
+  for tree in old new; do
+    /root/build-gpu/bin/topotrain-report "$work/$tree-$shape-ideal-2" > "$OUT/report-$tree-$shape-ideal.txt" 2>&1
+  done
   head -20 "$OUT/report-new-$shape-ideal.txt"
+  echo "old build, same run:"; grep -E "^  (forward|backward|optimizer|wall) " "$OUT/report-old-$shape-ideal.txt"
 done
 echo "moe done at $((SECONDS - start)) s"
 [[ -n ${SKIP_DFLASH:-} ]] && exit 0

@@ -18,14 +18,20 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWCon
   }
 }
 
-void AdamW::step(double lr) {
+void AdamW::step(double lr, double grad_factor) {
   torch::NoGradGuard no_grad;
   ++steps_;
-  if (compat::kCudaBuild && !slots_.empty() && slots_.front().param.is_cuda()) step_fused(lr);
-  else step_loop(lr);
+  if (compat::kCudaBuild && !slots_.empty() && slots_.front().param.is_cuda()) step_fused(lr, grad_factor);
+  else step_loop(lr, grad_factor);
 }
 
-void AdamW::step_loop(double lr) {
+void AdamW::step_loop(double lr, double grad_factor) {
+  if (grad_factor != 1.0) {
+    std::vector<torch::Tensor> grads;
+    for (auto& slot : slots_)
+      if (slot.param.grad().defined()) grads.push_back(slot.param.grad());
+    if (!grads.empty()) at::_foreach_mul_(grads, grad_factor);
+  }
   const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
   for (auto& slot : slots_) {
@@ -39,7 +45,11 @@ void AdamW::step_loop(double lr) {
   }
 }
 
-void AdamW::step_fused(double lr) {
+void AdamW::step_fused(double lr, double grad_factor) {
+  // The kernel divides each gradient by a device scalar, read there: no host synchronisation.
+  const torch::Tensor grad_divisor =
+      grad_factor == 1.0 ? torch::Tensor()
+                         : torch::full({}, 1.0 / grad_factor, slots_.front().param.options());
   // Two launches: decayed matrices and undecayed vectors differ only in weight_decay.
   for (bool decay : {true, false}) {
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
@@ -52,7 +62,7 @@ void AdamW::step_fused(double lr) {
     }
     if (params.empty()) continue;
     compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, steps_, lr, config_.beta1, config_.beta2,
-                        decay ? config_.weight_decay : 0.0, config_.eps);
+                        decay ? config_.weight_decay : 0.0, config_.eps, grad_divisor);
   }
 }
 

@@ -26,11 +26,4 @@ double clip_factor(double norm, double max_norm) {
   return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
-void scale_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, double factor) {
-  if (factor == 1.0) return;
-  torch::NoGradGuard no_grad;
-  const std::vector<torch::Tensor> grads = gradients(parameters);
-  if (!grads.empty()) at::_foreach_mul_(grads, factor);
-}
-
 }  // namespace topotrain

@@ -210,9 +210,8 @@ bool TrainingSession::optimizer_step(const comm::StepAgreement& all, double divi
     // alike: a non-finite step never reaches the weights or the AdamW moments.
     finite = finite && std::isfinite(grad_norm_);
     if (finite) {
-      scale_gradients(spec_.parameters, clip_factor(grad_norm_, config_.step.clip) / divisor);
       if (writer_) writer_->order_updates_after_snapshot();
-      optimizer_->step(lr_);
+      optimizer_->step(lr_, clip_factor(grad_norm_, config_.step.clip) / divisor);
     }
     reducer_->zero_grad();
   }

@@ -72,6 +72,31 @@ TEST(AdamW, StateRoundTripContinuesIdentically) {
   EXPECT_TRUE(torch::equal(a, c));
 }
 
+// step(lr, f) is step(lr) on gradients multiplied by f first, and leaves them multiplied.
+TEST(AdamW, AGradientFactorActsAsGradientsMultipliedFirst) {
+  torch::manual_seed(2);
+  const torch::Tensor x = torch::randn({4, 3}), w0 = torch::randn({3, 2}), b0 = torch::randn({2});
+  const double factor = 0.37;
+  torch::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  torch::Tensor rw = w0.clone().requires_grad_(), rb = b0.clone().requires_grad_();
+  AdamW ours({{"w", w}, {"b", b}}, {}), reference({{"w", rw}, {"b", rb}}, {});
+  for (int step = 0; step < 3; ++step) {
+    for (auto* p : {&w, &b, &rw, &rb}) p->mutable_grad() = torch::Tensor();
+    loss_of(w, b, x).backward();
+    ours.step(1e-2, factor);
+    loss_of(rw, rb, x).backward();
+    {
+      torch::NoGradGuard no_grad;
+      rw.mutable_grad().mul_(factor);
+      rb.mutable_grad().mul_(factor);
+    }
+    reference.step(1e-2);
+    EXPECT_TRUE(torch::equal(w.grad(), rw.grad()));
+  }
+  EXPECT_TRUE(torch::equal(w, rw));
+  EXPECT_TRUE(torch::equal(b, rb));
+}
+
 TEST(AdamW, RejectsNonFp32MasterWeights) {
   torch::Tensor half = torch::zeros({2, 2}, torch::kBFloat16).requires_grad_();
   EXPECT_THROW(AdamW({{"h", half}}, {}), std::invalid_argument);

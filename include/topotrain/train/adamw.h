@@ -25,8 +25,11 @@ class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig config);
 
-  // One update at learning rate `lr` from the parameters' current .grad().
-  void step(double lr);
+  // One update at learning rate `lr` from the parameters' current .grad() multiplied by
+  // `grad_factor` (the loss's normalisation and gradient clipping), which leaves .grad()
+  // multiplied by it. On CUDA the fused kernel multiplies as it reads and writes the product
+  // back (torch's gradient unscaling), so no separate pass over the gradients runs.
+  void step(double lr, double grad_factor = 1.0);
 
   std::int64_t steps() const { return steps_; }
   // State by name for checkpoints: "exp_avg/<param>", "exp_avg_sq/<param>".
@@ -35,8 +38,8 @@ class AdamW {
   void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, std::int64_t steps);
 
  private:
-  void step_fused(double lr);
-  void step_loop(double lr);
+  void step_fused(double lr, double grad_factor);
+  void step_loop(double lr, double grad_factor);
 
   struct Slot {
     std::string name;

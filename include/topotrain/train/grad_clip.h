@@ -1,7 +1,7 @@
 // Gradient clipping by global L2 norm, in two halves around the step's agreement, so that
 // the host reads the norm in the one device read the agreement makes anyway:
 //   squared_gradient_norm  (enqueued after the GradReducer summed the gradients) ->
-//   read with the step's sums -> clip_factor on the host -> scale_gradients.
+//   read with the step's sums -> clip_factor on the host -> AdamW::step's grad_factor.
 //
 // After the reducer, every data-parallel rank holds the same gradients: the local norm is
 // then already the global one, and no collective is needed.
@@ -23,8 +23,5 @@ torch::Tensor squared_gradient_norm(const std::vector<std::pair<std::string, tor
 // What to multiply the gradients by so that their norm is at most max_norm: 1 when
 // max_norm <= 0 or the norm is within it.
 double clip_factor(double norm, double max_norm);
-
-// Multiplies every defined gradient by `factor` in one multi-tensor launch (no-op for 1).
-void scale_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, double factor);
 
 }  // namespace topotrain

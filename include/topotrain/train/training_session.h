@@ -146,10 +146,10 @@ class TrainingSession {
   // resume command) and nullopt comes back.
   std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget,
                                                   const MeasuredBudget* measured = nullptr);
-  // Divides the reduced gradients by `divisor` (1 when the loss was already a mean) and
-  // clips them (train.clip) in one multi-tensor multiply by the norm agree() read, then
-  // applies AdamW at the schedule's LR, unless the step is not finite. False when the job ends on it (failure(): exit 4); a skipped step returns true,
-  // with skipped() telling.
+  // Applies AdamW at the schedule's LR to the reduced gradients divided by `divisor` (1 when
+  // the loss was already a mean) and clipped (train.clip) by the norm agree() read, both as
+  // AdamW's grad_factor, unless the step is not finite. False when the job ends on it
+  // (failure(): exit 4); a skipped step returns true, with skipped() telling.
   bool optimizer_step(const comm::StepAgreement& all, double divisor);
   bool skipped() const { return skipped_; }  // the last optimizer_step skipped its step
   std::int64_t skipped_steps() const { return skipped_steps_; }
