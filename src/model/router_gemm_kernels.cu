@@ -1,8 +1,9 @@
 // The MoE router's GEMM, fp32 arithmetic over the bf16 activations as they are. Through torch
 // the router cast x to an fp32 copy (twice x's bytes, written and read again), ran an fp32
 // GEMM with a handful of output columns (too narrow for the GEMM library's tiles), and in the
-// backward made an fp32 input gradient and cast it back: about a dozen passes over [T, H] per
-// layer for a product of ~E * H * T FMAs. Here each way reads x (and writes its gradient) once.
+// backward made an fp32 input gradient and cast it back: twelve passes over [T, H] per layer,
+// counted in bf16 bytes, for a product of ~E * H * T FMAs. Here three: the forward reads x, the
+// backward reads it once more and writes its gradient.
 //
 // Forward: a block holds a tile of kTile experts' weight rows in shared memory; each warp takes
 // kTokens tokens, its lanes 8 columns at a time, and sums each (token, expert) across the warp.
