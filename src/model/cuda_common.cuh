@@ -1,5 +1,5 @@
-// What our .cu files share: 16-byte bf16 vectors, the warp-wide sum, launching a kernel
-// template by a run-time value.
+// What our .cu files share: 16-byte bf16 vectors and their fp32 values, the warp-wide sum,
+// launching a kernel template by a run-time value.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,6 +17,14 @@ union Bf16x8 {
   uint4 raw;
   __nv_bfloat16 v[kVector];
 };
+
+// The eight bf16 values of one 16-byte load, each converted exactly to fp32.
+__device__ inline void bf16x8_to_floats(uint4 raw, float (&out)[kVector]) {
+  Bf16x8 v;
+  v.raw = raw;
+#pragma unroll
+  for (int k = 0; k < kVector; ++k) out[k] = __bfloat162float(v.v[k]);
+}
 
 // Sum over the 32 lanes of a warp; every lane gets the total.
 __device__ inline float warp_sum(float v) {

@@ -33,11 +33,8 @@ __device__ inline void add_eight(float4* out, const float (&v)[kVector]) {
 __global__ void accumulate_bf16_kernel(float4* sum, const uint4* grad, int64_t vectors) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Bf16x8 g;
-    g.raw = grad[i];
     float v[kVector];
-#pragma unroll
-    for (int k = 0; k < kVector; ++k) v[k] = __bfloat162float(g.v[k]);
+    bf16x8_to_floats(grad[i], v);
     add_eight(sum + 2 * i, v);
   }
 }

@@ -212,7 +212,8 @@ torch::Tensor router_logits(const torch::Tensor& x, const torch::Tensor& weight)
                                     " and ", weight.scalar_type(), " weight ", weight.sizes()));
   }
 #ifdef TOPOTRAIN_CUDA
-  if (own_kernels_apply(x) && weight.device() == x.device() && kernels::router_gemm_applies(weight.size(0), x.size(1))) {
+  if (own_kernels_apply(x) && weight.device() == x.device() &&
+      kernels::router_gemm_applies(weight.size(0), x.size(1))) {
     return RouterLogitsFunction::apply(x, weight);
   }
 #endif

@@ -37,13 +37,6 @@ __device__ inline void load_floats(const float* src, float (&dst)[kVector]) {
   dst[0] = a.x, dst[1] = a.y, dst[2] = a.z, dst[3] = a.w, dst[4] = b.x, dst[5] = b.y, dst[6] = b.z, dst[7] = b.w;
 }
 
-__device__ inline void to_floats(uint4 raw, float (&dst)[kVector]) {
-  Bf16x8 v;
-  v.raw = raw;
-#pragma unroll
-  for (int j = 0; j < kVector; ++j) dst[j] = __bfloat162float(v.v[j]);
-}
-
 // logits [tokens, experts] for experts [blockIdx.y * kTile, +kTile).
 template <int kTile, int kTokens>
 __global__ void __launch_bounds__(kThreads, 2) router_logits_kernel(const uint4* x, const float* weight, float* logits,
@@ -68,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 2) router_logits_kernel(const uint4*
       float xv[kTokens][kVector];
 #pragma unroll
       for (int t = 0; t < kTokens; ++t) {
-        to_floats(t0 + t < tokens ? x[(t0 + t) * vectors + v] : make_uint4(0, 0, 0, 0), xv[t]);
+        bf16x8_to_floats(t0 + t < tokens ? x[(t0 + t) * vectors + v] : make_uint4(0, 0, 0, 0), xv[t]);
       }
 #pragma unroll
       for (int e = 0; e < kTile; ++e) {
@@ -157,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) router_weight_grad_kernel(const uint
 #pragma unroll 4
     for (int t = 0; t < chunk; ++t) {
       float xv[kVector];
-      to_floats(x[(c0 + t) * vectors + v], xv);
+      bf16x8_to_floats(x[(c0 + t) * vectors + v], xv);
 #pragma unroll
       for (int i = 0; i < kExpertsPerThread; ++i) {
         const float ge = e0 + i < experts ? g[t * experts + e0 + i] : 0.0f;
@@ -219,7 +212,8 @@ cudaError_t router_logits_forward(const void* x_bf16, const float* weight, float
                                                static_cast<int>(experts), static_cast<int>(hidden));
     return cudaGetLastError();
   };
-  return tile == 16 ? launch(router_logits_kernel<16, kForwardTokens>) : launch(router_logits_kernel<8, kForwardTokens>);
+  return tile == 16 ? launch(router_logits_kernel<16, kForwardTokens>)
+                    : launch(router_logits_kernel<8, kForwardTokens>);
 }
 
 cudaError_t router_logits_backward_input(const float* grad_logits, const float* weight, void* grad_x_bf16,
