@@ -14,6 +14,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root" || exit 1
 export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
 OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || exit 1
 steps=${PROFILE_STEPS:-30}
 shapes=${SHAPES:-"reference moe-500m"}
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
