@@ -24,42 +24,6 @@ constexpr bool kCudaBuild =
 
 }  // namespace topotrain::compat
 
-// ---- optimizer -------------------------------------------------------------------------
-#include <ATen/ATen.h>
-
-#include <cstdint>
-#include <stdexcept>
-#include <vector>
-
-namespace topotrain::compat {
-
-// One AdamW update of all tensors in one kernel launch where torch has it (CUDA, torch >=
-// 2.0: at::_fused_adamw_); callers use it on CUDA tensors only.
-inline void fused_adamw(std::vector<at::Tensor>& params, std::vector<at::Tensor>& grads,
-                        std::vector<at::Tensor>& exp_avgs, std::vector<at::Tensor>& exp_avg_sqs, std::int64_t step,
-                        double lr, double beta1, double beta2, double weight_decay, double eps,
-                        const at::Tensor& grad_divisor = {}) {
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 0)
-  // The fused kernel reads each tensor's step count from a float tensor on the device.
-  std::vector<at::Tensor> steps(params.size(),
-                                at::full({}, static_cast<double>(step), params.front().options()));
-  // grad_divisor (a device scalar, or undefined: none) is torch's gradient unscaling: each
-  // gradient is divided by it as read, and the quotient written back to it.
-  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false,
-                    grad_divisor.defined() ? std::optional<at::Tensor>(grad_divisor) : std::nullopt);
-  // The fused op writes the parameters without bumping their version counters (seen on
-  // torch 2.11); a kept compute-dtype copy (model::ComputeWeight) relies on them.
-  for (auto& p : params) p.unsafeGetTensorImpl()->bump_version();
-#else
-  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)step, (void)lr, (void)beta1, (void)beta2,
-      (void)weight_decay, (void)eps, (void)grad_divisor;
-  throw std::logic_error("fused AdamW needs a CUDA build of torch >= 2.0");
-#endif
-}
-
-}  // namespace topotrain::compat
-
 // ---------------------------------------------------------------------------------------
 // Model kernels (src/model). All are CUDA-only and differentiable in the versions named.
 //

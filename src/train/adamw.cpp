@@ -1,11 +1,18 @@
 #include "topotrain/train/adamw.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
 #include "topotrain/torch_compat.h"
+
+#ifdef TOPOTRAIN_CUDA
+#include <c10/cuda/CUDAStream.h>
+
+#include "adamw_kernels.h"
+#endif
 
 namespace topotrain {
 
@@ -26,17 +33,11 @@ void AdamW::step(double lr, double grad_factor) {
 }
 
 void AdamW::step_loop(double lr, double grad_factor) {
-  if (grad_factor != 1.0) {
-    std::vector<torch::Tensor> grads;
-    for (auto& slot : slots_)
-      if (slot.param.grad().defined()) grads.push_back(slot.param.grad());
-    if (!grads.empty()) at::_foreach_mul_(grads, grad_factor);
-  }
   const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
   for (auto& slot : slots_) {
-    const torch::Tensor& grad = slot.param.grad();
-    if (!grad.defined()) continue;
+    if (!slot.param.grad().defined()) continue;
+    const torch::Tensor grad = grad_factor == 1.0 ? slot.param.grad() : slot.param.grad() * grad_factor;
     if (slot.decay) slot.param.mul_(1.0 - lr * config_.weight_decay);
     slot.exp_avg.lerp_(grad, 1.0 - config_.beta1);
     slot.exp_avg_sq.mul_(config_.beta2).addcmul_(grad, grad, 1.0 - config_.beta2);
@@ -46,24 +47,64 @@ void AdamW::step_loop(double lr, double grad_factor) {
 }
 
 void AdamW::step_fused(double lr, double grad_factor) {
-  // The kernel divides each gradient by a device scalar, read there: no host synchronisation.
-  const torch::Tensor grad_divisor =
-      grad_factor == 1.0 ? torch::Tensor()
-                         : torch::full({}, 1.0 / grad_factor, slots_.front().param.options());
-  // Two launches: decayed matrices and undecayed vectors differ only in weight_decay.
-  for (bool decay : {true, false}) {
-    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    for (auto& slot : slots_) {
-      if (slot.decay != decay || !slot.param.grad().defined()) continue;
-      params.push_back(slot.param);
-      grads.push_back(slot.param.grad());
-      exp_avgs.push_back(slot.exp_avg);
-      exp_avg_sqs.push_back(slot.exp_avg_sq);
-    }
-    if (params.empty()) continue;
-    compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, steps_, lr, config_.beta1, config_.beta2,
-                        decay ? config_.weight_decay : 0.0, config_.eps, grad_divisor);
+#ifdef TOPOTRAIN_CUDA
+  std::vector<kernels::AdamWTensor> table;
+  std::vector<torch::Tensor> contiguous_grads;  // alive until the launch is enqueued
+  std::int64_t chunks = 0;
+  auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  for (auto& slot : slots_) {
+    if (!slot.param.grad().defined()) continue;
+    if (!slot.param.is_contiguous())
+      throw std::logic_error(cat("AdamW: parameter ", slot.name, " is not contiguous; the fused step needs it"));
+    const torch::Tensor& grad = slot.param.grad();
+    const float* g = grad.is_contiguous() ? grad.data_ptr<float>()
+                                          : contiguous_grads.emplace_back(grad.contiguous()).data_ptr<float>();
+    kernels::AdamWTensor t{};
+    t.param = slot.param.data_ptr<float>();
+    t.grad = g;
+    t.exp_avg = slot.exp_avg.data_ptr<float>();
+    t.exp_avg_sq = slot.exp_avg_sq.data_ptr<float>();
+    t.numel = slot.param.numel();
+    t.first_chunk = chunks;
+    t.decays = slot.decay ? 1 : 0;
+    t.aligned = aligned(t.param) && aligned(t.grad) && aligned(t.exp_avg) && aligned(t.exp_avg_sq) ? 1 : 0;
+    table.push_back(t);
+    chunks += (t.numel + kernels::kAdamWChunk - 1) / kernels::kAdamWChunk;
   }
+  if (table.empty()) return;
+  const torch::Device device = slots_.front().param.device();
+  const std::size_t bytes = table.size() * sizeof(kernels::AdamWTensor);
+  // The table changes only when a gradient moves (the GradReducer keeps them in place): then
+  // it goes up through pinned memory, asynchronously, ordered before the launch.
+  if (table_on_device_.numel() != static_cast<std::int64_t>(bytes) || table_on_device_.device() != device ||
+      std::memcmp(table_on_host_.data_ptr(), table.data(), bytes) != 0) {
+    table_on_host_ = torch::empty({static_cast<std::int64_t>(bytes)},
+                                  torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));
+    std::memcpy(table_on_host_.data_ptr(), table.data(), bytes);
+    table_on_device_ = table_on_host_.to(device, /*non_blocking=*/true);
+  }
+  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+  kernels::AdamWScalars scalars{};
+  scalars.beta1 = static_cast<float>(config_.beta1);
+  scalars.beta2 = static_cast<float>(config_.beta2);
+  scalars.eps = static_cast<float>(config_.eps);
+  scalars.decay = static_cast<float>(lr * config_.weight_decay);
+  scalars.step_size = static_cast<float>(lr / bias1);
+  scalars.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias2));
+  scalars.grad_factor = static_cast<float>(grad_factor);
+  const cudaError_t status = kernels::adamw_step(
+      static_cast<const kernels::AdamWTensor*>(table_on_device_.data_ptr()), static_cast<int>(table.size()), chunks,
+      scalars, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  if (status != cudaSuccess) throw std::runtime_error(cat("AdamW: CUDA step failed: ", cudaGetErrorString(status)));
+  // The kernel writes the parameters behind autograd's back: a kept compute-dtype copy
+  // (model::ComputeWeight) notices the update by their version counters.
+  for (auto& slot : slots_)
+    if (slot.param.grad().defined()) slot.param.unsafeGetTensorImpl()->bump_version();
+#else
+  (void)lr, (void)grad_factor;
+  throw std::logic_error("AdamW: the fused step needs a CUDA build");
+#endif
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::state() const {

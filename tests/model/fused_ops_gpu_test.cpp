@@ -2,9 +2,8 @@
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
 // combine and dispatch, the router and its GEMM, bf16 gradients added into an fp32 .grad(),
 // whole or by rows) against the torch-op path run in fp32 on the same bf16 inputs: outputs and
-// every gradient. Also: a kept bf16 weight copy is remade after torch's fused AdamW step, the LM loss
-// enqueues without waiting for the device, and gradients the ops add into .grad()
-// (AccumulateIntoGrad) equal autograd's.
+// every gradient. Also: the LM loss enqueues without waiting for the device, and gradients the
+// ops add into .grad() (AccumulateIntoGrad) equal autograd's.
 #include <algorithm>
 #include <cmath>
 
@@ -13,7 +12,6 @@
 
 #include "into_grad_check.h"
 #include "topotrain/batch/packed_batch.h"
-#include "topotrain/model/compute_weight.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/moe.h"
@@ -354,24 +352,6 @@ TEST_F(FusedOpsGpu, RowCrossEntropyFlagsATargetOutsideTheVocabulary) {
   auto targets = torch::tensor({1, 2, 64, 3}, kBf16.dtype(torch::kInt64));
   auto loss = mdl::linear_cross_entropy_sum(hidden, weight, targets, 4096);
   EXPECT_TRUE(std::isnan(loss.item<float>()));
-}
-
-// The optimizer's fused step writes the parameters in place: it must bump their version
-// counters, or a kept bf16 copy would outlive the update.
-TEST_F(FusedOpsGpu, KeptComputeWeightFollowsAFusedAdamwStep) {
-  auto w = torch::randn({64, 32}, kBf16.dtype(torch::kFloat32)).requires_grad_();
-  w.mutable_grad() = torch::randn_like(w);
-  mdl::ComputeWeight weight;
-  const auto before = weight.values({w}, torch::kBFloat16).clone();
-  std::vector<torch::Tensor> params{w}, grads{w.grad()}, exp_avgs{torch::zeros_like(w)},
-      exp_avg_sqs{torch::zeros_like(w)};
-  {
-    torch::NoGradGuard no_grad;
-    topotrain::compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, 1, 0.1, 0.9, 0.95, 0.0, 1e-8);
-  }
-  const auto after = weight.values({w}, torch::kBFloat16);
-  EXPECT_FALSE(torch::equal(after, before));
-  EXPECT_TRUE(torch::equal(after, w.detach().to(torch::kBFloat16)));
 }
 
 TEST_F(FusedOpsGpu, Bf16GradientAddedIntoAnFp32GradIsTheCastAndAdd) {

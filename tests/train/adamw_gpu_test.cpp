@@ -1,35 +1,93 @@
-// AdamW's fused CUDA step with a gradient factor (the fused kernel's gradient unscaling)
-// against the same step on gradients multiplied first.
+// AdamW's CUDA step (one launch of our kernel over every parameter) against its per-tensor
+// loop of torch ops on the CPU from the same values: tensors whose sizes leave partial 16-byte
+// vectors and partial chunks, gradients that are views at unaligned offsets of one buffer (as
+// the GradReducer's buckets hold them), decayed and undecayed, with a gradient factor, over
+// several steps. Also: a kept bf16 compute copy (model::ComputeWeight) follows the step.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
+#include "topotrain/model/compute_weight.h"
 #include "topotrain/train/adamw.h"
 
 using namespace topotrain;
 
-TEST(AdamWGpu, AGradientFactorActsAsGradientsMultipliedFirst) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
-  torch::manual_seed(3);
-  const auto options = torch::TensorOptions().device(torch::kCUDA);
-  const torch::Tensor w0 = torch::randn({64, 48}, options), b0 = torch::randn({48}, options);
-  const double factor = 1.0 / 16384;  // a step's target count, as the trainers divide by
-  torch::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
-  torch::Tensor rw = w0.clone().requires_grad_(), rb = b0.clone().requires_grad_();
-  AdamW ours({{"w", w}, {"b", b}}, {}), reference({{"w", rw}, {"b", rb}}, {});
-  for (int step = 0; step < 3; ++step) {
-    const torch::Tensor gw = torch::randn_like(w0) * 1000, gb = torch::randn_like(b0) * 1000;
-    w.mutable_grad() = gw.clone();
-    b.mutable_grad() = gb.clone();
-    rw.mutable_grad() = gw * factor;
-    rb.mutable_grad() = gb * factor;
-    ours.step(1e-2, factor);
-    reference.step(1e-2);
-    // One more rounding (dividing by the fp32 reciprocal of the factor): not bit-equal.
-    EXPECT_TRUE(torch::allclose(w.grad(), rw.grad(), 1e-6, 0)) << (w.grad() - rw.grad()).abs().max();
-    EXPECT_TRUE(torch::allclose(b.grad(), rb.grad(), 1e-6, 0));
+namespace {
+
+// Parameters of the given shapes on `device` from fixed values, and gradients as views of one
+// flat buffer, packed back to back (so most start off a 16-byte boundary).
+struct Model {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  torch::Tensor grad_buffer;
+
+  Model(const std::vector<std::vector<int64_t>>& shapes, const torch::Device& device) {
+    torch::manual_seed(4);
+    int64_t total = 0;
+    for (const auto& shape : shapes) total += torch::empty(shape).numel();
+    grad_buffer = torch::zeros({total + 1}, torch::TensorOptions().device(device));
+    int64_t offset = 1;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      auto p = torch::randn(shapes[i]).to(device).requires_grad_();
+      p.mutable_grad() = grad_buffer.narrow(0, offset, p.numel()).view(shapes[i]);
+      offset += p.numel();
+      params.emplace_back("p" + std::to_string(i), p);
+    }
   }
-  EXPECT_TRUE(torch::allclose(w, rw, 1e-6, 1e-7)) << (w - rw).abs().max();
-  EXPECT_TRUE(torch::allclose(b, rb, 1e-6, 1e-7)) << (b - rb).abs().max();
-  EXPECT_FALSE(torch::allclose(w, w0)) << "the steps moved the weights";
+
+  void set_gradients(int step) {
+    torch::NoGradGuard no_grad;
+    auto values = torch::randn({grad_buffer.numel()}, torch::TensorOptions().dtype(torch::kFloat64)) * (step + 1);
+    grad_buffer.copy_(values.to(torch::kFloat32));
+  }
+};
+
+}  // namespace
+
+TEST(AdamWGpu, OneLaunchMatchesTheLoopOfTorchOps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  // Matrices decay, vectors do not; 3x16384 fills three chunks exactly, 16384 + 3 leaves a
+  // partial one, 7 and 1 are shorter than a vector, 4095 ends inside one.
+  const std::vector<std::vector<int64_t>> shapes{{3, 16384}, {16387}, {7}, {1, 1}, {64, 64}, {4095}, {0}, {5, 3}};
+  Model gpu(shapes, torch::Device(torch::kCUDA)), cpu(shapes, torch::Device(torch::kCPU));
+  AdamWConfig config{0.9, 0.95, 1e-8, 0.1};
+  AdamW fused(gpu.params, config), loop(cpu.params, config);
+  const double factor = 0.37;
+  for (int step = 0; step < 4; ++step) {
+    torch::manual_seed(100 + step);
+    gpu.set_gradients(step);
+    torch::manual_seed(100 + step);
+    cpu.set_gradients(step);
+    const auto grads_before = gpu.grad_buffer.clone();
+    fused.step(1e-2, factor);
+    loop.step(1e-2, factor);
+    EXPECT_TRUE(torch::equal(gpu.grad_buffer, grads_before)) << "the step reads the gradients only";
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    SCOPED_TRACE(gpu.params[i].first);
+    const auto got = gpu.params[i].second.detach().cpu(), want = cpu.params[i].second.detach();
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << (got - want).abs().max();
+  }
+  for (const auto& [name, moment] : fused.state()) {
+    SCOPED_TRACE(name);
+    torch::Tensor want;
+    for (const auto& [other, value] : loop.state())
+      if (other == name) want = value;
+    EXPECT_TRUE(torch::allclose(moment.cpu(), want, 1e-5, 1e-9)) << (moment.cpu() - want).abs().max();
+  }
+  EXPECT_EQ(fused.steps(), 4);
+}
+
+// The step writes the parameters in place: it must bump their version counters, or a kept
+// bf16 copy would outlive the update.
+TEST(AdamWGpu, KeptComputeWeightFollowsTheStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  auto w = torch::randn({64, 32}, torch::TensorOptions().device(torch::kCUDA)).requires_grad_();
+  w.mutable_grad() = torch::randn_like(w);
+  model::ComputeWeight weight;
+  const auto before = weight.values({w}, torch::kBFloat16).clone();
+  AdamW optimizer({{"w", w}}, {});
+  optimizer.step(0.1);
+  const auto after = weight.values({w}, torch::kBFloat16);
+  EXPECT_FALSE(torch::equal(after, before));
+  EXPECT_TRUE(torch::equal(after, w.detach().to(torch::kBFloat16)));
 }

@@ -2,8 +2,9 @@
 // parameter name): exp_avg and exp_avg_sq per parameter, one step count.
 //
 // Weight decay applies to matrices only (dim >= 2): norms' gains are left undecayed, as
-// in most LM recipes. On CUDA builds the whole update is one fused kernel per dtype
-// group (at::_fused_adamw_, torch >= 2.0); elsewhere a per-tensor loop of in-place ops.
+// in most LM recipes. On CUDA the whole update is one launch of our kernel
+// (adamw_kernels.cu) over a table of every parameter, reading each element's parameter,
+// gradient and moments once; elsewhere a per-tensor loop of in-place ops.
 #pragma once
 
 #include <torch/types.h>
@@ -26,9 +27,8 @@ class AdamW {
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWConfig config);
 
   // One update at learning rate `lr` from the parameters' current .grad() multiplied by
-  // `grad_factor` (the loss's normalisation and gradient clipping), which leaves .grad()
-  // multiplied by it. On CUDA the fused kernel multiplies as it reads and writes the product
-  // back (torch's gradient unscaling), so no separate pass over the gradients runs.
+  // `grad_factor` (the loss's normalisation and gradient clipping), multiplied as it is read:
+  // .grad() is left as it was, and no pass over the gradients runs before the step.
   void step(double lr, double grad_factor = 1.0);
 
   std::int64_t steps() const { return steps_; }
@@ -49,6 +49,9 @@ class AdamW {
     bool decay;
   };
   std::vector<Slot> slots_;
+  // The CUDA step's table of parameters (kernels::AdamWTensor entries), kept while their
+  // pointers stay: the host copy is pinned, the device copy what the kernel reads.
+  torch::Tensor table_on_host_, table_on_device_;
   AdamWConfig config_;
   std::int64_t steps_ = 0;
 };
