@@ -76,7 +76,8 @@ void AdamW::step_fused(double lr, double grad_factor) {
   const std::size_t bytes = table.size() * sizeof(kernels::AdamWTensor);
   // The table changes only when a gradient moves (the GradReducer keeps them in place): then
   // it goes up through pinned memory, asynchronously, ordered before the launch.
-  if (table_on_device_.numel() != static_cast<std::int64_t>(bytes) || table_on_device_.device() != device ||
+  if (!table_on_device_.defined() || table_on_device_.numel() != static_cast<std::int64_t>(bytes) ||
+      table_on_device_.device() != device ||
       std::memcmp(table_on_host_.data_ptr(), table.data(), bytes) != 0) {
     table_on_host_ = torch::empty({static_cast<std::int64_t>(bytes)},
                                   torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(true));

@@ -24,8 +24,8 @@ struct Model {
     torch::manual_seed(4);
     int64_t total = 0;
     for (const auto& shape : shapes) total += torch::empty(shape).numel();
-    grad_buffer = torch::zeros({total + 1}, torch::TensorOptions().device(device));
-    int64_t offset = 1;
+    grad_buffer = torch::zeros({total}, torch::TensorOptions().device(device));
+    int64_t offset = 0;
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       auto p = torch::randn(shapes[i]).to(device).requires_grad_();
       p.mutable_grad() = grad_buffer.narrow(0, offset, p.numel()).view(shapes[i]);
@@ -45,8 +45,10 @@ struct Model {
 
 TEST(AdamWGpu, OneLaunchMatchesTheLoopOfTorchOps) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
-  // Matrices decay, vectors do not; 3x16384 fills three chunks exactly, 16384 + 3 leaves a
-  // partial one, 7 and 1 are shorter than a vector, 4095 ends inside one.
+  // Matrices decay, vectors do not. Packed back to back, the first two gradients start on a
+  // 16-byte boundary (vector loads: three whole chunks, then one chunk and a partial one ending
+  // inside a vector) and the rest off one (element by element): 7 and 1 are shorter than a
+  // vector, 4095 ends inside one, an empty tensor sits between two others.
   const std::vector<std::vector<int64_t>> shapes{{3, 16384}, {16387}, {7}, {1, 1}, {64, 64}, {4095}, {0}, {5, 3}};
   Model gpu(shapes, torch::Device(torch::kCUDA)), cpu(shapes, torch::Device(torch::kCPU));
   AdamWConfig config{0.9, 0.95, 1e-8, 0.1};
