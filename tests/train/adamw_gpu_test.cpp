@@ -74,7 +74,9 @@ TEST(AdamWGpu, OneLaunchMatchesTheLoopOfTorchOps) {
     torch::Tensor want;
     for (const auto& [other, value] : loop.state())
       if (other == name) want = value;
-    EXPECT_TRUE(torch::allclose(moment.cpu(), want, 1e-5, 1e-9)) << (moment.cpu() - want).abs().max();
+    // Absolute slack of a few fp32 roundings of the largest gradient (~1.5): a first moment near
+    // zero is a difference of similar terms, and the loop's lerp_ rounds in another order.
+    EXPECT_TRUE(torch::allclose(moment.cpu(), want, 1e-5, 1e-6)) << (moment.cpu() - want).abs().max();
   }
   EXPECT_EQ(fused.steps(), 4);
 }
