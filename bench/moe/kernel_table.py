@@ -18,8 +18,8 @@ KINDS = [  # first match wins; patterns on the kernel name
     ("GEMM", r"gemm|Gemm|nvjet|xmma|cutlass|cublas|sm90_"),
     ("gather / scatter / index", r"index|gather|scatter|Gather|Scatter|sort|Sort|Radix|radix"),
     ("cross entropy / softmax", r"softmax|log_softmax|cross_entropy|nll|CrossEntropy|topotrain.*entropy|logsumexp"),
+    ("optimizer", r"adam|Adam|multi_tensor|foreach"),  # before "own kernels": our AdamW kernel is the optimizer's
     ("own kernels", r"topotrain|rms_norm|norm_rotary|swiglu|expert_combine"),
-    ("optimizer", r"adam|Adam|multi_tensor|foreach"),
     ("reduction", r"reduce|Reduce|sum_|norm_kernel"),
     ("copy / cast", r"copy|Copy|Memcpy|Memset|cast|to_copy|fill"),
     ("elementwise", r"elementwise|vectorized|unrolled|Functor"),
