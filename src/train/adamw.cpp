@@ -32,9 +32,10 @@ void AdamW::step(double lr, double grad_factor) {
   else step_loop(lr, grad_factor);
 }
 
+double AdamW::bias_correction(double beta) const { return 1.0 - std::pow(beta, static_cast<double>(steps_)); }
+
 void AdamW::step_loop(double lr, double grad_factor) {
-  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
-  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+  const double bias1 = bias_correction(config_.beta1), bias2 = bias_correction(config_.beta2);
   for (auto& slot : slots_) {
     if (!slot.param.grad().defined()) continue;
     const torch::Tensor grad = grad_factor == 1.0 ? slot.param.grad() : slot.param.grad() * grad_factor;
@@ -84,8 +85,7 @@ void AdamW::step_fused(double lr, double grad_factor) {
     std::memcpy(table_on_host_.data_ptr(), table.data(), bytes);
     table_on_device_ = table_on_host_.to(device, /*non_blocking=*/true);
   }
-  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(steps_));
-  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
+  const double bias1 = bias_correction(config_.beta1), bias2 = bias_correction(config_.beta2);
   kernels::AdamWScalars scalars{};
   scalars.beta1 = static_cast<float>(config_.beta1);
   scalars.beta2 = static_cast<float>(config_.beta2);

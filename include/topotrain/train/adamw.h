@@ -40,6 +40,8 @@ class AdamW {
  private:
   void step_fused(double lr, double grad_factor);
   void step_loop(double lr, double grad_factor);
+  // 1 - beta^t at this step t: both paths divide the moments by it.
+  double bias_correction(double beta) const;
 
   struct Slot {
     std::string name;
