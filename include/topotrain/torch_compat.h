@@ -63,7 +63,10 @@ constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
 // ---- device memory and identity ---------------------------------------------------------
 #include <string>
 
+#include <optional>
+
 #ifdef TOPOTRAIN_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
@@ -187,6 +190,38 @@ inline cudaStream_t current_stream(const at::Device& device) {
   return c10::cuda::getCurrentCUDAStream(device.index()).stream();
 }
 #endif
+
+// A tensor's values on their way to the host: made, it enqueues their copy into pinned
+// memory on the current stream; wait() returns that copy once it is done, without waiting
+// for the work enqueued after it (so the host can read a step's values while the device
+// runs what was queued behind them). A CPU tensor is its own copy.
+class HostCopy {
+ public:
+  explicit HostCopy(const at::Tensor& values) {
+#ifdef TOPOTRAIN_CUDA
+    if (values.is_cuda()) {
+      host_ = at::empty(values.sizes(), values.options().device(at::kCPU).pinned_memory(true));
+      host_.copy_(values, /*non_blocking=*/true);
+      copied_.emplace();
+      copied_->record(c10::cuda::getCurrentCUDAStream(values.device().index()));
+      return;
+    }
+#endif
+    host_ = values;
+  }
+  const at::Tensor& wait() {
+#ifdef TOPOTRAIN_CUDA
+    if (copied_) copied_->synchronize();
+#endif
+    return host_;
+  }
+
+ private:
+  at::Tensor host_;
+#ifdef TOPOTRAIN_CUDA
+  std::optional<at::cuda::CUDAEvent> copied_;
+#endif
+};
 
 // Waits for the work queued on the device's current stream, so that a CPU-timed phase
 // ends when its kernels do rather than when they were launched.

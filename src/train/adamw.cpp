@@ -25,11 +25,33 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWCon
   }
 }
 
+bool AdamW::on_cuda() const { return compat::kCudaBuild && !slots_.empty() && slots_.front().param.is_cuda(); }
+
 void AdamW::step(double lr, double grad_factor) {
   torch::NoGradGuard no_grad;
   ++steps_;
-  if (compat::kCudaBuild && !slots_.empty() && slots_.front().param.is_cuda()) step_fused(lr, grad_factor);
+  if (on_cuda()) step_fused(lr, grad_factor, nullptr);
   else step_loop(lr, grad_factor);
+}
+
+void AdamW::step(double lr, const torch::Tensor& grad_factor) {
+  const torch::Device device = slots_.empty() ? torch::Device(torch::kCPU) : slots_.front().param.device();
+  if (grad_factor.numel() != 1 || grad_factor.scalar_type() != torch::kFloat64 || grad_factor.device() != device)
+    throw std::logic_error(cat("AdamW: the gradient factor must be one fp64 value on ", device, "; got ",
+                               grad_factor.scalar_type(), " ", grad_factor.sizes(), " on ", grad_factor.device()));
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  if (on_cuda()) {
+    step_fused(lr, 1.0, grad_factor.data_ptr<double>());
+  } else {
+    const double factor = grad_factor.item<double>();  // on the host already: no wait
+    if (std::isfinite(factor)) step_loop(lr, factor);
+  }
+}
+
+void AdamW::unstep() {
+  if (steps_ == 0) throw std::logic_error("AdamW::unstep: no step to take back");
+  --steps_;
 }
 
 double AdamW::bias_correction(double beta) const { return 1.0 - std::pow(beta, static_cast<double>(steps_)); }
@@ -47,7 +69,7 @@ void AdamW::step_loop(double lr, double grad_factor) {
   }
 }
 
-void AdamW::step_fused(double lr, double grad_factor) {
+void AdamW::step_fused(double lr, double grad_factor, const double* device_grad_factor) {
 #ifdef TOPOTRAIN_CUDA
   std::vector<kernels::AdamWTensor> table;
   std::vector<torch::Tensor> contiguous_grads;  // alive until the launch is enqueued
@@ -96,14 +118,14 @@ void AdamW::step_fused(double lr, double grad_factor) {
   scalars.grad_factor = static_cast<float>(grad_factor);
   const cudaError_t status = kernels::adamw_step(
       static_cast<const kernels::AdamWTensor*>(table_on_device_.data_ptr()), static_cast<int>(table.size()), chunks,
-      scalars, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+      scalars, device_grad_factor, c10::cuda::getCurrentCUDAStream(device.index()).stream());
   if (status != cudaSuccess) throw std::runtime_error(cat("AdamW: CUDA step failed: ", cudaGetErrorString(status)));
   // The kernel writes the parameters behind autograd's back: a kept compute-dtype copy
   // (model::ComputeWeight) notices the update by their version counters.
   for (auto& slot : slots_)
     if (slot.param.grad().defined()) slot.param.unsafeGetTensorImpl()->bump_version();
 #else
-  (void)lr, (void)grad_factor;
+  (void)lr, (void)grad_factor, (void)device_grad_factor;
   throw std::logic_error("AdamW: the fused step needs a CUDA build");
 #endif
 }

@@ -28,7 +28,12 @@ __device__ inline Updated update(float param, float grad, float exp_avg, float e
 }
 
 __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tensors, int count, int64_t chunks,
-                                                         AdamWScalars s) {
+                                                         AdamWScalars s, const double* device_grad_factor) {
+  if (device_grad_factor) {
+    const double factor = *device_grad_factor;
+    if (!isfinite(factor)) return;  // a skipped step: every block leaves its chunks as they are
+    s.grad_factor = static_cast<float>(factor);
+  }
   for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
     // The last tensor whose first chunk is at or before this one (an empty tensor shares its
     // first chunk with the next, which wins).
@@ -72,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const AdamWTensor* tens
 }  // namespace
 
 cudaError_t adamw_step(const AdamWTensor* tensors, int count, std::int64_t chunks, const AdamWScalars& scalars,
-                       cudaStream_t stream) {
+                       const double* device_grad_factor, cudaStream_t stream) {
   if (count <= 0 || chunks <= 0) return cudaSuccess;
   int device = 0, multiprocessors = 0;
   cudaError_t status = cudaGetDevice(&device);
@@ -80,7 +85,7 @@ cudaError_t adamw_step(const AdamWTensor* tensors, int count, std::int64_t chunk
   if (status != cudaSuccess) return status;
   const auto blocks =
       static_cast<int>(std::min<std::int64_t>(chunks, std::int64_t{multiprocessors} * kBlocksPerMultiprocessor));
-  adamw_kernel<<<blocks, kThreads, 0, stream>>>(tensors, count, chunks, scalars);
+  adamw_kernel<<<blocks, kThreads, 0, stream>>>(tensors, count, chunks, scalars, device_grad_factor);
   return cudaGetLastError();
 }
 

@@ -37,8 +37,11 @@ struct AdamWScalars {
 //   param -= decay * param; exp_avg = beta1 exp_avg + (1 - beta1) g;
 //   exp_avg_sq = beta2 exp_avg_sq + (1 - beta2) g^2;
 //   param -= step_size * exp_avg / (sqrt(exp_avg_sq) / bias_correction2_sqrt + eps)
-// The gradients are read only.
+// The gradients are read only. With `device_grad_factor` (a device fp64 scalar, read when the
+// kernel runs) grad_factor is that value rounded to fp32, and where it is not finite the
+// kernel changes nothing: the factor can then be computed on the device, the step's skip
+// included, without the host waiting for it.
 cudaError_t adamw_step(const AdamWTensor* tensors, int count, std::int64_t chunks, const AdamWScalars& scalars,
-                       cudaStream_t stream);
+                       const double* device_grad_factor, cudaStream_t stream);
 
 }  // namespace topotrain::kernels

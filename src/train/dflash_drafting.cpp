@@ -419,16 +419,15 @@ std::optional<std::int64_t> Drafting::train_streams() {
                          [&] { train_micro_batch(inputs[m], cursors[m], sums); });
     }
     sums.ended_streams = ended_streams(cursors);
-    const comm::StepAgreement all = session.agree(sums.agreed());
+    // The summed gradient of every drafter's loss sum over the weight of all their valid
+    // slots (sum 0): the gradient of one drafter's mean over the union of the batches.
+    const comm::StepAgreement all = session.agree(sums.agreed(), 0);
     if (all.out_of_memory()) {
       fates_.discard(inputs);
       restart = session.after_out_of_memory(all, token_budget_, measured_ ? &*measured_ : nullptr);
       break;
     }
-    // The summed gradient of every drafter's loss sum over the weight of all their valid
-    // slots: the gradient of one drafter's mean over the union of the batches.
-    const double weight = std::max(all.sums[0], 1e-12);
-    if (!session.optimizer_step(all, weight)) {
+    if (!session.optimizer_step(all)) {
       fates_.discard(inputs);
       break;
     }

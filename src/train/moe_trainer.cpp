@@ -181,7 +181,7 @@ void train_moe(JobContext& context) {
                                         plan.position_before, device);
       continue;
     }
-    if (!session.optimizer_step(all, 1.0)) break;
+    if (!session.optimizer_step(all)) break;
     for (const auto& batch : plan.micro_batches) session.sample_log().record(batch);
     state.step += 1;
     state.tokens += static_cast<std::int64_t>(plan.global_tokens);

@@ -1,7 +1,9 @@
 #include "topotrain/train/training_session.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include "topotrain/comm/resume_agreement.h"
 #include "topotrain/core/error.h"
@@ -23,6 +25,25 @@ namespace {
 bool is_device_work(Phase phase) {
   return phase == Phase::h2d || phase == Phase::forward || phase == Phase::backward || phase == Phase::optimizer ||
          phase == Phase::eval;
+}
+
+// What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
+double step_divisor(double sum) { return std::max(sum, 1e-12); }
+
+// Element `index` of a rank's flattened sums, which must be a host value: a divisor that
+// decides the step on the device is known before the device is read.
+double host_sum(const std::vector<torch::Tensor>& sums, std::size_t index) {
+  for (const torch::Tensor& sum : sums) {
+    const auto count = static_cast<std::size_t>(sum.defined() ? sum.numel() : 1);
+    if (index >= count) {
+      index -= count;
+      continue;
+    }
+    if (!sum.defined()) return 0.0;
+    if (sum.is_cuda()) throw std::logic_error("TrainingSession::agree: the divisor sum must be a host value");
+    return sum.reshape({-1})[static_cast<std::int64_t>(index)].item<double>();
+  }
+  throw std::logic_error(cat("TrainingSession::agree: no sum number ", index));
 }
 
 }  // namespace
@@ -128,7 +149,8 @@ void TrainingSession::accumulate(int m, int count, bool has_data, const std::fun
   }
 }
 
-comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sums) {
+comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sums,
+                                           std::optional<std::size_t> divisor_sum) {
   // comm_wait is the host's wait for the reduction and the agreement on CPU; on CUDA the
   // host does not wait for NCCL, and comm_wait is the all-reduces' device time instead.
   std::optional<PhaseTimer::Scope> host_wait;
@@ -136,17 +158,38 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   reducer_->finish();
   if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
   host_wait.reset();
+  divisor_sum_ = divisor_sum;
+  lr_ = schedule_.at(spec_.length.schedule_position(state_));
+  update_enqueued_ = false;
   comm::StepAgreement mine;
   {
-    // The norm is the optimizer's work; the read waits for the step's device work to end.
+    // The norm, the factor and the update are the optimizer's work; the read waits for the
+    // step's device work up to the norm and the factor, not for the update queued after them.
     auto t = scope(Phase::optimizer);
-    const torch::Tensor norm_squared = squared_gradient_norm(spec_.parameters);
-    std::vector<torch::Tensor> on_device;
-    for (const torch::Tensor& sum : sums)
-      if (sum.defined() && sum.device() == device_) on_device.push_back(sum.detach().reshape({-1}).to(torch::kFloat64));
-    if (norm_squared.defined()) on_device.push_back(norm_squared.reshape({1}));
-    const torch::Tensor read = on_device.empty() ? torch::Tensor() : torch::cat(on_device).cpu().contiguous();
-    const double* next = read.defined() ? read.data_ptr<double>() : nullptr;
+    norm_squared_ = squared_gradient_norm(spec_.parameters);
+    if (!norm_squared_.defined()) norm_squared_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
+    std::vector<torch::Tensor> on_device, defined;
+    for (const torch::Tensor& sum : sums) {
+      if (!sum.defined()) continue;
+      defined.push_back(sum);
+      if (sum.device() == device_) on_device.push_back(sum.detach().reshape({-1}).to(torch::kFloat64));
+    }
+    on_device.push_back(norm_squared_.reshape({1}));
+    // Alone in its group, a rank's own values decide the step, and the device can decide
+    // from them what the host will (gradient_factor): the update is enqueued before the
+    // read, so the device runs it while the host reads, agrees and prepares the next step.
+    // With peers, an out-of-memory rank or non-finite sums elsewhere are known only from
+    // the agreement: optimizer_step enqueues the update after it.
+    torch::Tensor factor;
+    if (runtime_.role_size() == 1 && !oom_) {
+      const double divisor = divisor_sum ? step_divisor(host_sum(sums, *divisor_sum)) : 1.0;
+      factor = gradient_factor(norm_squared_, divisor, config_.step.clip, defined);
+      on_device.push_back(factor.reshape({1}));
+    }
+    compat::HostCopy read(torch::cat(on_device));
+    if (factor.defined()) enqueue_update(factor);
+    const torch::Tensor values = read.wait().contiguous();
+    const double* next = values.data_ptr<double>();
     for (const torch::Tensor& sum : sums) {
       if (!sum.defined()) {
         mine.sums.push_back(0.0);
@@ -158,7 +201,8 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
         mine.sums.insert(mine.sums.end(), host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
       }
     }
-    unscaled_grad_norm_ = norm_squared.defined() ? std::sqrt(*next) : 0.0;
+    unscaled_grad_norm_ = std::sqrt(*next++);
+    skipped_on_device_ = factor.defined() && !std::isfinite(*next);
   }
   for (double sum : mine.sums)
     if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();
@@ -173,6 +217,13 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   stop_agreed_ = all.stop;
   writer_busy_ = all.checkpoint_writing;
   return all;
+}
+
+void TrainingSession::enqueue_update(const torch::Tensor& factor) {
+  if (writer_) writer_->order_updates_after_snapshot();
+  optimizer_->step(lr_, factor);
+  reducer_->zero_grad();
+  update_enqueued_ = true;
 }
 
 void TrainingSession::end_failed_step() {
@@ -200,8 +251,8 @@ std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::Ste
   return halved;
 }
 
-bool TrainingSession::optimizer_step(const comm::StepAgreement& all, double divisor) {
-  lr_ = schedule_.at(spec_.length.schedule_position(state_));
+bool TrainingSession::optimizer_step(const comm::StepAgreement& all) {
+  const double divisor = divisor_sum_ ? step_divisor(all.sums.at(*divisor_sum_)) : 1.0;
   bool finite = all.nonfinite_rank < 0;
   {
     auto t = scope(Phase::optimizer);
@@ -209,11 +260,17 @@ bool TrainingSession::optimizer_step(const comm::StepAgreement& all, double divi
     // The norm of the reduced gradients is the same on every rank, so every rank skips
     // alike: a non-finite step never reaches the weights or the AdamW moments.
     finite = finite && std::isfinite(grad_norm_);
-    if (finite) {
-      if (writer_) writer_->order_updates_after_snapshot();
-      optimizer_->step(lr_, clip_factor(grad_norm_, config_.step.clip) / divisor);
+    if (update_enqueued_) {
+      // The device decided from the values this decision read (gradient_factor's contract).
+      if (finite == skipped_on_device_)
+        throw std::logic_error(cat("step ", step(), ": the device ", skipped_on_device_ ? "skipped" : "applied",
+                                   " the update the host ", finite ? "applies" : "skips"));
+      if (!finite) optimizer_->unstep();
+    } else if (finite) {
+      enqueue_update(gradient_factor(norm_squared_, divisor, config_.step.clip, {}));
+    } else {
+      reducer_->zero_grad();
     }
-    reducer_->zero_grad();
   }
   if (finite) return true;
   const std::string what =

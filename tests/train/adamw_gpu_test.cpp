@@ -2,10 +2,13 @@
 // loop of torch ops on the CPU from the same values: tensors whose sizes leave partial 16-byte
 // vectors and partial chunks, gradients that are views at unaligned offsets of one buffer (as
 // the GradReducer's buckets hold them), decayed and undecayed, with a gradient factor, over
-// several steps. Also: a kept bf16 compute copy (model::ComputeWeight) follows the step.
+// several steps; the factor also as a device value (a non-finite one skips the step). Also:
+// a kept bf16 compute copy (model::ComputeWeight) follows the step.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
+
+#include <cmath>
 
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/train/adamw.h"
@@ -79,6 +82,36 @@ TEST(AdamWGpu, OneLaunchMatchesTheLoopOfTorchOps) {
     EXPECT_TRUE(torch::allclose(moment.cpu(), want, 1e-5, 1e-6)) << (moment.cpu() - want).abs().max();
   }
   EXPECT_EQ(fused.steps(), 4);
+}
+
+// A factor on the device, read by the kernel, gives the very bits of the same factor passed
+// by the host; a non-finite one leaves parameters and moments as they were, every chunk.
+TEST(AdamWGpu, DeviceFactorActsAsTheHostsAndANonFiniteOneSkips) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
+  const std::vector<std::vector<int64_t>> shapes{{3, 16384}, {16387}, {7}, {64, 64}};
+  const torch::Device cuda(torch::kCUDA);
+  Model on_device(shapes, cuda), from_host(shapes, cuda);
+  AdamW device_factor(on_device.params, {}), host_factor(from_host.params, {});
+  const double factor = 0.37;
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(200 + step);
+    on_device.set_gradients(step);
+    torch::manual_seed(200 + step);
+    from_host.set_gradients(step);
+    std::vector<torch::Tensor> before;
+    for (const auto& [name, p] : on_device.params) before.push_back(p.detach().clone());
+    for (const auto& [name, m] : device_factor.state()) before.push_back(m.clone());
+    device_factor.step(1e-2, torch::tensor(std::nan(""), torch::dtype(torch::kFloat64).device(cuda)));
+    std::size_t i = 0;
+    for (const auto& [name, p] : on_device.params) EXPECT_TRUE(torch::equal(p.detach(), before[i++])) << name;
+    for (const auto& [name, m] : device_factor.state()) EXPECT_TRUE(torch::equal(m, before[i++])) << name;
+    device_factor.unstep();
+    device_factor.step(1e-2, torch::tensor(factor, torch::dtype(torch::kFloat64).device(cuda)));
+    host_factor.step(1e-2, factor);
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_TRUE(torch::equal(on_device.params[i].second, from_host.params[i].second)) << on_device.params[i].first;
+  EXPECT_EQ(device_factor.steps(), 3);
 }
 
 // The step writes the parameters in place: it must bump their version counters, or a kept

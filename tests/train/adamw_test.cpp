@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "topotrain/train/adamw.h"
 
 using namespace topotrain;
@@ -95,6 +97,45 @@ TEST(AdamW, AGradientFactorActsAsGradientsMultipliedFirst) {
   }
   EXPECT_TRUE(torch::equal(w, rw));
   EXPECT_TRUE(torch::equal(b, rb));
+}
+
+// A factor held in a tensor acts as the same factor given as a number; a non-finite one
+// changes nothing, and unstep() takes its step count back so that the next step is the one a
+// run that never tried it takes (bias correction included).
+TEST(AdamW, AFactorTensorActsAsTheNumberAndANonFiniteOneSkipsUntilUnstepped) {
+  torch::manual_seed(3);
+  const torch::Tensor x = torch::randn({4, 3}), w0 = torch::randn({3, 2}), b0 = torch::randn({2});
+  torch::Tensor w = w0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+  torch::Tensor rw = w0.clone().requires_grad_(), rb = b0.clone().requires_grad_();
+  AdamW ours({{"w", w}, {"b", b}}, {}), reference({{"w", rw}, {"b", rb}}, {});
+  auto gradients = [&] {
+    for (auto* p : {&w, &b, &rw, &rb}) p->mutable_grad() = torch::Tensor();
+    loss_of(w, b, x).backward();
+    loss_of(rw, rb, x).backward();
+  };
+  const std::vector<double> factors{0.37, std::nan(""), 1.0, INFINITY, 0.5};
+  for (double factor : factors) {
+    gradients();
+    ours.step(1e-2, torch::tensor(factor, torch::kFloat64));
+    if (std::isfinite(factor)) {
+      reference.step(1e-2, factor);
+    } else {
+      for (auto& [name, moment] : ours.state()) {
+        for (auto& [other, want] : reference.state()) {
+          if (other != name) continue;
+          EXPECT_TRUE(torch::equal(moment, want)) << name;
+        }
+      }
+      ours.unstep();
+    }
+    EXPECT_EQ(ours.steps(), reference.steps());
+    EXPECT_TRUE(torch::equal(w, rw));
+    EXPECT_TRUE(torch::equal(b, rb));
+  }
+  EXPECT_THROW(ours.step(1e-2, torch::tensor(1.0f)), std::logic_error) << "an fp32 factor";
+  EXPECT_THROW(ours.step(1e-2, torch::ones({2}, torch::kFloat64)), std::logic_error) << "two factors";
+  AdamW fresh({{"w", w}}, {});
+  EXPECT_THROW(fresh.unstep(), std::logic_error);
 }
 
 TEST(AdamW, RejectsNonFp32MasterWeights) {

@@ -1,7 +1,8 @@
 // checkpoint_diff A.h5 B.h5 TOLERANCE [PREFIX]: compares the tensors two checkpoints hold
 // (optionally only those whose name starts with PREFIX) and exits 1 when a tensor is
-// missing from either or differs by more than TOLERANCE (max absolute difference).
-// Used by the moe_train end-to-end tests to compare runs.
+// missing from either or differs by more than TOLERANCE (max absolute difference). It also
+// prints each integer both hold as "NAME: A and B" (e.g. optimizer_steps), for tests to check.
+// Used by the trainers' end-to-end tests to compare runs.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -31,6 +32,12 @@ int main(int argc, char** argv) {
     double diff = (tensor.to(at::kDouble) - other->second.to(at::kDouble)).abs().max().item<double>();
     if (diff > worst) worst = diff, worst_name = name;
     ++compared;
+  }
+  for (const auto& [name, value] : a.ints) {
+    auto other = b.ints.find(name);
+    if (other != b.ints.end())
+      std::printf("%s: %lld and %lld\n", name.c_str(), static_cast<long long>(value),
+                  static_cast<long long>(other->second));
   }
   std::printf("compared %d tensors; max abs difference %.3g (%s)\n", compared, worst, worst_name.c_str());
   return compared > 0 && worst <= tolerance ? 0 : 1;

@@ -21,6 +21,7 @@
 #   moe_train_e2e.sh BIN_DIR nonfinite a NaN loss on one rank stops every rank with exit 4, one message
 #                                      naming the rank and step, the last checkpoint intact;
 #                                      train.skip_nonfinite = true skips that step, changing nothing
+#                                      (AdamW's step count included), on 2 ranks and on one
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
 #                                      checkpoint of that step, and exit 0
 #   moe_train_e2e.sh BIN_DIR epochs    train.epochs = 1 and 2 on 2 ranks x grad_accum 3: every token of
@@ -290,7 +291,16 @@ nonfinite)
   grep -q "not finite at step 3; train.skip_nonfinite: step skipped (1 so far)" "$work/skip.log"
   grep -q "done: 3 steps, [0-9]* tokens (1 steps skipped as not finite)" "$work/skip.log"
   "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 model/
-  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/
+  "$bin/checkpoint_diff" "$work/skip/step-00000002.h5" "$work/skip/step-00000003.h5" 0 optim/ >"$work/skip.diff"
+  grep -q "^optimizer_steps: 2 and 2$" "$work/skip.diff" || { cat "$work/skip.diff"; exit 1; }
+  # One rank alone enqueues its update before reading the step's values, and the device
+  # skips it: the same outcome, AdamW's step count (the next bias correction) taken back.
+  TOPOTRAIN_FAULT_NONFINITE=0:3 train 1 skip1 --set train.skip_nonfinite=true --set checkpoint.every_steps=2 \
+    --set checkpoint.keep=10 --set train.max_steps=3
+  grep -q "not finite at step 3; train.skip_nonfinite: step skipped (1 so far)" "$work/skip1.log"
+  "$bin/checkpoint_diff" "$work/skip1/step-00000002.h5" "$work/skip1/step-00000003.h5" 0 model/
+  "$bin/checkpoint_diff" "$work/skip1/step-00000002.h5" "$work/skip1/step-00000003.h5" 0 optim/ >"$work/skip1.diff"
+  grep -q "^optimizer_steps: 2 and 2$" "$work/skip1.diff" || { cat "$work/skip1.diff"; exit 1; }
   ;;
 stop)
   stop_on_signal "$work/stop.log" "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" --set model.preset=tiny-moe \

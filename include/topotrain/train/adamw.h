@@ -30,6 +30,12 @@ class AdamW {
   // `grad_factor` (the loss's normalisation and gradient clipping), multiplied as it is read:
   // .grad() is left as it was, and no pass over the gradients runs before the step.
   void step(double lr, double grad_factor = 1.0);
+  // The same with the factor where the parameters are (a one-element fp64 tensor on their
+  // device), read when the update runs, so that the host need not wait for it: where it is
+  // not finite the update changes nothing. The caller that later reads that it was skipped
+  // calls unstep(), which takes back the step count (and so the next step's bias correction).
+  void step(double lr, const torch::Tensor& grad_factor);
+  void unstep();
 
   std::int64_t steps() const { return steps_; }
   // State by name for checkpoints: "exp_avg/<param>", "exp_avg_sq/<param>".
@@ -38,10 +44,12 @@ class AdamW {
   void load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state, std::int64_t steps);
 
  private:
-  void step_fused(double lr, double grad_factor);
+  // device_grad_factor: nullptr, or where step(lr, tensor) keeps its factor on the device.
+  void step_fused(double lr, double grad_factor, const double* device_grad_factor);
   void step_loop(double lr, double grad_factor);
   // 1 - beta^t at this step t: both paths divide the moments by it.
   double bias_correction(double beta) const;
+  bool on_cuda() const;  // the parameters are on a GPU: the one-launch step
 
   struct Slot {
     std::string name;

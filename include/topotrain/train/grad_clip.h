@@ -1,7 +1,8 @@
-// Gradient clipping by global L2 norm, in two halves around the step's agreement, so that
-// the host reads the norm in the one device read the agreement makes anyway:
+// Gradient clipping by global L2 norm, kept on the device: the squared norm and the factor
+// AdamW multiplies the gradients by are tensors where the gradients are, and AdamW reads the
+// factor there (AdamW::step(lr, tensor)), so that clipping never makes the host wait:
 //   squared_gradient_norm  (enqueued after the GradReducer summed the gradients) ->
-//   read with the step's sums -> clip_factor on the host -> AdamW::step's grad_factor.
+//   gradient_factor -> AdamW::step; the host reads the norm later, with the step's sums.
 //
 // After the reducer, every data-parallel rank holds the same gradients: the local norm is
 // then already the global one, and no collective is needed.
@@ -20,8 +21,14 @@ namespace topotrain {
 // read back. An undefined tensor when no parameter has a gradient.
 torch::Tensor squared_gradient_norm(const std::vector<std::pair<std::string, torch::Tensor>>& parameters);
 
-// What to multiply the gradients by so that their norm is at most max_norm: 1 when
-// max_norm <= 0 or the norm is within it.
-double clip_factor(double norm, double max_norm);
+// What AdamW multiplies the summed gradients by, as an fp64 scalar where `norm_squared` is:
+// 1 / divisor (the loss's normalisation), times max_norm / (norm + 1e-6) where max_norm > 0
+// and the norm of the divided gradients, norm = sqrt(norm_squared) / divisor, exceeds it.
+// NaN (AdamW then skips the step) when that norm or any value of `must_be_finite` (tensors
+// on the same device, e.g. the step's loss sums) is not finite. Nothing is read back: each
+// operation is the IEEE fp64 one the host would do, so the host, reading the norm later,
+// computes the same norm and decides the same skip.
+torch::Tensor gradient_factor(const torch::Tensor& norm_squared, double divisor, double max_norm,
+                              const std::vector<torch::Tensor>& must_be_finite);
 
 }  // namespace topotrain

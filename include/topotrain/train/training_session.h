@@ -9,9 +9,9 @@
 //     ... the job takes the step's inputs, in session.scope(Phase::data_wait) ...
 //     for (int m = 0; m < count; ++m)
 //       session.accumulate(m, count, has_data, [&] { forward, backward });
-//     StepAgreement all = session.agree(read_sums);        // gradients reduced; one collective
+//     StepAgreement all = session.agree(read_sums, divisor_sum);  // gradients reduced; one collective
 //     if (all.out_of_memory()) { session.after_out_of_memory(...): shrink and retry, or end }
-//     if (!session.optimizer_step(all, divisor)) break;  // clip, AdamW, or skip / end
+//     if (!session.optimizer_step(all)) break;  // clip, AdamW, or skip / end
 //     ... the job moves its data positions ...
 //     session.end_step(report, metrics);      // progress, timings row, checkpoint cadence
 //   }
@@ -32,9 +32,11 @@
 //   keeps what it trained: finish() saves the last good step (a failed one changed no
 //   weight), and the failure (failure()) is the job's to report.
 // * The session makes the host wait for the device once per step, in agree's one read of
-//   the sums and the gradient norm; the rest of its work is enqueued (clipping scales by a
-//   factor computed from that read, checkpoint snapshots copy on a side stream). The jobs
-//   hand agree everything they report from the device, so that nothing else waits.
+//   the sums and the gradient norm; the rest of its work is enqueued (clipping's factor is
+//   computed on the device, checkpoint snapshots copy on a side stream). The jobs hand
+//   agree everything they report from the device, so that nothing else waits. Where a rank
+//   is alone in its group, the update is enqueued before that read, its skip decided on the
+//   device from the same values, so that the device is not idle while the host reads.
 // * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
 //   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
 //   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
@@ -135,8 +137,12 @@ class TrainingSession {
   // Finishes the gradient reduction, enqueues the reduced gradients' norm, then reads this
   // rank's `sums` (scalars or 1-D tensors, on the device or the host, each adding its
   // elements in order to StepAgreement::sums; an undefined one adds one 0) and that norm in
-  // one device-to-host copy (the step's only wait for the device) and agrees.
-  comm::StepAgreement agree(const std::vector<torch::Tensor>& sums);
+  // one device-to-host copy (the step's only wait for the device) and agrees. The gradients
+  // are divided by the agreed sum number `divisor_sum` (at least 1e-12; a host value on this
+  // rank), or by 1 without one (the loss was a mean already). A rank alone in its group
+  // enqueues the update before the read (see the invariants above).
+  comm::StepAgreement agree(const std::vector<torch::Tensor>& sums,
+                            std::optional<std::size_t> divisor_sum = std::nullopt);
 
   // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
   // released, and the step's row is written. With train.oom = "shrink" and a budget above
@@ -146,11 +152,12 @@ class TrainingSession {
   // resume command) and nullopt comes back.
   std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget,
                                                   const MeasuredBudget* measured = nullptr);
-  // Applies AdamW at the schedule's LR to the reduced gradients divided by `divisor` (1 when
-  // the loss was already a mean) and clipped (train.clip) by the norm agree() read, both as
-  // AdamW's grad_factor, unless the step is not finite. False when the job ends on it
-  // (failure(): exit 4); a skipped step returns true, with skipped() telling.
-  bool optimizer_step(const comm::StepAgreement& all, double divisor);
+  // Applies AdamW at the schedule's LR to the reduced gradients divided by agree()'s divisor
+  // and clipped (train.clip) by their norm, both as AdamW's gradient factor, unless the step
+  // is not finite (where agree() enqueued the update, the device skipped it alike and the
+  // step count is taken back). False when the job ends on it (failure(): exit 4); a skipped
+  // step returns true, with skipped() telling.
+  bool optimizer_step(const comm::StepAgreement& all);
   bool skipped() const { return skipped_; }  // the last optimizer_step skipped its step
   std::int64_t skipped_steps() const { return skipped_steps_; }
   double lr() const { return lr_; }
@@ -179,6 +186,8 @@ class TrainingSession {
  private:
   void save_checkpoint();
   void end_failed_step();
+  // AdamW with `factor` (gradient_factor), after any snapshot still copying; the gradients zeroed.
+  void enqueue_update(const torch::Tensor& factor);
 
   JobContext& context_;
   const RunConfig& config_;
@@ -211,6 +220,10 @@ class TrainingSession {
   bool writer_busy_ = false;  // the last agreement's checkpoint_writing
   std::int64_t checkpoint_due_ = 0;  // the step of a deferred checkpoint; 0: none
   double unscaled_grad_norm_ = 0;  // read by agree(), before optimizer_step's divisor
+  torch::Tensor norm_squared_;     // the step's squared gradient norm, on the device
+  std::optional<std::size_t> divisor_sum_;
+  bool update_enqueued_ = false;    // agree() enqueued the step's update
+  bool skipped_on_device_ = false;  // ... and its factor, read back, was not finite
   bool oom_ = false;
   std::int64_t oom_peak_ = 0;
   bool skipped_ = false;
