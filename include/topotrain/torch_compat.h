@@ -61,9 +61,8 @@ constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
 }  // namespace topotrain::compat
 
 // ---- device memory and identity ---------------------------------------------------------
-#include <string>
-
 #include <optional>
+#include <string>
 
 #ifdef TOPOTRAIN_CUDA
 #include <ATen/cuda/CUDAEvent.h>

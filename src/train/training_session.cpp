@@ -30,22 +30,6 @@ bool is_device_work(Phase phase) {
 // What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
 double step_divisor(double sum) { return std::max(sum, 1e-12); }
 
-// Element `index` of a rank's flattened sums, which must be a host value: a divisor that
-// decides the step on the device is known before the device is read.
-double host_sum(const std::vector<torch::Tensor>& sums, std::size_t index) {
-  for (const torch::Tensor& sum : sums) {
-    const auto count = static_cast<std::size_t>(sum.defined() ? sum.numel() : 1);
-    if (index >= count) {
-      index -= count;
-      continue;
-    }
-    if (!sum.defined()) return 0.0;
-    if (sum.is_cuda()) throw std::logic_error("TrainingSession::agree: the divisor sum must be a host value");
-    return sum.reshape({-1})[static_cast<std::int64_t>(index)].item<double>();
-  }
-  throw std::logic_error(cat("TrainingSession::agree: no sum number ", index));
-}
-
 }  // namespace
 
 PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
@@ -168,11 +152,24 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     auto t = scope(Phase::optimizer);
     norm_squared_ = squared_gradient_norm(spec_.parameters);
     if (!norm_squared_.defined()) norm_squared_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
+    // The sums in agreement order: host values now, device values (each a run of elements
+    // starting at `at`) filled in by the one read.
     std::vector<torch::Tensor> on_device, defined;
+    std::vector<std::pair<std::size_t, std::int64_t>> read_into;
     for (const torch::Tensor& sum : sums) {
-      if (!sum.defined()) continue;
+      if (!sum.defined()) {
+        mine.sums.push_back(0.0);
+        continue;
+      }
       defined.push_back(sum);
-      if (sum.device() == device_) on_device.push_back(sum.detach().reshape({-1}).to(torch::kFloat64));
+      if (sum.is_cuda()) {
+        read_into.emplace_back(mine.sums.size(), sum.numel());
+        mine.sums.resize(mine.sums.size() + static_cast<std::size_t>(sum.numel()));
+        on_device.push_back(sum.detach().reshape({-1}).to(torch::kFloat64));
+      } else {
+        const torch::Tensor host = sum.detach().reshape({-1}).to(torch::kFloat64).contiguous();
+        mine.sums.insert(mine.sums.end(), host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+      }
     }
     on_device.push_back(norm_squared_.reshape({1}));
     // Alone in its group, a rank's own values decide the step, and the device can decide
@@ -182,7 +179,13 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     // the agreement: optimizer_step enqueues the update after it.
     torch::Tensor factor;
     if (runtime_.role_size() == 1 && !oom_) {
-      const double divisor = divisor_sum ? step_divisor(host_sum(sums, *divisor_sum)) : 1.0;
+      double divisor = 1.0;
+      if (divisor_sum) {
+        for (const auto& [at, count] : read_into)
+          if (*divisor_sum >= at && *divisor_sum < at + static_cast<std::size_t>(count))
+            throw std::logic_error("TrainingSession::agree: the divisor sum must be a host value");
+        divisor = step_divisor(mine.sums.at(*divisor_sum));
+      }
       factor = gradient_factor(norm_squared_, divisor, config_.step.clip, defined);
       on_device.push_back(factor.reshape({1}));
     }
@@ -190,16 +193,9 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     if (factor.defined()) enqueue_update(factor);
     const torch::Tensor values = read.wait().contiguous();
     const double* next = values.data_ptr<double>();
-    for (const torch::Tensor& sum : sums) {
-      if (!sum.defined()) {
-        mine.sums.push_back(0.0);
-      } else if (sum.device() == device_) {
-        mine.sums.insert(mine.sums.end(), next, next + sum.numel());
-        next += sum.numel();
-      } else {
-        const torch::Tensor host = sum.reshape({-1}).to(torch::kFloat64).contiguous();
-        mine.sums.insert(mine.sums.end(), host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
-      }
+    for (const auto& [at, count] : read_into) {
+      std::copy(next, next + count, mine.sums.begin() + static_cast<std::ptrdiff_t>(at));
+      next += count;
     }
     unscaled_grad_norm_ = std::sqrt(*next++);
     skipped_on_device_ = factor.defined() && !std::isfinite(*next);
