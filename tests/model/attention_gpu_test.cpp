@@ -1,6 +1,7 @@
 // Packed causal attention on a GPU in bf16: cuDNN's dense kernel on documents of one length
-// (the packed tensors viewed as a grid) and FlashAttention-2 varlen on documents of one and
-// of several lengths, each against one masked softmax per document in fp32, in outputs and
+// (the packed tensors viewed as a grid) and on long documents of several lengths (one window
+// each, the last one past the batch's end), and FlashAttention-2 varlen on documents of one
+// and of several lengths, each against one masked softmax per document in fp32, in outputs and
 // in the gradients of q, k and v.
 #include <algorithm>
 
@@ -29,7 +30,8 @@ TEST(AttentionGpu, CudnnGridAndFlashVarlenMatchPerDocumentAttentionInFp32) {
   torch::manual_seed(17);
   const auto device = torch::Device(torch::kCUDA);
   const double scale = 1.0 / std::sqrt(128.0);
-  for (const auto& lengths : std::vector<std::vector<int64_t>>{{512, 512, 512, 512}, {300, 1000, 64, 700, 5, 900}}) {
+  for (const auto& lengths :
+       std::vector<std::vector<int64_t>>{{512, 512, 512, 512}, {300, 1000, 64, 700, 5, 900}, {3300, 2048, 4100}}) {
     SCOPED_TRACE(testing::PrintToString(lengths));
     int64_t tokens = 0;
     for (int64_t len : lengths) tokens += len;
@@ -42,10 +44,14 @@ TEST(AttentionGpu, CudnnGridAndFlashVarlenMatchPerDocumentAttentionInFp32) {
                                   mdl::layout_documents(cu, max_len, lengths, mdl::AttentionBackend::math_per_document),
                                   scale);
     const bool one_length = std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n == max_len; });
+    const bool long_documents = mdl::runs_in_windows(lengths);
     for (auto backend : {mdl::AttentionBackend::dense_grid, mdl::AttentionBackend::flash_varlen}) {
       SCOPED_TRACE(mdl::to_string(backend));
       const auto layout = mdl::layout_documents(cu, max_len, lengths, backend);
-      ASSERT_EQ(layout.backend, one_length ? backend : mdl::AttentionBackend::flash_varlen);
+      const auto several_lengths = backend == mdl::AttentionBackend::dense_grid && long_documents
+                                       ? mdl::AttentionBackend::document_windows
+                                       : mdl::AttentionBackend::flash_varlen;
+      ASSERT_EQ(layout.backend, one_length ? backend : several_lengths);
       const auto got = attend(q, kv, dout, layout, scale);
       EXPECT_EQ(got.out.scalar_type(), torch::kBFloat16);
       EXPECT_LT(relative_error(got.out, reference.out), 2e-2);
