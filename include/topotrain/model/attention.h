@@ -20,8 +20,9 @@ enum class AttentionBackend {
   // A batch whose documents all have one length is a dense [documents, length] grid as it is
   // packed: one batched causal attention over it, cuDNN's kernel on CUDA
   // (TOPOTRAIN_HAS_CUDNN_ATTENTION; 1.8x FlashAttention-2 on an H200), a math path elsewhere
-  // (tests). A batch of documents of several lengths runs flash varlen (or math) instead:
-  // padding them into a grid cost as much as the faster kernel saved (bench/models/RESULTS.md).
+  // (tests). A batch of documents of several lengths runs document_windows where they are
+  // long, else flash varlen (or math): padding them into a grid cost as much as the faster
+  // kernel saved (bench/models/RESULTS.md).
   dense_grid,
   // Long documents of several lengths (runs_in_windows): the same dense causal kernel once per
   // document, over a window of the packed tensors that starts at the document and runs on into
