@@ -3,7 +3,10 @@
 moe_train writes with --set log.profile_step=N (profile-step<N>-rank<R>.json; pip torch's
 Kineto). The text summary beside it lists the top 25 activities; this lists them all and
 sums them into kinds (attention, grouped GEMM, GEMM, gather/scatter, ...), so that the
-share of each lever of the step can be read off, and lists where the device sat idle.
+share of each lever of the step can be read off, lists where the device sat idle, and sums
+the device time by the training phase that launched it (the timer's "phase:<name>" profiler
+ranges). A phase's kernel time here against its device time in an unprofiled run
+(topotrain-report, CUDA events) is that phase's idle without the profiler's own host cost.
 
     python3 bench/moe/kernel_table.py RUN_DIR/profile-step25-rank0.json [--top 60]
 """
@@ -63,6 +66,7 @@ def main():
     for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6d}  {name[:150]}")
     print_idle_gaps(device, start)
+    print_phases(events, device)
 
 
 def print_idle_gaps(device, start, shortest_us=20.0, listed=12):
@@ -79,6 +83,44 @@ def print_idle_gaps(device, start, shortest_us=20.0, listed=12):
     print(f"{'gap us':>8} {'at ms':>8}  after -> before")
     for gap, at, after, before in sorted(gaps, reverse=True)[:listed]:
         print(f"{gap:8.0f} {at / 1e3:8.2f}  {after[:60]} -> {before[:60]}")
+
+
+def busy_us(activities):
+    """Time covered by at least one of the activities (streams overlap)."""
+    covered, until = 0.0, None
+    for e in sorted(activities, key=lambda e: e["ts"]):
+        begin, end = e["ts"], e["ts"] + e["dur"]
+        if until is None or begin > until:
+            covered, until = covered + end - begin, end
+        elif end > until:
+            covered, until = covered + end - until, end
+    return covered
+
+
+def print_phases(events, device):
+    """Each device activity goes to the innermost phase range open on the host when it was
+    launched (launch and activity share a correlation id; the backward's launches come from
+    autograd's thread while the main thread's backward range is open)."""
+    ranges = [(e["ts"], e["ts"] + e["dur"], e["name"][len("phase:"):]) for e in events
+              if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e.get("name", "").startswith("phase:")]
+    if not ranges:
+        print("\nno phase ranges in the trace (a build from before they were added)")
+        return
+    launched = {e["args"]["correlation"]: e["ts"] for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and "correlation" in e.get("args", {})}
+    by_phase = collections.defaultdict(list)
+    for e in device:
+        at = launched.get(e.get("args", {}).get("correlation"))
+        inside = [r for r in ranges if at is not None and r[0] <= at <= r[1]]
+        by_phase[min(inside, key=lambda r: r[1] - r[0])[2] if inside else "(outside every phase)"].append(e)
+    print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11} {'span ms':>9} {'idle in span ms':>16}")
+    for phase, activities in sorted(by_phase.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
+        first = min(e["ts"] for e in activities)
+        last = max(e["ts"] + e["dur"] for e in activities)
+        kernels = sum(e["dur"] for e in activities)
+        print(f"{phase:<24} {len(activities):6d} {kernels / 1e3:11.2f} {(last - first) / 1e3:9.2f} "
+              f"{(last - first - busy_us(activities)) / 1e3:16.2f}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <ATen/record_function.h>
+
 namespace topotrain {
 namespace {
 
@@ -96,6 +98,38 @@ void PhaseTimer::begin_step(std::int64_t step) {
   current_.start = seconds_since_epoch(step_begin_);
 }
 
+namespace {
+
+// "phase:data_wait", ...: the profiler keeps the name's pointer, so the names live as long as
+// the program.
+const char* profiler_range_name(Phase phase) {
+  static const auto names = [] {
+    std::array<std::string, kPhaseCount> built;
+    for (std::size_t i = 0; i < kPhaseCount; ++i) built[i] = std::string("phase:") + phase_names()[i];
+    return built;
+  }();
+  return names[static_cast<std::size_t>(phase)].c_str();
+}
+
+}  // namespace
+
+PhaseTimer::Scope::Scope(PhaseTimer* timer, int index, Phase phase) : timer_(timer), index_(index) {
+  auto range = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+  if (range->isActive()) {
+    range->before(profiler_range_name(phase));
+    profiler_range_ = std::move(range);
+  }
+}
+
+PhaseTimer::Scope::Scope(Scope&& other) noexcept
+    : timer_(other.timer_), index_(other.index_), profiler_range_(std::move(other.profiler_range_)) {
+  other.timer_ = nullptr;
+}
+
+PhaseTimer::Scope::~Scope() {
+  if (timer_) timer_->close(index_);
+}
+
 PhaseTimer::Scope PhaseTimer::scope(Phase phase) {
   if (!in_step_) throw std::logic_error(std::string("PhaseTimer::scope(") + phase_name(phase) + ") outside a step");
   const Clock::time_point now = Clock::now();
@@ -105,7 +139,7 @@ PhaseTimer::Scope PhaseTimer::scope(Phase phase) {
     current_.phase_seconds[static_cast<std::size_t>(outer.phase)] += seconds(now - outer.resumed);
   }
   open_.push_back({phase, now, now});
-  return Scope(this, static_cast<int>(open_.size()) - 1);
+  return Scope(this, static_cast<int>(open_.size()) - 1, phase);
 }
 
 void PhaseTimer::add_gpu_spans(Phase phase, DeviceSpans spans) {
@@ -227,7 +261,7 @@ PhaseTimer::Scope PhaseTimer::scope(Phase phase, cudaStream_t stream) {
   GpuScope scope{phase, stream, take_event(), take_event()};
   cuda_check(cudaEventRecord(scope.begin, stream), "cudaEventRecord");
   gpu_scopes_.push_back(scope);
-  return Scope(this, -static_cast<int>(gpu_scopes_.size()));
+  return Scope(this, -static_cast<int>(gpu_scopes_.size()), phase);
 }
 
 void PhaseTimer::resolve(PendingStep& step) {

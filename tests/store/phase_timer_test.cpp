@@ -1,11 +1,48 @@
 #include <gtest/gtest.h>
 
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <ATen/record_function.h>
 
 #include "topotrain/store/nvml_sampler.h"
 #include "topotrain/store/phase_timer.h"
 
 using namespace topotrain;
+
+namespace {
+
+// What a profiler would see: the user ranges opened and closed on this thread.
+std::vector<std::string> profiler_events;
+
+std::unique_ptr<at::ObserverContext> range_opened(const at::RecordFunction& range) {
+  profiler_events.push_back(std::string("open ") + range.name());
+  return nullptr;
+}
+
+void range_closed(const at::RecordFunction& range, at::ObserverContext*) {
+  profiler_events.push_back(std::string("close ") + range.name());
+}
+
+}  // namespace
+
+TEST(PhaseTimer, UnderAProfilerEveryScopeIsARangeNamedAfterItsPhase) {
+  PhaseTimer timer;
+  timer.begin_step(1);
+  { auto unobserved = timer.scope(Phase::h2d); }
+  const auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(range_opened, range_closed).scopes({at::RecordScope::USER_SCOPE}));
+  {
+    auto forward = timer.scope(Phase::forward);
+    { auto inner = timer.scope(Phase::send); }
+    auto moved = std::move(forward);  // the range moves with the scope and closes once
+  }
+  at::removeCallback(handle);
+  timer.end_step(StepMetrics{});
+  EXPECT_EQ(profiler_events, (std::vector<std::string>{"open phase:forward", "open phase:send", "close phase:send",
+                                                        "close phase:forward"}));
+}
 
 TEST(PhaseTimer, NestedScopesAreExclusiveAndSpansKeepTheirExtent) {
   PhaseTimer timer;

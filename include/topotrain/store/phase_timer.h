@@ -12,6 +12,11 @@
 // named phases) stays meaningful. A scope costs two steady_clock reads and one small
 // vector append.
 //
+// Under a profiler (log.profile_step) every scope is also a profiler range named
+// "phase:<name>", so that a profiled step's kernels can be told apart by the phase that
+// launched them (bench/moe/kernel_table.py); without one that costs a check of the
+// profiler's callbacks.
+//
 // Scopes timed on a CUDA stream record two events instead; their times are read without
 // stalling: a step's events are resolved when the next step ends (by then its kernels
 // have finished in a training loop that synchronises at least once a step), and by
@@ -31,6 +36,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #ifdef TOPOTRAIN_CUDA
@@ -39,6 +45,10 @@
 
 #include "topotrain/core/device_span.h"
 #include "topotrain/store/phase.h"
+
+namespace at {
+struct RecordFunction;
+}  // namespace at
 
 namespace topotrain {
 
@@ -104,19 +114,18 @@ class PhaseTimer {
 
   class Scope {
    public:
-    Scope(Scope&& other) noexcept : timer_(other.timer_), index_(other.index_) { other.timer_ = nullptr; }
+    Scope(Scope&& other) noexcept;
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
     Scope& operator=(Scope&&) = delete;
-    ~Scope() {
-      if (timer_) timer_->close(index_);
-    }
+    ~Scope();
 
    private:
     friend class PhaseTimer;
-    Scope(PhaseTimer* timer, int index) : timer_(timer), index_(index) {}
+    Scope(PhaseTimer* timer, int index, Phase phase);
     PhaseTimer* timer_;
     int index_;  // >= 0: CPU scope on the open stack; < 0: GPU scope -(index + 1)
+    std::unique_ptr<at::RecordFunction> profiler_range_;  // null unless a profiler records
   };
 
   void begin_step(std::int64_t step);
