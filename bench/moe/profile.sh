@@ -3,9 +3,10 @@
 # on ~2K-token documents and the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16
 # experts top-8 of 512, vocab 151936, tied; its config.json written with transformers) on
 # ~4K-token documents, both with 16384-token micro-batches on one GPU. Each runs PROFILE_STEPS
-# (30) steps idealised (checkpoints off: the profiled step is a plain training step) with
-# log.profile_step = PROFILE_STEPS - 1, then bench/moe/kernel_table.py sums the step's device
-# time by kernel and by kind. Prints each run's last progress line and both tables; the
+# (50: past the first ~40 steps, in which cuDNN builds the plans of the reference shape's
+# document windows) steps idealised (checkpoints off: the profiled step is a plain training
+# step) with log.profile_step = PROFILE_STEPS - 1, then bench/moe/kernel_table.py sums the
+# step's device time by kernel, by kind and by phase. Prints each run's last progress line and both tables; the
 # tables, profile summaries and logs go to $OUT (default: a new temporary folder).
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
@@ -15,7 +16,7 @@ cd "$root" || exit 1
 export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT" || exit 1
-steps=${PROFILE_STEPS:-30}
+steps=${PROFILE_STEPS:-50}
 shapes=${SHAPES:-"reference moe-500m"}
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   launch/build.sh >"$OUT/profile-build.log" 2>&1 || { tail -40 "$OUT/profile-build.log"; exit 1; }
