@@ -6,8 +6,9 @@
 # (50: past the first ~40 steps, in which cuDNN builds the plans of the reference shape's
 # document windows) steps idealised (checkpoints off: the profiled step is a plain training
 # step) with log.profile_step = PROFILE_STEPS - 1, then bench/moe/kernel_table.py sums the
-# step's device time by kernel, by kind and by phase. Prints each run's last progress line and both tables; the
-# tables, profile summaries and logs go to $OUT (default: a new temporary folder).
+# step's device time by kernel, by kind and by phase. Prints each run's last progress line and
+# both tables; the tables, profile summaries and logs go to $OUT (default: a new temporary
+# folder).
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
 set -uo pipefail

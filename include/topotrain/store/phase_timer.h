@@ -14,8 +14,8 @@
 //
 // Under a profiler (log.profile_step) every scope is also a profiler range named
 // "phase:<name>", so that a profiled step's kernels can be told apart by the phase that
-// launched them (bench/moe/kernel_table.py); without one that costs a check of the
-// profiler's callbacks.
+// launched them (bench/moe/kernel_table.py); without one that costs a small allocation and a
+// check of the profiler's callbacks.
 //
 // Scopes timed on a CUDA stream record two events instead; their times are read without
 // stalling: a step's events are resolved when the next step ends (by then its kernels
