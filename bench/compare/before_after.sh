@@ -2,14 +2,17 @@
 # Before/after on one GPU, same sitting: builds this tree (into /root/build-gpu) and an older
 # one (OLD_TREE, default .old: a source tree made by `git archive REV | tar -x -C .old`; into
 # /root/build-old) side by side, runs the GPU tests of this tree (SKIP_GPU_TESTS=1 leaves them
-# out), then moe_train from both builds, interleaved, with 16K-token micro-batches for 40 steps
-# (idealised twice, then defaults): moe-500m on ~2K-token documents and, unless
-# SKIP_REFERENCE_SHAPE=1, the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16 experts
-# top-8 of 512, vocab 151936, tied; config.json written with transformers) on ~4K-token
-# documents; then, unless SKIP_DFLASH=1, dflash_train (1t1d on one GPU over CUDA IPC,
-# qwen3-0.6b target, 30 steps). Logs and both builds' phase reports (of the second idealised
-# run) go to $OUT.
+# out), then moe_train from both builds, interleaved, with 16K-token micro-batches for STEPS
+# steps (default 40; idealised twice, then defaults) at each of SHAPES (default "moe-500m
+# reference"; SKIP_REFERENCE_SHAPE=1 leaves the second out): moe-500m on ~2K-token documents
+# and the HF Qwen3Moe reference shape (hidden 1024, 12 layers, 16 experts top-8 of 512, vocab
+# 151936, tied; config.json written with transformers) on ~4K-token documents; then, unless
+# SKIP_DFLASH=1, dflash_train (1t1d on one GPU over CUDA IPC, qwen3-0.6b target, 30 steps).
+# Each run prints its progress line at the last step; both builds' phase reports of the second
+# idealised run (leaving out the first STEPS/2 steps: the reference shape builds cuDNN plans in
+# its first ~40) go to $OUT with the logs.
 #   OUT=/tmp/compare bash bench/compare/before_after.sh
+#   SHAPES=reference STEPS=100 SKIP_DFLASH=1 bash bench/compare/before_after.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$(mktemp -d)}
@@ -41,12 +44,13 @@ moe() {  # moe TREE SHAPE NAME [--set ...]
   local tree=$1 shape=$2 name=$3; shift 3
   # shellcheck disable=SC2046
   timeout 120 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH /root/build-$tree/bin/moe_train "$work/one.toml" \
-    $(shape_args "$shape") --set train.token_budget=16384 --set train.max_steps=40 \
+    $(shape_args "$shape") --set train.token_budget=16384 --set "train.max_steps=$steps" \
     --set log.every=10 --set checkpoint.dir="$work" --set checkpoint.run="$name" "$@" > "$OUT/moe-$name.log" 2>&1
-  echo "moe $name rc=$? $(grep -E 'step +40 ' "$OUT/moe-$name.log" | sed 's/.*\] //' | cut -c1-150)"
+  echo "moe $name rc=$? $(grep -E "step +$steps " "$OUT/moe-$name.log" | sed 's/.*\] //' | cut -c1-150)"
 }
-shapes="moe-500m"
-[[ -n ${SKIP_REFERENCE_SHAPE:-} ]] || shapes="moe-500m reference"
+steps=${STEPS:-40}
+shapes=${SHAPES:-moe-500m reference}
+[[ -n ${SKIP_REFERENCE_SHAPE:-} ]] && shapes=${shapes//reference/}
 for shape in $shapes; do
   for round in 1 2; do
     for tree in old new; do
@@ -55,7 +59,7 @@ for shape in $shapes; do
   done
   for tree in old new; do moe $tree $shape "$tree-$shape-defaults"; done
   for tree in old new; do
-    /root/build-gpu/bin/topotrain-report "$work/$tree-$shape-ideal-2" > "$OUT/report-$tree-$shape-ideal.txt" 2>&1
+    /root/build-gpu/bin/topotrain-report --skip $((steps / 2)) "$work/$tree-$shape-ideal-2" > "$OUT/report-$tree-$shape-ideal.txt" 2>&1
   done
   head -20 "$OUT/report-new-$shape-ideal.txt"
   echo "old build, same run:"; grep -E "^  (forward|backward|optimizer|wall) " "$OUT/report-old-$shape-ideal.txt"
