@@ -87,8 +87,8 @@ torch::Tensor document_rows(const torch::Tensor& window_tensor, int64_t length) 
   return window_tensor.select(0, 0).narrow(1, 0, length).transpose(0, 1);
 }
 
-// What one window's forward leaves for its backward: cuDNN's output, log-sum-exp and dropout
-// state; the math path keeps only the output (its backward recomputes).
+// One window's forward: cuDNN's output, log-sum-exp and dropout state; the math path gives
+// only the output (its backward recomputes).
 struct WindowForward {
   torch::Tensor out, logsumexp, philox_seed, philox_offset;
 };
@@ -133,21 +133,26 @@ class DocumentWindowsFunction : public torch::autograd::Function<DocumentWindows
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v,
                                const std::vector<DocumentWindow>& windows, double scale, bool needs_grad) {
-    torch::autograd::variable_list saved;  // 7 per window: its q, k, v, then what its forward left
+    // 6 per window: its q, k, v, log-sum-exp and dropout state; then the output. The windows'
+    // own outputs are not kept: the backward reads the output's window instead, equal in the
+    // document's rows, and the rows past them (another document's, or zeros) meet a zero output
+    // gradient, so cuDNN's rowsum(dO * O) is zero there whatever O holds.
+    torch::autograd::variable_list saved;
     std::vector<torch::Tensor> documents;
     std::vector<int64_t> bounds;
     for (const auto& window : windows) {
       const auto qw = window_of(q, window), kw = window_of(k, window), vw = window_of(v, window);
       auto forward = window_forward(qw, kw, vw, scale, needs_grad);
       documents.push_back(document_rows(forward.out, window.length));
-      saved.insert(saved.end(), {qw, kw, vw, forward.out, forward.logsumexp, forward.philox_seed,
-                                 forward.philox_offset});
+      saved.insert(saved.end(), {qw, kw, vw, forward.logsumexp, forward.philox_seed, forward.philox_offset});
       bounds.insert(bounds.end(), {window.begin, window.length, window.rows});
     }
+    auto out = torch::cat(documents, 0);
+    saved.push_back(out);
     ctx->save_for_backward(saved);
     ctx->saved_data["windows"] = bounds;
     ctx->saved_data["scale"] = scale;
-    return torch::cat(documents, 0);
+    return out;
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
@@ -171,14 +176,15 @@ class DocumentWindowsFunction : public torch::autograd::Function<DocumentWindows
       if (window.rows > window.length) pieces.push_back(zeros.narrow(0, 0, window.rows - window.length));
     }
     const auto grad_windows = torch::cat(pieces, 0);
+    const auto& out = saved.back();
     std::vector<torch::Tensor> dq, dk, dv;
     int64_t row = 0;
     for (size_t w = 0; w < windows.size(); ++w) {
       const auto& window = windows[w];
-      const auto* kept = &saved[7 * w];
+      const auto* kept = &saved[6 * w];
       const auto window_grads =
           window_backward(grad_windows.narrow(0, row, window.rows).unsqueeze(0).transpose(1, 2), kept[0], kept[1],
-                          kept[2], WindowForward{kept[3], kept[4], kept[5], kept[6]}, scale);
+                          kept[2], WindowForward{window_of(out, window), kept[3], kept[4], kept[5]}, scale);
       row += window.rows;
       dq.push_back(document_rows(window_grads[0], window.length));
       dk.push_back(document_rows(window_grads[1], window.length));
