@@ -65,24 +65,37 @@ def main():
     print(f"\n{'ms':>8} {'share':>6} {'count':>6}  kernel")
     for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
         print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6d}  {name[:150]}")
-    print_idle_gaps(device, start)
+    print_idle_gaps(events, device, start)
     print_phases(events, device)
 
 
-def print_idle_gaps(device, start, shortest_us=20.0, listed=12):
+def print_idle_gaps(events, device, start, shortest_us=20.0, listed=12):
     """Where the device waits for the host: stretches of the step with no activity on any stream,
     the longest with the activities either side (a host synchronisation shows as a long gap
-    before the first kernel the host issued after it)."""
+    before the first kernel the host issued after it), when the activity after the gap was
+    launched, counted from the gap's start (near the gap's length: the device waited for that
+    launch), and the innermost host operation that launched it."""
     gaps, busy_until, previous = [], None, None
     for e in sorted(device, key=lambda e: e["ts"]):
         if busy_until is not None and e["ts"] - busy_until >= shortest_us:
-            gaps.append((e["ts"] - busy_until, busy_until - start, previous["name"], e["name"]))
+            gaps.append((e["ts"] - busy_until, busy_until - start, previous, e))
         if busy_until is None or e["ts"] + e["dur"] > busy_until:
             busy_until, previous = e["ts"] + e["dur"], e
     print(f"\nidle gaps >= {shortest_us:.0f} us: {len(gaps)}, {sum(g[0] for g in gaps) / 1e3:.1f} ms in all")
-    print(f"{'gap us':>8} {'at ms':>8}  after -> before")
-    for gap, at, after, before in sorted(gaps, reverse=True)[:listed]:
-        print(f"{gap:8.0f} {at / 1e3:8.2f}  {after[:60]} -> {before[:60]}")
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and "correlation" in e.get("args", {})}
+    host_ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    print(f"{'gap us':>8} {'at ms':>8} {'launch us':>9}  after -> before (launched by)")
+    for gap, at, after, before in sorted(gaps, key=lambda g: -g[0])[:listed]:
+        launch = launches.get(before.get("args", {}).get("correlation"))
+        lag, by = "", ""
+        if launch is not None:
+            lag = f"{launch['ts'] - (at + start):+.0f}"
+            open_ops = [e for e in host_ops
+                        if e["tid"] == launch["tid"] and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"]]
+            by = min(open_ops, key=lambda e: e["dur"])["name"][:50] if open_ops else launch["name"]
+        print(f"{gap:8.0f} {at / 1e3:8.2f} {lag:>9}  {after['name'][:50]} -> {before['name'][:50]} ({by})")
 
 
 def busy_us(activities):
