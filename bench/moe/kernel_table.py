@@ -82,9 +82,7 @@ def print_idle_gaps(events, device, start, shortest_us=20.0, listed=12):
         if busy_until is None or e["ts"] + e["dur"] > busy_until:
             busy_until, previous = e["ts"] + e["dur"], e
     print(f"\nidle gaps >= {shortest_us:.0f} us: {len(gaps)}, {sum(g[0] for g in gaps) / 1e3:.1f} ms in all")
-    launches = {e["args"]["correlation"]: e for e in events
-                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
-                and "correlation" in e.get("args", {})}
+    launches = launches_by_correlation(events)
     host_ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
     print(f"{'gap us':>8} {'at ms':>8} {'launch us':>9}  after -> before (launched by)")
     for gap, at, after, before in sorted(gaps, key=lambda g: -g[0])[:listed]:
@@ -96,6 +94,14 @@ def print_idle_gaps(events, device, start, shortest_us=20.0, listed=12):
                         if e["tid"] == launch["tid"] and e["ts"] <= launch["ts"] <= e["ts"] + e["dur"]]
             by = min(open_ops, key=lambda e: e["dur"])["name"][:50] if open_ops else launch["name"]
         print(f"{gap:8.0f} {at / 1e3:8.2f} {lag:>9}  {after['name'][:50]} -> {before['name'][:50]} ({by})")
+
+
+def launches_by_correlation(events):
+    """The host's launch calls (CUDA runtime or driver) by correlation id: a device activity
+    shares its launch's id."""
+    return {e["args"]["correlation"]: e for e in events
+            if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
+            and "correlation" in e.get("args", {})}
 
 
 def busy_us(activities):
@@ -119,12 +125,11 @@ def print_phases(events, device):
     if not ranges:
         print("\nno phase ranges in the trace (a build from before they were added)")
         return
-    launched = {e["args"]["correlation"]: e["ts"] for e in events
-                if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")
-                and "correlation" in e.get("args", {})}
+    launches = launches_by_correlation(events)
     by_phase = collections.defaultdict(list)
     for e in device:
-        at = launched.get(e.get("args", {}).get("correlation"))
+        launch = launches.get(e.get("args", {}).get("correlation"))
+        at = launch["ts"] if launch is not None else None
         inside = [r for r in ranges if at is not None and r[0] <= at <= r[1]]
         by_phase[min(inside, key=lambda r: r[1] - r[0])[2] if inside else "(outside every phase)"].append(e)
     print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11} {'span ms':>9} {'idle in span ms':>16}")
