@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
       std::printf("attention %s: failed: %s\n", name.c_str(), e.what());
     }
     if (argc > 6) {
-      topotrain::StepProfile profile(1, argv[6], 0, device);
+      topotrain::StepProfile profile({1, 1, true}, argv[6], 0, device);
       auto profiled = profile.step(1);
       step();
     }

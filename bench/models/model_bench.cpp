@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
               model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100);
   if (argc > 5) {
-    topotrain::StepProfile profile(1, argv[5], 0, device);
+    topotrain::StepProfile profile({1, 1, true}, argv[5], 0, device);
     auto profiled = profile.step(1);
     step();
   }

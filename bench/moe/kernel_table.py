@@ -7,6 +7,9 @@ share of each lever of the step can be read off, lists where the device sat idle
 the device time by the training phase that launched it (the timer's "phase:<name>" profiler
 ranges). A phase's kernel time here against its device time in an unprofiled run
 (topotrain-report, CUDA events) is that phase's idle without the profiler's own host cost.
+A profile of several steps (log.profile_steps; device only with log.profile_host = false) is
+read over its whole steps, between optimizer kernels: each step's busy and idle time and its
+idle gaps by length, and the tables per step.
 
     python3 bench/moe/kernel_table.py RUN_DIR/profile-step25-rank0.json [--top 60]
 """
@@ -47,26 +50,67 @@ def main():
     device = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     if not device:
         raise SystemExit(f"{args.trace}: no device activities (was it a CUDA run?)")
+    # A profile of several steps (log.profile_steps) is read over its whole steps: from the end
+    # of the first optimizer kernel to the end of the last, every total divided by their number.
+    optimizer_ends = sorted(e["ts"] + e["dur"] for e in device if re.search("adam", e["name"], re.I))
+    steps = max(1, len(optimizer_ends) - 1)
+    if steps > 1:
+        print(f"{steps} whole steps, between the ends of the first and the last optimizer kernel; "
+              "times are per step")
+        print_steps(events, device, optimizer_ends)
+        device = [e for e in device if optimizer_ends[0] <= e["ts"] and e["ts"] + e["dur"] <= optimizer_ends[-1]]
     start = min(e["ts"] for e in device)
     end = max(e["ts"] + e["dur"] for e in device)
-    total = sum(e["dur"] for e in device)
+    total = sum(e["dur"] for e in device) / steps
     by_name = collections.defaultdict(lambda: [0.0, 0])
     by_kind = collections.defaultdict(lambda: [0.0, 0])
     for e in device:
-        by_name[e["name"]][0] += e["dur"]
-        by_name[e["name"]][1] += 1
-        by_kind[kind_of(e["name"])][0] += e["dur"]
-        by_kind[kind_of(e["name"])][1] += 1
-    print(f"device span {(end - start) / 1e3:.1f} ms, kernel time {total / 1e3:.1f} ms "
-          f"({100 * total / (end - start):.0f}% busy), {len(device)} activities")
+        by_name[e["name"]][0] += e["dur"] / steps
+        by_name[e["name"]][1] += 1 / steps
+        by_kind[kind_of(e["name"])][0] += e["dur"] / steps
+        by_kind[kind_of(e["name"])][1] += 1 / steps
+    print(f"device span {(end - start) / steps / 1e3:.1f} ms, kernel time {total / 1e3:.1f} ms "
+          f"({100 * total * steps / (end - start):.0f}% busy), {len(device) / steps:.0f} activities")
     print(f"\n{'kind':<28} {'ms':>8} {'share':>6} {'count':>6}")
     for kind, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
-        print(f"{kind:<28} {us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6d}")
+        print(f"{kind:<28} {us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.0f}")
     print(f"\n{'ms':>8} {'share':>6} {'count':>6}  kernel")
     for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
-        print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6d}  {name[:150]}")
+        print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.0f}  {name[:150]}")
     print_idle_gaps(events, device, start)
-    print_phases(events, device)
+    print_phases(events, device, steps)
+
+
+GAP_BUCKETS_US = (3, 10, 50, 200, 1000, float("inf"))
+
+
+def print_steps(events, device, optimizer_ends):
+    """Each whole step's device span, busy and idle time, and its idle gaps by length. A gap
+    whose next activity was launched after the gap began is one the device waited for the host
+    in; the rest are the few microseconds between queued kernels."""
+    launches = launches_by_correlation(events)
+    print(f"{'step':>4} {'span ms':>8} {'busy ms':>8} {'idle ms':>8}  idle by gap length (count, ms); "
+          "waiting for a launch")
+    for i, (lo, hi) in enumerate(zip(optimizer_ends, optimizer_ends[1:])):
+        inside = sorted((e for e in device if lo <= e["ts"] and e["ts"] + e["dur"] <= hi), key=lambda e: e["ts"])
+        buckets = [[0, 0.0] for _ in GAP_BUCKETS_US]
+        waited, until = [0, 0.0], lo
+        for e in inside:
+            gap = e["ts"] - until
+            if gap > 0:
+                bucket = buckets[next(b for b, bound in enumerate(GAP_BUCKETS_US) if gap < bound)]
+                bucket[0], bucket[1] = bucket[0] + 1, bucket[1] + gap
+                launch = launches.get(e.get("args", {}).get("correlation"))
+                if launch is not None and launch["ts"] > until:
+                    waited[0], waited[1] = waited[0] + 1, waited[1] + gap
+            until = max(until, e["ts"] + e["dur"])
+        busy = busy_us(inside)
+        lower = (0,) + GAP_BUCKETS_US[:-1]
+        text = ", ".join(f"<{bound:g} us {n} {us / 1e3:.2f}" if bound != float("inf") else
+                         f">={low:g} us {n} {us / 1e3:.2f}"
+                         for low, bound, (n, us) in zip(lower, GAP_BUCKETS_US, buckets) if n)
+        print(f"{i + 1:4d} {(hi - lo) / 1e3:8.2f} {busy / 1e3:8.2f} {(hi - lo - busy) / 1e3:8.2f}  {text}; "
+              f"{waited[0]} gaps, {waited[1] / 1e3:.2f} ms")
 
 
 def print_idle_gaps(events, device, start, shortest_us=20.0, listed=12):
@@ -116,14 +160,14 @@ def busy_us(activities):
     return covered
 
 
-def print_phases(events, device):
+def print_phases(events, device, steps):
     """Each device activity goes to the innermost phase range open on the host when it was
     launched (launch and activity share a correlation id; the backward's launches come from
     autograd's thread while the main thread's backward range is open)."""
     ranges = [(e["ts"], e["ts"] + e["dur"], e["name"][len("phase:"):]) for e in events
               if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e.get("name", "").startswith("phase:")]
     if not ranges:
-        print("\nno phase ranges in the trace (a build from before they were added)")
+        print("\nno phase ranges in the trace (a device-only profile, or a build from before they were added)")
         return
     launches = launches_by_correlation(events)
     by_phase = collections.defaultdict(list)
@@ -132,6 +176,11 @@ def print_phases(events, device):
         at = launch["ts"] if launch is not None else None
         inside = [r for r in ranges if at is not None and r[0] <= at <= r[1]]
         by_phase[min(inside, key=lambda r: r[1] - r[0])[2] if inside else "(outside every phase)"].append(e)
+    if steps > 1:
+        print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11}  (per step)")
+        for phase, activities in sorted(by_phase.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
+            print(f"{phase:<24} {len(activities) / steps:6.0f} {sum(e['dur'] for e in activities) / steps / 1e3:11.2f}")
+        return
     print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11} {'span ms':>9} {'idle in span ms':>16}")
     for phase, activities in sorted(by_phase.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
         first = min(e["ts"] for e in activities)

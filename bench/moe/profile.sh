@@ -6,9 +6,10 @@
 # (50: past the first ~40 steps, in which cuDNN builds the plans of the reference shape's
 # document windows) steps idealised (checkpoints off: the profiled step is a plain training
 # step) with log.profile_step = PROFILE_STEPS - 1, then bench/moe/kernel_table.py sums the
-# step's device time by kernel, by kind and by phase. Prints each run's last progress line and
-# both tables; the tables, profile summaries and logs go to $OUT (default: a new temporary
-# folder).
+# step's device time by kernel, by kind and by phase; then again with the last 4 steps profiled
+# device only, whose tables are per step of the steady state. Prints each run's last progress
+# line and the tables; the tables, profile summaries and logs go to $OUT (default: a new
+# temporary folder).
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
 set -uo pipefail
@@ -38,13 +39,27 @@ for shape in $shapes; do
     python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 2048 >/dev/null || exit 1
     model=(--set "model.preset=$shape" --set "data.path=$work/docs.h5")
   fi
-  timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS -x NCCL_NVLS_ENABLE \
-    "$BUILD_DIR/bin/moe_train" "$work/one.toml" "${model[@]}" --set train.token_budget=16384 --set train.lr=6e-4 \
-    --set "train.max_steps=$steps" --set log.every=5 --set checkpoint.every_steps=-1 \
-    --set "log.profile_step=$((steps - 1))" --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$shape" \
-    >"$OUT/profile-$shape.log" 2>&1
-  echo "== $shape: rc=$? $(grep -E 'step +[0-9]+ ' "$OUT/profile-$shape.log" | tail -2 | head -1 | sed 's/.*\] //' | cut -c1-160)"
-  cp "$work/runs/$shape/profile-step$((steps - 1))-rank0.txt" "$OUT/profile-$shape.txt" 2>/dev/null
-  python3 bench/moe/kernel_table.py "$work/runs/$shape/profile-step$((steps - 1))-rank0.json" --top 45 \
-    | tee "$OUT/kernels-$shape.txt"
+  # Twice: step PROFILE_STEPS - 1 with the host's calls (which host operation launched what,
+  # and the phase table), then the last 4 steps device only (log.profile_host = false): the
+  # profiler's per-operation host cost makes a step look idler than it is, so the device-only
+  # steps say how busy the GPU really is and what a step's kernels add up to.
+  for mode in host device; do
+    if [[ $mode == host ]]; then
+      first=$((steps - 1)) profile=(--set "log.profile_step=$first")
+    else
+      first=$((steps - 3))
+      profile=(--set "log.profile_step=$first" --set log.profile_steps=4 --set log.profile_host=false)
+    fi
+    rm -rf "$work/runs/$shape"
+    timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \
+      -x NCCL_NVLS_ENABLE \
+      "$BUILD_DIR/bin/moe_train" "$work/one.toml" "${model[@]}" --set train.token_budget=16384 --set train.lr=6e-4 \
+      --set "train.max_steps=$steps" --set log.every=5 --set checkpoint.every_steps=-1 "${profile[@]}" \
+      --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$shape" >"$OUT/profile-$shape-$mode.log" 2>&1
+    echo "== $shape, $mode: rc=$? $(grep -E 'step +[0-9]+ ' "$OUT/profile-$shape-$mode.log" | tail -2 | head -1 |
+      sed 's/.*\] //' | cut -c1-160)"
+    cp "$work/runs/$shape/profile-step$first-rank0.txt" "$OUT/profile-$shape-$mode.txt" 2>/dev/null
+    python3 bench/moe/kernel_table.py "$work/runs/$shape/profile-step$first-rank0.json" --top 45 \
+      | tee "$OUT/kernels-$shape-$mode.txt"
+  done
 done

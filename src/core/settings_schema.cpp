@@ -131,6 +131,11 @@ const std::vector<SettingSpec>& setting_specs() {
        "ship step timings to rank 0 every N steps"},
       {"log.profile_step", T::integer, std::int64_t{0}, at_least(0),
        "profile step N on every rank (0: off): profile-stepN-rankR.txt (and a Chrome trace) in the run directory"},
+      {"log.profile_steps", T::integer, std::int64_t{1}, between(1, 1000),
+       "consecutive steps in that profile, from log.profile_step on"},
+      {"log.profile_host", T::boolean, true, any(),
+       "false: record the GPU only, without the host-side cost per operation that makes a step look idle (GPU "
+       "ranks)"},
   };
   return specs;
 }

@@ -24,7 +24,7 @@ void table(std::ostringstream& out, const std::map<std::string, Totals>& by_name
            const char* heading) {
   std::vector<std::pair<std::string, Totals>> rows(by_name.begin(), by_name.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.us > b.second.us; });
-  out << heading << " (" << rows.size() << " distinct)\n       ms   of step    calls    mean us  name\n";
+  out << heading << " (" << rows.size() << " distinct)\n       ms   of wall    calls    mean us  name\n";
   for (std::size_t i = 0; i < rows.size() && i < top; ++i)
     out << row(rows[i].second.us, of_us, rows[i].second.calls, rows[i].first);
 }
@@ -94,8 +94,9 @@ std::string summarize_profile(std::vector<ProfiledEvent> events, double wall_us,
     t.us += e.duration_us;
     ++t.calls;
   }
-  std::snprintf(line, sizeof line, "step wall time %.2f ms; device: %zu activities, busy %.2f ms (%.1f%% of the step)\n",
-                wall_us / 1e3, device.size(), busy / 1e3, wall_us > 0 ? 100 * busy / wall_us : 0.0);
+  std::snprintf(line, sizeof line,
+                "wall time %.2f ms; device: %zu activities, busy %.2f ms (%.1f%% of the wall time)\n", wall_us / 1e3,
+                device.size(), busy / 1e3, wall_us > 0 ? 100 * busy / wall_us : 0.0);
   out << line;
   if (!device.empty()) {
     out << "\n";

@@ -78,7 +78,7 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
       send_final_hidden_(config.loss == model::DFlashLoss::kl),
       stream_(stream_of(topology_, rank_)),
       sample_log_(run_.cadences.log_samples, run_.run_dir, rank_),
-      profile_(run_.cadences.profile_step, run_.run_dir, rank_, device) {
+      profile_(run_.cadences.profile, run_.run_dir, rank_, device) {
   // Frozen: the weights are kept in the compute dtype itself (no fp32 masters, no casts).
   const torch::ScalarType dtype = compute_dtype(run_.dtype, device_);
   target_->to(device_, dtype);

@@ -169,7 +169,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.checkpoint_keep = s.integer("checkpoint.keep");
   cadences.checkpoint_pinned = s.boolean("checkpoint.pinned");
   cadences.timings_every = static_cast<int>(s.integer("log.timings_every"));
-  cadences.profile_step = s.integer("log.profile_step");
+  cadences.profile = {s.integer("log.profile_step"), s.integer("log.profile_steps"), s.boolean("log.profile_host")};
   cadences.log_samples = s.boolean("log.samples");
   cadences.eval_every = s.integer("train.eval_every");
   cadences.tensorboard = s.boolean("log.tensorboard");

@@ -52,7 +52,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
       schedule_(lr_schedule(context.config.lr, spec_.length)),
       state_(spec_.initial),
       sample_log_(context.config.cadences.log_samples, context.config.run_dir, context.runtime.rank()),
-      profile_(context.config.cadences.profile_step, context.config.run_dir, context.runtime.rank(), device_),
+      profile_(context.config.cadences.profile, context.config.run_dir, context.runtime.rank(), device_),
       progress_(spec_.progress) {
   backend_ = comm::make_backend(runtime_.role_comm(), runtime_.device());
   backend_->time_collectives(true);  // their device time is comm_wait's on CUDA

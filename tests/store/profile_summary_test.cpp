@@ -24,7 +24,7 @@ TEST(ProfileSummary, DeviceBusyShareIsTheUnionOfOverlappingActivities) {
   const std::string text = summarize_profile(events, 200, "title line");
   EXPECT_EQ(text.rfind("title line\n", 0), 0u);
   // Busy: [0, 30) + [60, 70) + [90, 100) = 50 us of a 200 us step.
-  EXPECT_NE(text.find("busy 0.05 ms (25.0% of the step)"), std::string::npos) << text;
+  EXPECT_NE(text.find("busy 0.05 ms (25.0% of the wall time)"), std::string::npos) << text;
   EXPECT_NE(text.find("4 activities"), std::string::npos) << text;
   // gemm: 2 calls, 40 us; ranked before copy and softmax.
   const std::string gemm = row_of(text, "gemm");

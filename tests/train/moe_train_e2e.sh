@@ -94,6 +94,12 @@ dp)
     head -1 "$work/np2/profile-step2-rank$rank.txt" | grep -q "^profile of step 2, rank $rank on cpu" ||
       { echo "rank $rank wrote no profile of step 2"; exit 1; }
   done
+  # A device-only profile on CPU ranks is an error naming the setting, not an empty profile.
+  if train 2 hostless --set train.max_steps=2 --set log.profile_step=1 --set log.profile_host=false >/dev/null; then
+    echo "log.profile_host = false on CPU ranks did not fail"; exit 1
+  fi
+  grep -Eq "log.profile_host = false records only GPU activity, and rank [01] runs on cpu" "$work/hostless.log" ||
+    { cat "$work/hostless.log"; echo "no error naming log.profile_host"; exit 1; }
   grep -q "attention math (per document), experts sorted loop, norms/rotary/SwiGLU/loss torch ops" "$work/np2.log" ||
     { echo "the start line does not name the CPU kernels"; exit 1; }
   train 1 ref12 --set train.grad_accum=12 --set train.max_steps=4

@@ -96,7 +96,7 @@ TEST(PhaseTimerGpu, PhasesOfAProfiledStepAgreeWithTheProfilersKernelTotals) {
   const PackedBatch batch = random_batch(config, 8, 2048);
   const std::string dir = make_temp_directory("phase_timer_gpu");
   const std::int64_t profiled_step = 3;  // after two warm-up steps
-  StepProfile profile(profiled_step, dir, 0, kGpu);
+  StepProfile profile({profiled_step, 1, true}, dir, 0, kGpu);
   PhaseTimer timer;
   for (std::int64_t step = 1; step <= profiled_step; ++step) {
     for (const auto& named : parameters) named.second.mutable_grad() = torch::Tensor();  // no kernel

@@ -21,6 +21,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/train/adamw.h"
+#include "topotrain/train/step_profile.h"
 
 namespace topotrain {
 
@@ -72,7 +73,7 @@ struct Cadences {
   std::int64_t checkpoint_keep = 0;    // checkpoint.keep
   bool checkpoint_pinned = true;       // checkpoint.pinned
   int timings_every = 1;               // log.timings_every: rows shipped to rank 0 every N steps
-  std::int64_t profile_step = 0;       // log.profile_step; 0: none
+  ProfileRequest profile;              // log.profile_step, log.profile_steps, log.profile_host
   bool log_samples = false;            // log.samples
   std::int64_t eval_every = 0;         // train.eval_every: held-out evaluation every N steps; 0: after the last only
   bool tensorboard = false;            // log.tensorboard: the lead's TensorBoard event files

@@ -1,13 +1,20 @@
-// log.profile_step = N: step N of this rank runs under torch's profiler (host calls and, on a
-// GPU, kernels and copies), and the rank writes into the run directory
-//   profile-step<N>-rank<R>.txt   what the step spent its time on (store/profile_summary.h)
+// log.profile_step = N: steps N .. N + log.profile_steps - 1 of this rank run under torch's
+// profiler (host calls and, on a GPU, kernels and copies), and the rank writes into the run
+// directory
+//   profile-step<N>-rank<R>.txt   what the steps spent their time on (store/profile_summary.h)
 //   profile-step<N>-rank<R>.json  a Chrome trace (chrome://tracing, ui.perfetto.dev), where
 //                                 LibTorch was built with Kineto (pip torch is; Debian's is not)
 // Phase times say which phase is slow; this says why (which kernels, how busy the GPU was,
 // which host call it waited in).
 //
-//   StepProfile profile(settings, run_dir, rank, device);
-//   while (...) { auto profiled = profile.step(n); ... }  // stops when the scope ends
+// Recording every host call costs the host several microseconds per operation, enough to make
+// a step whose host is ahead of its GPU look idle between kernels. log.profile_host = false
+// (GPU ranks only) records the device alone and does not drain it before the first profiled
+// step: the steps are the steady state an unprofiled run has, and their idle is real. The
+// first recorded activities may then be the previous step's last kernels.
+//
+//   StepProfile profile(request, run_dir, rank, device);
+//   while (...) { auto profiled = profile.step(n); ... }  // stops when the last step's scope ends
 #pragma once
 
 #include <chrono>
@@ -19,10 +26,18 @@
 
 namespace topotrain {
 
+struct ProfileRequest {
+  std::int64_t first_step = 0;  // log.profile_step; 0: no profile
+  std::int64_t steps = 1;       // log.profile_steps: consecutive steps in one profile
+  bool host = true;             // log.profile_host: false records the device only
+};
+
 class StepProfile {
  public:
-  StepProfile(std::int64_t step, std::string run_dir, int rank, const torch::Device& device);
-  // Warns when a step was chosen but never profiled (the run ended or resumed past it).
+  // Throws std::invalid_argument for a device-only request on a rank without a GPU.
+  StepProfile(const ProfileRequest& request, std::string run_dir, int rank, const torch::Device& device);
+  // Warns when a step was chosen but never profiled (the run ended or resumed past it), and
+  // writes what was recorded when the run ended inside the profiled steps.
   ~StepProfile();
   StepProfile(const StepProfile&) = delete;
   StepProfile& operator=(const StepProfile&) = delete;
@@ -42,20 +57,24 @@ class StepProfile {
     StepProfile* owner_;
   };
 
-  // Starts the profiler if `step` is the chosen one; it stops when the scope ends.
+  // Starts the profiler at the first requested step; it stops when the last one's scope ends.
   [[nodiscard]] Scope step(std::int64_t step);
-  // The summary file of the profiled step, empty until it was written.
+  // The summary file of the profiled steps, empty until it was written.
   const std::string& summary_path() const { return summary_path_; }
 
  private:
   void finish() noexcept;
 
-  std::int64_t chosen_;
+  std::int64_t last_step() const { return request_.first_step + request_.steps - 1; }
+
+  ProfileRequest request_;
   std::string run_dir_;
   int rank_;
   torch::Device device_;
   std::chrono::steady_clock::time_point started_;
   bool started_once_ = false;
+  bool recording_ = false;
+  std::int64_t last_recorded_ = 0;
   std::string summary_path_;
 };
 
