@@ -70,13 +70,13 @@ def main():
         by_kind[kind_of(e["name"])][0] += e["dur"] / steps
         by_kind[kind_of(e["name"])][1] += 1 / steps
     print(f"device span {(end - start) / steps / 1e3:.1f} ms, kernel time {total / 1e3:.1f} ms "
-          f"({100 * total * steps / (end - start):.0f}% busy), {len(device) / steps:.0f} activities")
+          f"({100 * total * steps / (end - start):.0f}% busy), {len(device) / steps:.5g} activities")
     print(f"\n{'kind':<28} {'ms':>8} {'share':>6} {'count':>6}")
     for kind, (us, n) in sorted(by_kind.items(), key=lambda kv: -kv[1][0]):
-        print(f"{kind:<28} {us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.0f}")
+        print(f"{kind:<28} {us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.5g}")
     print(f"\n{'ms':>8} {'share':>6} {'count':>6}  kernel")
     for name, (us, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[: args.top]:
-        print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.0f}  {name[:150]}")
+        print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.5g}  {name[:150]}")
     print_idle_gaps(events, device, start)
     print_phases(events, device, steps)
 
@@ -179,7 +179,7 @@ def print_phases(events, device, steps):
     if steps > 1:
         print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11}  (per step)")
         for phase, activities in sorted(by_phase.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
-            print(f"{phase:<24} {len(activities) / steps:6.0f} {sum(e['dur'] for e in activities) / steps / 1e3:11.2f}")
+            print(f"{phase:<24} {len(activities) / steps:6.5g} {sum(e['dur'] for e in activities) / steps / 1e3:11.2f}")
         return
     print(f"\n{'phase':<24} {'count':>6} {'kernels ms':>11} {'span ms':>9} {'idle in span ms':>16}")
     for phase, activities in sorted(by_phase.items(), key=lambda kv: min(e["ts"] for e in kv[1])):
