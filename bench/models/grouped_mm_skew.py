@@ -11,23 +11,11 @@ bench/moe/RESULTS.md ("2026-12-04") sets these against the same GEMMs inside a t
 """
 import torch
 
+from grouped_mm_layouts import median_ms  # this script's folder is on the path
+
 DEV = "cuda"
 E, H, I, T, K = 16, 1024, 512, 14100, 8
 ROWS = T * K
-
-
-def median_ms(fn, reps=20):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -46,9 +34,9 @@ def main():
             w = torch.randn(E, out_dim, in_dim, device=DEV, dtype=torch.bfloat16) * 0.02
             x = torch.randn(ROWS, in_dim, device=DEV, dtype=torch.bfloat16)
             grad = torch.randn(ROWS, out_dim, device=DEV, dtype=torch.bfloat16)
-            fwd = median_ms(lambda: torch._grouped_mm(x, w.transpose(1, 2), offs))
-            dgrad = median_ms(lambda: torch._grouped_mm(grad, w, offs))
-            wgrad = median_ms(lambda: torch._grouped_mm(x.t(), grad, offs))
+            fwd = median_ms(lambda: torch._grouped_mm(x, w.transpose(1, 2), offs), reps=20)
+            dgrad = median_ms(lambda: torch._grouped_mm(grad, w, offs), reps=20)
+            wgrad = median_ms(lambda: torch._grouped_mm(x.t(), grad, offs), reps=20)
             line.append(f"{proj}: fwd {fwd * 1e3:4.0f} dgrad {dgrad * 1e3:4.0f} wgrad {wgrad * 1e3:4.0f} us")
         print("  ".join(line))
 
