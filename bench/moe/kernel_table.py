@@ -11,7 +11,7 @@ A profile of several steps (log.profile_steps; device only with log.profile_host
 read over its whole steps, between optimizer kernels: each step's busy and idle time and its
 idle gaps by length, and the tables per step.
 
-    python3 bench/moe/kernel_table.py RUN_DIR/profile-step25-rank0.json [--top 60]
+    python3 bench/moe/kernel_table.py RUN_DIR/profile-step25-rank0.json [--top 60] [--calls REGEX]
 """
 import argparse
 import collections
@@ -44,6 +44,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace")
     parser.add_argument("--top", type=int, default=60)
+    parser.add_argument("--calls", metavar="REGEX",
+                        help="also list every call of the kernels whose name matches, in launch order")
     args = parser.parse_args()
     with open(args.trace) as f:
         events = json.load(f)["traceEvents"]
@@ -79,6 +81,21 @@ def main():
         print(f"{us / 1e3:8.2f} {100 * us / total:5.1f}% {n:6.5g}  {name[:150]}")
     print_idle_gaps(events, device, start)
     print_phases(events, device, steps)
+    if args.calls:
+        print_calls(device, args.calls, optimizer_ends if steps > 1 else [start])
+
+
+def print_calls(device, pattern, step_starts):
+    """Each call of the matching kernels: its step (1 for a one-step trace), its start from the
+    step's start, its duration. A kernel's calls at one shape can then be set against the same
+    kernel timed alone."""
+    print(f"\ncalls of kernels matching {pattern!r} (#n: the n-th distinct full name, which long template "
+          f"names share the start of):\n{'step':>4} {'at ms':>8} {'us':>9}  kernel")
+    distinct = {}
+    for e in sorted((e for e in device if re.search(pattern, e["name"])), key=lambda e: e["ts"]):
+        step = max(i for i, begin in enumerate(step_starts) if begin <= e["ts"])
+        number = distinct.setdefault(e["name"], len(distinct))
+        print(f"{step + 1:4d} {(e['ts'] - step_starts[step]) / 1e3:8.2f} {e['dur']:9.1f}  #{number} {e['name'][:80]}")
 
 
 GAP_BUCKETS_US = (3, 10, 50, 200, 1000, float("inf"))

@@ -23,11 +23,11 @@ nlohmann::json kernel(const std::string& name, double ts, double dur, int correl
   return e;
 }
 
-std::string kernel_table(const nlohmann::json& events, const std::string& dir) {
+std::string kernel_table(const nlohmann::json& events, const std::string& dir, const std::string& options = "") {
   const std::string path = dir + "/trace.json";
   std::ofstream(path) << nlohmann::json{{"traceEvents", events}}.dump();
   return command_output("/usr/bin/python3 " + std::string(TOPOTRAIN_SOURCE_DIR) + "/bench/moe/kernel_table.py " +
-                        path);
+                        path + " " + options);
 }
 
 // The first line of `text` that starts with `prefix`, or "".
@@ -76,6 +76,10 @@ TEST(KernelTable, ReadsASeveralStepProfilePerWholeStep) {
   EXPECT_EQ(line_starting(text, "attention "), "attention                       10.00  17.5%    0.5") << text;
   EXPECT_EQ(line_starting(text, "optimizer "), "optimizer                        2.00   3.5%      1") << text;
   EXPECT_NE(text.find("no phase ranges in the trace (a device-only profile"), std::string::npos) << text;
+  // --calls: the GEMM's call in each whole step, from its step's start (2 us and 100 us in).
+  const std::string calls = kernel_table(events, dir, "--calls gemm");
+  EXPECT_NE(calls.find("   1     0.00   50000.0  #0 gemm_a\n   2     0.10   40000.0  #0 gemm_a\n"), std::string::npos)
+      << calls;
   remove_tree(dir);
 }
 
