@@ -1,5 +1,6 @@
 #include "topotrain/model/moe.h"
 
+#include <limits>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
@@ -258,6 +259,7 @@ void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selections
   auto counts = selections.to(torch::kFloat32);
   auto sums = probs.sum(0);
   expert_counts = expert_counts.defined() ? expert_counts + counts : counts;
+  layer_counts.push_back(counts);
   probability_sums = probability_sums.defined() ? probability_sums + sums : sums;
   rows += probs.size(0);
 }
@@ -266,6 +268,14 @@ torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts) {
   if (load.rows == 0) return torch::zeros({}, torch::kFloat32);
   const double rows = static_cast<double>(load.rows);
   return (load.expert_counts / rows * (load.probability_sums / rows)).sum() * static_cast<double>(num_experts);
+}
+
+torch::Tensor peak_expert_load(const RouterLoad& load) {
+  if (load.layer_counts.empty()) return torch::zeros({}, torch::kFloat32);
+  // Stacked, so that a forward of L layers adds a few kernels rather than a few per layer. A
+  // layer that routed no tokens counts 0 (0 / tiny), not NaN, which would poison the step's sum.
+  const auto counts = torch::stack(load.layer_counts);
+  return (counts.amax(1) / counts.mean(1).clamp_min(std::numeric_limits<float>::min())).max();
 }
 
 ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, double init_std) {

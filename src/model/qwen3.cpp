@@ -144,6 +144,7 @@ BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, con
   }
   out.hidden = normed_stream(stream, model->norm).normed;
   out.aux_loss = load_balancing_loss(load, config_.num_experts).to(out.hidden.device());
+  out.peak_expert_load = peak_expert_load(load).to(out.hidden.device());
   return out;
 }
 

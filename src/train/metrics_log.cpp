@@ -13,8 +13,8 @@ namespace topotrain {
 const std::vector<std::string> kMetricsKeys = {
     "step",        "time",         "launch",        "tokens",      "tokens_total", "loss",
     "lr",          "grad_norm",    "step_seconds",  "tokens_per_s", "memory_bytes", "collectives",
-    "skipped",     "mfu",          "aux_loss",      "starved_seconds", "tau",      "draft_accuracy",
-    "eval_loss",   "eval_tau",     "eval_draft_accuracy"};
+    "skipped",     "mfu",          "aux_loss",      "peak_expert_load", "starved_seconds", "tau",
+    "draft_accuracy", "eval_loss", "eval_tau",     "eval_draft_accuracy"};
 
 namespace {
 

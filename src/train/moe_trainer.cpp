@@ -44,15 +44,18 @@ model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device&
 // The step's loss terms on this rank, on the device (read once, by the agreement). The LM
 // loss is a sum over the step's trained targets (loss mask 1) divided by their global
 // count, so that the summed gradient equals one process's mean over the union of all
-// micro-batches; a step without any has no LM gradient (its count is taken as 1).
+// micro-batches; a step without any has no LM gradient (its count is taken as 1). The aux
+// loss and the peak expert load are weighted by each micro-batch's share of the step's
+// tokens, so that their sums over ranks are the step's token-weighted means.
 struct LossSums {
   LossSums(const data::StepPlan& plan, const torch::Device& device)
       : global_targets(static_cast<double>(std::max<std::uint64_t>(1, plan.global_loss_targets))),
         global_tokens(static_cast<double>(plan.global_tokens)),
         lm(torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device))),
-        aux(torch::zeros_like(lm)) {}
+        aux(torch::zeros_like(lm)),
+        load(torch::zeros_like(lm)) {}
   double global_targets, global_tokens;
-  torch::Tensor lm, aux;
+  torch::Tensor lm, aux, load;
 };
 
 void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const PackedBatch& micro_batch,
@@ -75,6 +78,7 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
     loss = lm.loss_sum / sums.global_targets + out.aux_loss * (net.config().router_aux_loss_coef * share);
     sums.lm += lm.loss_sum.detach();
     sums.aux += out.aux_loss.detach() * share;
+    sums.load += out.peak_expert_load * share;
   }
   auto t = session.scope(Phase::backward);
   loss.backward();
@@ -146,7 +150,7 @@ void train_moe(JobContext& context) {
   TimingLogConfig timing = timing_log_config(config.cadences, device);
   timing.flops_per_token =
       3.0 * model::forward_flops_per_token(config.model, attention_context(config.data, *dataset, token_budget));
-  timing.extra_fields = {"aux_loss", "eval_loss"};
+  timing.extra_fields = {"aux_loss", "eval_loss", "peak_expert_load"};
   spec.progress = progress_config_from(spec.length, world, device, timing.flops_per_token);
   TrainingSession session(context, std::move(spec));
   session.start(timing);
@@ -170,7 +174,7 @@ void train_moe(JobContext& context) {
       session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens() > 0,
                          [&] { train_micro_batch(session, *net, plan.micro_batches[m], device, sums); });
     session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
-    const comm::StepAgreement all = session.agree({sums.lm, sums.aux});
+    const comm::StepAgreement all = session.agree({sums.lm, sums.aux, sums.load});
     if (all.out_of_memory()) {
       const std::optional<std::int64_t> halved =
           session.after_out_of_memory(all, token_budget, measured ? &*measured : nullptr);
@@ -192,12 +196,14 @@ void train_moe(JobContext& context) {
     report.loss = all.sums[0] / sums.global_targets;
     report.loss_weight = sums.global_targets;
     report.aux_loss = all.sums[1];
+    if (config.model.num_moe_layers() > 0) report.peak_expert_load = all.sums[2];
     if (held_out && held_out->due(state.step, session.done() || all.stop))
       report.eval_loss = evaluate_held_out(session, *held_out, *net, runtime.role_comm());
     // The timing log holds one row per rank and the report sums rows: this rank's tokens.
     StepMetrics metrics;
     for (const auto& batch : plan.micro_batches) metrics.tokens += static_cast<double>(batch.num_tokens());
-    metrics.extra = {all.sums[1], report.eval_loss.value_or(StepMetrics::kUnset)};
+    metrics.extra = {all.sums[1], report.eval_loss.value_or(StepMetrics::kUnset),
+                     report.peak_expert_load.value_or(StepMetrics::kUnset)};
     session.end_step(report, metrics);
     if (all.stop) {
       log_info(cat("stopped on request after step ", state.step, "; resume with --resume auto"));

@@ -45,6 +45,7 @@ void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
   window_loss_ += report.loss * report.loss_weight;
   window_weight_ += report.loss_weight;
   window_aux_ += report.aux_loss.value_or(0);
+  window_load_ += report.peak_expert_load.value_or(0);
   accumulate(window_correct_, report.slot_correct);
   accumulate(window_valid_, report.slot_valid);
 }
@@ -61,6 +62,7 @@ std::string ProgressMeter::line() {
   add(out, std::snprintf(buffer, sizeof buffer, "step %lld | loss %.4f", static_cast<long long>(last_.step),
                          window_weight_ > 0 ? window_loss_ / window_weight_ : 0.0));
   if (last_.aux_loss) add(out, std::snprintf(buffer, sizeof buffer, " aux %.4f", window_aux_ / steps));
+  if (last_.peak_expert_load) add(out, std::snprintf(buffer, sizeof buffer, " load %.2f", window_load_ / steps));
   if (!window_valid_.empty()) {
     const std::vector<double> accuracy = model::slot_accuracy(window_correct_, window_valid_);
     add(out, std::snprintf(buffer, sizeof buffer, " | tau %.2f | acc@1 %.3f", model::acceptance_length(accuracy),
@@ -90,7 +92,7 @@ std::string ProgressMeter::line() {
   window_steps_ = 0;
   window_tokens_ = 0;
   window_seconds_ = window_comm_ = window_flops_ = window_starved_ = 0;
-  window_loss_ = window_weight_ = window_aux_ = 0;
+  window_loss_ = window_weight_ = window_aux_ = window_load_ = 0;
   window_correct_.clear();
   window_valid_.clear();
   return out;

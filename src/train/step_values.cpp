@@ -21,6 +21,7 @@ std::vector<StepValue> step_values(const StepReport& report, std::int64_t tokens
   if (const std::optional<double> mfu = config.mfu(config.flops_of(report), report.seconds))
     values.push_back({"mfu", *mfu});
   if (report.aux_loss) values.push_back({"aux_loss", *report.aux_loss});
+  if (report.peak_expert_load) values.push_back({"peak_expert_load", *report.peak_expert_load});
   if (report.starved_seconds) values.push_back({"starved_seconds", *report.starved_seconds});
   if (report.eval_loss) values.push_back({"eval_loss", *report.eval_loss});
   if (!report.slot_valid.empty()) {

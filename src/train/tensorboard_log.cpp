@@ -15,6 +15,7 @@ namespace {
 const std::vector<std::pair<std::string, std::string>> kValueTags = {
     {"loss", "train/loss"},
     {"aux_loss", "train/aux_loss"},
+    {"peak_expert_load", "train/peak_expert_load"},
     {"lr", "train/lr"},
     {"grad_norm", "train/grad_norm"},
     {"tokens", "train/tokens"},

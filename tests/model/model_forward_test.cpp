@@ -310,6 +310,21 @@ TEST_F(ModelTest, LoadBalancingLossMatchesHandComputedCase) {
   EXPECT_EQ(mdl::load_balancing_loss(mdl::RouterLoad{}, 3).item<float>(), 0.0f);
 }
 
+// Layer 0 sends 6 of 8 choices to expert 0 of 4 (mean 2): 3.0; layer 1 splits evenly: 1.0.
+// The peak is the worse layer's, not the layers' sum ([7, 3, 3, 3] / 4 = 1.75) that the
+// load-balancing loss reads.
+TEST_F(ModelTest, PeakExpertLoadIsTheWorstLayersBusiestExpertOverTheMean) {
+  const auto probs = torch::full({4, 4}, 0.25f);
+  mdl::RouterLoad load;
+  load.add(probs, torch::tensor({6, 1, 1, 0}));
+  load.add(probs, torch::tensor({2, 2, 2, 2}));
+  EXPECT_FLOAT_EQ(mdl::peak_expert_load(load).item<float>(), 3.0f);
+  EXPECT_EQ(mdl::peak_expert_load(mdl::RouterLoad{}).item<float>(), 0.0f);
+  mdl::RouterLoad empty;
+  empty.add(probs.narrow(0, 0, 0), torch::zeros({4}, torch::kInt64));
+  EXPECT_EQ(mdl::peak_expert_load(empty).item<float>(), 0.0f);  // no tokens: 0, not NaN
+}
+
 TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
   mdl::Qwen3CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
   const auto batch = PackedBatch::from_documents(random_documents({10, 6}, 512));
@@ -319,8 +334,14 @@ TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
   EXPECT_GT(aux.item<double>(), 1.0);
   EXPECT_LT(aux.item<double>(), 4.0);
   EXPECT_TRUE(aux.requires_grad());
+  // Between an even split (1) and every token on the same experts (num_experts / top_k).
+  const auto config = mdl::ModelConfig::preset("tiny-moe");
+  const double load = moe->forward_backbone(batch).peak_expert_load.item<double>();
+  EXPECT_GE(load, 1.0);
+  EXPECT_LE(load, static_cast<double>(config.num_experts) / static_cast<double>(config.num_experts_per_tok));
   mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
   EXPECT_EQ(dense->forward_backbone(batch).aux_loss.item<double>(), 0.0);
+  EXPECT_EQ(dense->forward_backbone(batch).peak_expert_load.item<double>(), 0.0);
 }
 
 TEST_F(ModelTest, BadPackedBatchIsRefused) {

@@ -54,6 +54,7 @@ TEST(MetricsLog, OneLinePerStepWithTheStepsValues) {
     record(log, report_of(1), 1000, false, config);
     StepReport aux = report_of(2);
     aux.aux_loss = 0.125;
+    aux.peak_expert_load = 1.5;
     record(log, aux, 2000, false, config);
     // Read before the log closes: every line is flushed as it is written.
     const auto lines = lines_of(join_path(dir, kMetricsFileName));
@@ -71,6 +72,8 @@ TEST(MetricsLog, OneLinePerStepWithTheStepsValues) {
     EXPECT_EQ(lines[0]["memory_bytes"], std::int64_t{3} << 30);
     EXPECT_FALSE(lines[0].contains("aux_loss"));
     EXPECT_DOUBLE_EQ(lines[1]["aux_loss"].get<double>(), 0.125);
+    EXPECT_FALSE(lines[0].contains("peak_expert_load"));
+    EXPECT_DOUBLE_EQ(lines[1]["peak_expert_load"].get<double>(), 1.5);
     EXPECT_FALSE(lines[1]["skipped"].get<bool>());
   }
   remove_tree(dir);
@@ -122,8 +125,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
       EXPECT_TRUE(listed.count(key)) << key << " is written but not in kMetricsKeys";
       written.insert(key);
     }
-  // All but mfu and aux_loss appear in these lines.
-  EXPECT_EQ(written.size() + 2, listed.size());
+  // All but mfu, aux_loss and peak_expert_load appear in these lines.
+  EXPECT_EQ(written.size() + 3, listed.size());
   remove_tree(dir);
 }
 

@@ -423,6 +423,9 @@ lines = [json.loads(l) for l in open(sys.argv[1])]
 evaluated = [m["step"] for m in lines if "eval_loss" in m]
 assert evaluated == [2, 4, 5], evaluated
 assert all(math.isfinite(m["eval_loss"]) and m["eval_loss"] > 0 for m in lines if "eval_loss" in m)
+# tiny-moe routes top-2 of 8 experts: the peak expert load lies in [1, 8 / 2] on every step
+# (fp32 on the way: 4 may come out a few ulps above).
+assert all(1.0 <= m["peak_expert_load"] <= 4.0 + 1e-6 for m in lines), [m.get("peak_expert_load") for m in lines]
 PY
   if train 2 held "${held[@]}" --set data.eval_fraction=0.3 --set train.max_steps=7 --resume auto; then
     echo "a resume holding out another share of the documents was not refused"; exit 1
@@ -437,7 +440,7 @@ epoch)
     --set log.every=2 --set checkpoint.every_steps=2
   steps=$(grep -Eo 'done: [0-9]+ steps' "$work/epoch.log" | awk '{print $2}')
   (( steps >= 4 )) || { cat "$work/epoch.log"; echo "expected at least 4 steps in the epoch"; exit 1; }
-  line='\[rank 0 trainer\] step 2 \| loss [0-9.]+ aux [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB \| ETA [0-9]'
+  line='\[rank 0 trainer\] step 2 \| loss [0-9.]+ aux [0-9.]+ load [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB \| ETA [0-9]'
   grep -Eq "$line" "$work/epoch.log" || { cat "$work/epoch.log"; echo "no progress line with an ETA at step 2"; exit 1; }
   grep -q "\] step $steps | loss" "$work/epoch.log"
   log=$work/epoch/log.txt

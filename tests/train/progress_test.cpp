@@ -32,14 +32,17 @@ TEST(Progress, RatesMfuAndEtaOverTheWindow) {
   StepReport report = step_of(1, 1'000'000, 1.0);
   report.comm_seconds = 0.25;
   report.aux_loss = 0.5;
+  report.peak_expert_load = 2.0;
   meter.record(report, 1'000'000);
   report.step = 2;
   report.aux_loss = 0.25;
+  report.peak_expert_load = 1.5;
   meter.record(report, 2'000'000);
   EXPECT_TRUE(meter.pending());
   std::string line = meter.line();
   EXPECT_FALSE(meter.pending());
-  EXPECT_TRUE(has(line, "step 2 | loss 0.0000 aux 0.3750 | lr ")) << line;  // aux: the window's mean
+  // aux and load: the window's means
+  EXPECT_TRUE(has(line, "step 2 | loss 0.0000 aux 0.3750 load 1.75 | lr ")) << line;
   EXPECT_TRUE(has(line, "1000.0 Ktok/s (250.0 per GPU)")) << line;
   EXPECT_TRUE(has(line, "MFU 25.0%")) << line;  // 1e6 tok/s * 1e9 FLOP / 4e15 FLOP/s
   EXPECT_TRUE(has(line, "comm 25%")) << line;
@@ -52,6 +55,8 @@ TEST(Progress, RatesMfuAndEtaOverTheWindow) {
   line = meter.line();
   EXPECT_TRUE(has(line, "250.0 Ktok/s")) << line;
   EXPECT_FALSE(has(line, "comm")) << line;
+  EXPECT_FALSE(has(line, "aux")) << line;  // a dense model's step reports neither
+  EXPECT_FALSE(has(line, "load")) << line;
 }
 
 TEST(Progress, NumberFormatsAndTheLossWindowMean) {

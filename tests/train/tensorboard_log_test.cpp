@@ -29,6 +29,7 @@ StepReport full_report() {
   report.peak_memory = std::int64_t{3} << 30;
   report.collectives = 2;
   report.aux_loss = 0.125;
+  report.peak_expert_load = 1.5;
   report.starved_seconds = 0.25;
   report.eval_loss = 2.5;
   report.slot_correct = {4, 3, 1};

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -31,6 +32,7 @@ struct RouterLoad {
   torch::Tensor expert_counts;      // fp32 [E]: top-k selections per expert (no gradient)
   torch::Tensor probability_sums;   // fp32 [E]: sum of router softmax probabilities
   int64_t rows = 0;                 // tokens x layers summed
+  std::vector<torch::Tensor> layer_counts;  // fp32 [E] per MoE layer, in order: what peak_expert_load reads
 
   // probs: fp32 router softmax [T, E]; selections: how many of the T * k top-k choices
   // went to each expert [E] (any dtype), the counts the dispatch already makes.
@@ -62,6 +64,13 @@ Routing route_tokens(const torch::Tensor& logits, int64_t k, bool renormalize);
 // num_experts * sum_e (counts_e / rows) * (probability_sums_e / rows); zero when empty.
 // This is HF's aux loss before router_aux_loss_coef is applied.
 torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts);
+
+// fp32 scalar on the counts' device: the busiest expert's selections over the mean per expert,
+// in the layer where that is highest (0 without MoE layers). 1 is an even split; num_experts /
+// top_k means every token chose the same experts. The load-balancing loss cannot tell these
+// apart when the router's probabilities are near uniform (it is top_k in both), and the
+// experts' weight-gradient GEMMs run slower the more uneven the split (bench/moe/RESULTS.md).
+torch::Tensor peak_expert_load(const RouterLoad& load);
 
 // A token's k expert outputs weighted by its router weights, read where the experts left them:
 // y_rows [N, H] in the compute dtype holds every (token, choice) output once, rows int64 [T, k]

@@ -79,6 +79,7 @@ struct BackboneOutput {
   std::vector<torch::Tensor> taps;  // outputs of the requested decoder layers, in request order
   torch::Tensor aux_loss;           // fp32 scalar: HF's load-balancing loss (0 for dense), not yet
                                     // multiplied by router_aux_loss_coef
+  torch::Tensor peak_expert_load;   // fp32 scalar: peak_expert_load (moe.h) of this forward
 };
 
 // bf16 on CUDA, fp32 elsewhere.

@@ -1,7 +1,8 @@
 // The progress line a job's lead rank prints every log.every steps and after its last
 // step, the same for every job; fields a job does not report are left out:
-//   step 120 | loss 3.2104 aux 0.0102 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 per GPU)
+//   step 120 | loss 3.2104 aux 0.0102 load 1.31 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 per GPU)
 //   | MFU 38.1% | 1 coll | mem 14.10 GiB | ETA 2h13m
+// (aux: the MoE load-balancing loss; load: the peak expert load, model/moe.h's peak_expert_load.)
 // CPU ranks add their wait on collectives after MFU ("comm 12%"); on GPUs that is device
 // time, in timings.h5 and the report.
 // A DFlash drafter adds its draft quality after the loss and its starvation after MFU (and comm):
@@ -37,6 +38,7 @@ struct StepReport {
   std::int64_t peak_memory = 0;    // bytes, this rank's device (not shown on CPU)
   std::int64_t collectives = 0;    // collectives issued in the step
   std::optional<double> aux_loss;         // an MoE router's load-balancing loss
+  std::optional<double> peak_expert_load;  // an MoE's peak_expert_load (model/moe.h), mean over the step
   std::optional<double> starved_seconds;  // time waiting for input (a pipeline stage)
   std::optional<double> eval_loss;        // the held-out loss, on a step that evaluated it
   // Draft quality (DFlash), over all drafters: per block slot, positions predicted right
@@ -84,7 +86,7 @@ class ProgressMeter {
   std::int64_t window_steps_ = 0;
   std::int64_t window_tokens_ = 0;
   double window_seconds_ = 0, window_comm_ = 0, window_flops_ = 0, window_starved_ = 0;
-  double window_loss_ = 0, window_weight_ = 0, window_aux_ = 0;
+  double window_loss_ = 0, window_weight_ = 0, window_aux_ = 0, window_load_ = 0;
   std::vector<std::int64_t> window_correct_, window_valid_;
 };
 
