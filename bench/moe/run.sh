@@ -327,6 +327,8 @@ summary=$work/moe_bench.md
   echo "tok/s: global tokens per second over the measured steps (per GPU in brackets); ratio = topotrain / reference;"
   echo "MFU with topotrain's FLOPs per token (active matmuls + attention at each token's mean causal context) and 989 TFLOP/s;"
   echo "comm % = moe_train's comm_wait share of the step; scaling eff. = 2-GPU tok/s / (2 x 1-GPU tok/s), same grad_accum."
+  echo "expert load: moe_train's peak expert load over the measured steps (1 = even split, experts / top_k = every"
+  echo "token to the same experts; the experts' weight-gradient GEMMs slow down as it rises)."
   echo "ga10: steps $((skip_ga10 + 1))..$((steps_ga10 - 1)) of $steps_ga10 measured; ga1: steps $((skip_ga1 + 1))..$((steps_ga1 - 1)) of $steps_ga1" \
        "(the reference measures through its last step)."
   echo

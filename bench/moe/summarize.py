@@ -8,11 +8,15 @@
 
 Per step, tokens are the sum of the ranks' rows (each moe_train rank records its own tokens,
 as topotrain-report expects) and the step time is the slowest rank's wall time. The run's last
-step is left out as well as the first K: it also writes the final checkpoint.
+step is left out as well as the first K: it also writes the final checkpoint. An MoE run's
+expert load is the mean over those steps and ranks of the peak expert load (moe_train's
+progress line `load`: 1 is an even split, experts / top_k every token to the same experts),
+which the experts' weight-gradient GEMMs' speed depends on (RESULTS.md, "2026-12-04, later").
 """
 import argparse
 import glob
 import json
+import math
 import os
 import sys
 
@@ -55,13 +59,17 @@ def timings(run_dir, skip):
     stall = max((float(r[col["checkpoint"]]) for s in measured for r in by_step[s]), default=0.0) \
         if "checkpoint" in col else 0.0
     tokens_per_s = total_tokens / total_wall
+    loads = [float(r[col["peak_expert_load"]]) for s in measured for r in by_step[s]] \
+        if "peak_expert_load" in col else []
+    loads = [v for v in loads if math.isfinite(v)]
     flops = float(ranks[0][rcol["flops_per_token"]]) if "flops_per_token" in rcol else 0.0
     peak = float(ranks[0][rcol["peak_flops"]]) if "peak_flops" in rcol else 0.0
     return dict(impl="topotrain", world=world, steps_measured=len(measured), first_step=measured[0],
                 last_step=measured[-1], tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / world,
                 mfu=flops * tokens_per_s / (peak * world) if flops > 0 and peak > 0 else None,
                 comm_share=comm / wall_rows if wall_rows > 0 else None,
-                step_ms=1e3 * total_wall / len(measured), checkpoint_stall_ms=1e3 * stall)
+                step_ms=1e3 * total_wall / len(measured), checkpoint_stall_ms=1e3 * stall,
+                expert_load=sum(loads) / len(loads) if loads else None)
 
 
 def load(path):
@@ -78,6 +86,10 @@ def fmt_rate(result):
 
 def fmt_share(value):
     return f"{100 * value:.1f}%" if value is not None else "n/a"
+
+
+def fmt_load(result):
+    return f"{result['expert_load']:.2f}" if result and result.get("expert_load") is not None else "n/a"
 
 
 def table(results_dir):
@@ -99,8 +111,8 @@ def table(results_dir):
         return mine["tokens_per_s"] / (config["gpus"] * base["tokens_per_s"])
 
     lines = ["| config | topotrain tok/s (per GPU) | reference tok/s (per GPU) | ratio | MFU topotrain / ref "
-             "| comm % | scaling eff. topotrain / ref |",
-             "|---|---|---|---|---|---|---|"]
+             "| comm % | scaling eff. topotrain / ref | expert load |",
+             "|---|---|---|---|---|---|---|---|"]
     for config in configs:
         tt, ref = results[config["name"]]
         ratio = f"{tt['tokens_per_s'] / ref['tokens_per_s']:.2f}x" if tt and ref else "n/a"
@@ -108,7 +120,7 @@ def table(results_dir):
         mfu = " / ".join(fmt_share(r.get("mfu")) if r else "-" for r in (tt, ref))
         scale = " / ".join(fmt_share(scaling(config, i)) if config["gpus"] > 1 else "-" for i in (0, 1))
         lines.append(f"| {config['label']} | {per_gpu(tt)} | {per_gpu(ref)} | {ratio} | {mfu} | "
-                     f"{fmt_share(tt.get('comm_share')) if tt else 'n/a'} | {scale} |")
+                     f"{fmt_share(tt.get('comm_share')) if tt else 'n/a'} | {scale} | {fmt_load(tt)} |")
     return "\n".join(lines)
 
 
@@ -120,13 +132,14 @@ def users(users_dir):
             rows.append((config, result))
     rows.sort(key=lambda r: r[0]["order"])
     ideal = {c["group"]: r for c, r in rows if c["kind"] == "idealised"}
-    lines = ["| run | tok/s (per GPU) | vs idealised | step ms | largest checkpoint stall ms | MFU |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| run | tok/s (per GPU) | vs idealised | step ms | largest checkpoint stall ms | MFU | expert load |",
+             "|---|---|---|---|---|---|---|"]
     for config, r in rows:
         base = ideal.get(config["group"])
         versus = f"{100 * r['tokens_per_s'] / base['tokens_per_s']:.1f}%" if base else "n/a"
         lines.append(f"| {config['label']} | {fmt_rate(r)} ({r['tokens_per_s_per_gpu'] / 1e3:,.1f}K) | {versus} | "
-                     f"{r['step_ms']:.1f} | {r.get('checkpoint_stall_ms', 0):.1f} | {fmt_share(r.get('mfu'))} |")
+                     f"{r['step_ms']:.1f} | {r.get('checkpoint_stall_ms', 0):.1f} | {fmt_share(r.get('mfu'))} | "
+                     f"{fmt_load(r)} |")
     return "\n".join(lines)
 
 
