@@ -256,10 +256,8 @@ ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarTy
 }
 
 void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selections) {
-  auto counts = selections.to(torch::kFloat32);
   auto sums = probs.sum(0);
-  expert_counts = expert_counts.defined() ? expert_counts + counts : counts;
-  layer_counts.push_back(counts);
+  layer_counts.push_back(selections.to(torch::kFloat32));
   probability_sums = probability_sums.defined() ? probability_sums + sums : sums;
   rows += probs.size(0);
 }
@@ -267,7 +265,8 @@ void RouterLoad::add(const torch::Tensor& probs, const torch::Tensor& selections
 torch::Tensor load_balancing_loss(const RouterLoad& load, int64_t num_experts) {
   if (load.rows == 0) return torch::zeros({}, torch::kFloat32);
   const double rows = static_cast<double>(load.rows);
-  return (load.expert_counts / rows * (load.probability_sums / rows)).sum() * static_cast<double>(num_experts);
+  const auto expert_counts = torch::stack(load.layer_counts).sum(0);
+  return (expert_counts / rows * (load.probability_sums / rows)).sum() * static_cast<double>(num_experts);
 }
 
 torch::Tensor peak_expert_load(const RouterLoad& load) {

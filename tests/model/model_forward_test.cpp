@@ -286,7 +286,7 @@ TEST_F(ModelTest, SortedExpertDispatchEqualsPerTokenLoop) {
         torch::autograd::grad({(reference * upstream).sum()}, {x_ref, block->experts->gate_up_proj, block->gate->weight});
     for (size_t i = 0; i < grads.size(); ++i) expect_close(grads[i], grads_ref[i], 1e-5, "moe grad " + std::to_string(i));
     EXPECT_EQ(load.rows, 13);
-    EXPECT_FLOAT_EQ(load.expert_counts.sum().item<float>(), 13.0f * config.num_experts_per_tok);
+    EXPECT_FLOAT_EQ(torch::stack(load.layer_counts).sum().item<float>(), 13.0f * config.num_experts_per_tok);
   }
 }
 

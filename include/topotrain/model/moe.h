@@ -25,14 +25,14 @@ enum class ExpertBackend {
 std::string to_string(ExpertBackend backend);
 ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& config);
 
-// Router statistics summed over tokens and MoE layers. HF's load_balancing_loss_func
-// concatenates the router logits of all layers before taking means, which equals these
-// sums divided by the total row count: keeping sums avoids holding every layer's logits.
+// Router statistics of a forward's MoE layers. HF's load_balancing_loss_func concatenates
+// the router logits of all layers before taking means, which equals sums over tokens and
+// layers divided by the total row count: keeping sums avoids holding every layer's logits.
+// The selection counts stay per layer (E numbers each), for peak_expert_load; the loss sums them.
 struct RouterLoad {
-  torch::Tensor expert_counts;      // fp32 [E]: top-k selections per expert (no gradient)
+  std::vector<torch::Tensor> layer_counts;  // fp32 [E] per MoE layer, in order: top-k selections (no gradient)
   torch::Tensor probability_sums;   // fp32 [E]: sum of router softmax probabilities
   int64_t rows = 0;                 // tokens x layers summed
-  std::vector<torch::Tensor> layer_counts;  // fp32 [E] per MoE layer, in order: what peak_expert_load reads
 
   // probs: fp32 router softmax [T, E]; selections: how many of the T * k top-k choices
   // went to each expert [E] (any dtype), the counts the dispatch already makes.

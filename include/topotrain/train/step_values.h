@@ -6,10 +6,10 @@
 //   tokens (global, this step), tokens_total, loss, lr, grad_norm, step_seconds,
 //   tokens_per_s, memory_bytes (device peak, or the resident set on CPU ranks),
 //   collectives, skipped (a non-finite step skipped), and where they apply: mfu, aux_loss,
-//   peak_expert_load (an MoE's, model/moe.h), starved_seconds, tau (DFlash acceptance length), draft_accuracy (per predicted block
-//   slot, 1..B-1), eval_loss (the held-out loss, on the steps that evaluate it), and on a
-//   drafter's evaluating steps eval_tau and eval_draft_accuracy (the same over the held-out
-//   documents).
+//   peak_expert_load (an MoE's, model/moe.h), starved_seconds, tau (DFlash acceptance
+//   length), draft_accuracy (per predicted block slot, 1..B-1), eval_loss (the held-out
+//   loss, on the steps that evaluate it), and on a drafter's evaluating steps eval_tau and
+//   eval_draft_accuracy (the same over the held-out documents).
 // A value may be any double, NaN included (the loss of a skipped step): each log says
 // what it makes of one that is not finite.
 #pragma once
