@@ -4,7 +4,8 @@ careful PyTorch user would, so that topotrain's tokens/s can be divided by its t
 
 What matches topotrain (src/train/moe_trainer.cpp, src/data, src/model):
   * model: transformers' Qwen3MoeForCausalLM built from a config with moe-500m's fields
-    (src/model/config.cpp), fp32 parameters, bf16 autocast on CUDA;
+    (src/model/config.cpp) or from --config's config.json (moe_train's model.config), fp32
+    parameters, bf16 autocast on CUDA;
   * data: the HDF5 token dataset read whole into memory; the epoch permutation (splitmix64 +
     Lemire's bounded draw), the token_budget packer (no padding; a sample longer than the
     budget is split, positions continue) and the interleaved dealing of a step's W*A
@@ -215,19 +216,19 @@ def learning_rate(tokens, peak, min_ratio, warmup, total_tokens):
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def flops_per_token(fields, mean_document_tokens):
+def flops_per_token(config, mean_document_tokens):
     """moe_trainer.cpp's flops_per_token: 6 x active matmul weights (lm_head in, embedding
     lookup out) + 12 x layers x heads x head_dim x mean attended context."""
-    h, layers = fields["hidden_size"], fields["num_hidden_layers"]
-    heads, kv, d = fields["num_attention_heads"], fields["num_key_value_heads"], fields["head_dim"]
+    h, layers = config.hidden_size, config.num_hidden_layers
+    heads, kv, d = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     attention_weights = h * heads * d * 2 + h * kv * d * 2 + 2 * d + 2 * h  # + q/k norms, layer norms
-    matmul = fields["vocab_size"] * h + h  # lm_head, final norm (count_parameters' active weights)
+    matmul = config.vocab_size * h + h  # lm_head, final norm (count_parameters' active weights)
     for layer in range(layers):
         matmul += attention_weights
-        if layer in fields["mlp_only_layers"]:
-            matmul += 3 * h * fields["intermediate_size"]
+        if layer in config.mlp_only_layers:
+            matmul += 3 * h * config.intermediate_size
         else:
-            matmul += fields["num_experts"] * h + fields["num_experts_per_tok"] * 3 * h * fields["moe_intermediate_size"]
+            matmul += config.num_experts * h + config.num_experts_per_tok * 3 * h * config.moe_intermediate_size
     return 6.0 * matmul + 12.0 * layers * heads * d * (mean_document_tokens / 2.0)
 
 
@@ -285,8 +286,25 @@ def make_bf16_grouped_mm_experts(torch):
     return experts_forward
 
 
-def hf_config(transformers, fields):
-    config = transformers.Qwen3MoeConfig(**fields)
+def expert_loads(torch, router_logits, top_k, num_experts):
+    """Per MoE layer of one forward, the busiest expert's selections over the mean per expert;
+    the largest is moe_train's peak expert load (src/model/moe.cpp peak_expert_load)."""
+    loads = []
+    for logits in router_logits:
+        if logits is None:  # a layer of mlp_only_layers
+            continue
+        chosen = logits.topk(top_k, -1).indices.reshape(-1)
+        counts = torch.bincount(chosen, minlength=num_experts).float()
+        loads.append((counts.max() / counts.mean()).item())
+    return loads
+
+
+def hf_config(transformers, args):
+    """The model's HF config: --config's config.json as written (moe_train's model.config reads
+    the same file), or a preset's fields with topotrain's RoPE base."""
+    if args.config:
+        return transformers.Qwen3MoeConfig.from_json_file(args.config)
+    config = transformers.Qwen3MoeConfig(**dict(COMMON_FIELDS, **PRESETS[args.preset]))
     # transformers 5 keeps RoPE settings in rope_parameters, 4.x in rope_theta.
     rope = getattr(config, "rope_parameters", None)
     if isinstance(rope, dict) or hasattr(config, "rope_parameters"):
@@ -298,6 +316,11 @@ def hf_config(transformers, fields):
     return config
 
 
+def rope_theta(config):
+    rope = getattr(config, "rope_parameters", None)  # transformers 5; 4.x: rope_theta
+    return rope["rope_theta"] if isinstance(rope, dict) and "rope_theta" in rope else config.rope_theta
+
+
 def set_implementation(model, attribute, value):
     for module in model.modules():
         config = getattr(module, "config", None)
@@ -305,7 +328,7 @@ def set_implementation(model, attribute, value):
             setattr(config, attribute, value)
 
 
-def build_model(torch, args, fields, device):
+def build_model(torch, args, config, device):
     import transformers
     from transformers import AttentionInterface
 
@@ -326,7 +349,6 @@ def build_model(torch, args, fields, device):
             use_gqa_flag = False
     AttentionInterface.register("packed_sdpa", make_packed_attention(torch, use_gqa_flag))
 
-    config = hf_config(transformers, fields)
     with torch.device(device):
         try:
             model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="packed_sdpa")
@@ -366,10 +388,10 @@ def build_model(torch, args, fields, device):
 
     rotary = next((m for m in model.modules() if hasattr(m, "inv_freq")), None)
     if rotary is not None:
-        expected = ROPE_THETA ** (-2.0 / fields["head_dim"])
+        expected = rope_theta(config) ** (-2.0 / config.head_dim)
         if abs(float(rotary.inv_freq[1]) - expected) > 1e-6 * expected + 1e-12:
             print(f"warning: RoPE inv_freq[1] = {float(rotary.inv_freq[1]):.3e}, expected {expected:.3e} "
-                  f"(rope_theta {ROPE_THETA:g} not taken by this transformers)", flush=True)
+                  f"(rope_theta {rope_theta(config):g} not taken by this transformers)", flush=True)
     return model, attention, experts
 
 
@@ -390,6 +412,8 @@ def main():
     parser.add_argument("--data", required=True, help="topotrain HDF5 token dataset")
     parser.add_argument("--preset", default="moe-500m", choices=sorted(PRESETS))
     parser.add_argument("--tiny", action="store_true", help="--preset tiny-moe (CPU smoke tests)")
+    parser.add_argument("--config", help="an HF Qwen3Moe config.json instead of --preset (e.g. the one "
+                                         "bench/moe/reference_shape.py writes), as moe_train's model.config")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--token-budget", type=int, default=16384)
     parser.add_argument("--grad-accum", type=int, default=1)
@@ -408,6 +432,8 @@ def main():
     parser.add_argument("--result", help="rank 0 writes the result JSON here")
     args = parser.parse_args()
     if args.tiny:
+        if args.config:
+            fail("--tiny and --config: give one model")
         args.preset = "tiny-moe"
     if args.token_budget < 1 or args.grad_accum < 1 or args.steps < 1 or args.warmup < 0:
         fail("--token-budget, --grad-accum and --steps must be >= 1, --warmup >= 0")
@@ -438,16 +464,18 @@ def main():
                                 **({"device_id": device} if device.type == "cuda" else {}))
     log = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
 
-    fields = dict(COMMON_FIELDS, **PRESETS[args.preset])
+    import transformers
+    config = hf_config(transformers, args)
     dataset = TokenDataset(args.data)
-    if dataset.vocab_size > fields["vocab_size"]:
-        fail(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {fields['vocab_size']}")
+    if dataset.vocab_size > config.vocab_size:
+        fail(f"dataset vocab_size {dataset.vocab_size} exceeds the model's {config.vocab_size}")
     torch.manual_seed(args.seed)
-    model, attention, experts = build_model(torch, args, fields, device)
+    model, attention, experts = build_model(torch, args, config, device)
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"reference: torch {torch.__version__}, {args.preset} {n_params / 1e6:.1f}M parameters, attention {attention}, "
-        f"experts {experts}, {world} rank(s) x {args.grad_accum} micro-batches of {args.token_budget} tokens, "
+    log(f"reference: torch {torch.__version__}, {args.config or args.preset} {n_params / 1e6:.1f}M parameters, "
+        f"attention {attention}, experts {experts}, {world} rank(s) x {args.grad_accum} micro-batches of "
+        f"{args.token_budget} tokens, "
         f"device {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
 
     if ddp:
@@ -463,7 +491,7 @@ def main():
                                   lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
     planner = StepPlanner(dataset, args.token_budget, args.seed, world, rank, args.grad_accum)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-    aux_coef = fields["router_aux_loss_coef"]
+    aux_coef = config.router_aux_loss_coef
     pin = device.type == "cuda"
     sample_log = None
     if args.sample_log:
@@ -523,7 +551,10 @@ def main():
         sample_log.close()
 
     tokens_per_s = measured_tokens / measured_seconds
-    fpt = flops_per_token(fields, dataset.num_tokens / dataset.num_samples)
+    # The routing the reference trained in, read after the timed steps from the last micro-batch
+    # (one micro-batch, where moe_train's figure is a mean over the measured steps).
+    expert_load = max(expert_loads(torch, out.router_logits, config.num_experts_per_tok, config.num_experts))
+    fpt = flops_per_token(config, dataset.num_tokens / dataset.num_samples)
     peak = 0.0
     if device.type == "cuda" and any(n in torch.cuda.get_device_name(device) for n in ("H100", "H200")):
         peak = H100_H200_PEAK_BF16
@@ -533,7 +564,8 @@ def main():
                   mfu=(fpt * tokens_per_s / (peak * world)) if peak > 0 else None,
                   step_ms=1e3 * measured_seconds / (args.steps - args.warmup),
                   peak_memory_gib=(torch.cuda.max_memory_allocated(device) / 2**30) if device.type == "cuda" else None,
-                  attention=attention, experts=experts, ddp=ddp, first_loss=losses[0], last_loss=losses[-1],
+                  attention=attention, experts=experts, ddp=ddp, expert_load_last=expert_load,
+                  first_loss=losses[0], last_loss=losses[-1],
                   torch=torch.__version__, nccl_p2p_disable=os.environ.get("NCCL_P2P_DISABLE", ""))
     log("RESULT " + json.dumps(result))
     if rank == 0 and args.result:

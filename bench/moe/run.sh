@@ -20,10 +20,13 @@
 # moe_train run, to stdout and to "$OUT/moe_bench.md" when OUT is set ("$OUT/moe_bench_logs.txt"
 # holds the tail of every log). A failed configuration is reported and the others go on. New
 # runs stop starting once MOE_BENCH_BUDGET_S (380) seconds have passed; what was skipped says so.
-# Then (MOE_BENCH_SECTIONS, default "reference users"; "users" runs only this) what users get:
-# moe_train alone on 1 and 2 GPUs at grad_accum 1 and 10 with its defaults (checkpoint every
-# 100 steps, progress every 10, clip 1), with checkpoint.every_steps = 10, and idealised
-# (no checkpoint, clip or progress lines), interleaved in one sitting; and the HF Qwen3Moe
+# MOE_BENCH_SECTIONS (default "reference reference-shape users") chooses the parts: "reference"
+# is the above; "reference-shape" compares the same way the HF Qwen3Moe reference shape (below),
+# one GPU, grad_accum 1, both reading the config.json transformers writes, 110 steps measured
+# from step 41; "users" (run first) is what users get: moe_train alone on 1 and 2 GPUs at
+# grad_accum 1 and 10 with its defaults (checkpoint every 100 steps, progress every 10, clip 1),
+# with checkpoint.every_steps = 10, and idealised (no checkpoint, clip or progress lines),
+# interleaved in one sitting; and the HF Qwen3Moe
 # reference shape (hidden 1024, 12 layers, 16 experts top-8 of 512; its config.json written
 # with transformers) on ~4K-token documents, idealised and with the defaults, both 110 steps
 # measured from step 41: cuDNN builds a plan for each new document-window size in the first
@@ -130,15 +133,37 @@ mpirun_base() {  # GPUS [NCCL_P2P_DISABLE value or empty]
 
 over_budget() { (( SECONDS - start > budget_s )); }
 
-run_topotrain() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra --set ...]
-  local name=$1 gpus=$2 ga=$3 steps=$4 skip=$5 p2p=$6
-  shift 6
+shape_args() {  # SHAPE WHO: moe_train's (WHO tt) or the reference's (ref) model and data; SHAPE preset|reference
+  if [[ $1 == reference ]]; then
+    # The HF Qwen3Moe reference shape on ~4K-token documents; both read the one config.json.
+    if [[ ! -f $work/reference-shape/config.json ]]; then
+      "$python" bench/moe/reference_shape.py "$work/reference-shape" >&2 || return 1
+    fi
+    if [[ ! -f $work/data4k.h5 ]]; then
+      "$python" bench/moe/make_dataset.py "$work/data4k.h5" "${data_args[@]}" --mean-len 4096 >/dev/null || return 1
+    fi
+    if [[ $2 == tt ]]; then
+      printf '%s\n' --set "model.config=$work/reference-shape/config.json" --set "data.path=$work/data4k.h5"
+    else
+      printf '%s\n' --config "$work/reference-shape/config.json" --data "$work/data4k.h5"
+    fi
+  elif [[ $2 == tt ]]; then
+    printf '%s\n' --set "model.preset=$preset" --set "data.path=$work/data.h5"
+  else
+    printf '%s\n' --data "$work/data.h5"
+  fi
+}
+
+run_topotrain() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE SHAPE [extra --set ...]
+  local name=$1 gpus=$2 ga=$3 steps=$4 skip=$5 p2p=$6 shape=$7
+  shift 7
   local log=$work/$name.tt.log run_dir=$work/runs/$name-tt
-  local -a launch
+  local -a launch model
   mapfile -t launch < <(mpirun_base "$gpus" "$p2p")
-  say "$name: moe_train ($gpus GPU(s), grad_accum $ga, $steps steps)"
-  "${launch[@]}" "$bin/moe_train" "$work/$name.toml" \
-    --set "model.preset=$preset" --set "data.path=$work/data.h5" --set "train.token_budget=$token_budget" \
+  mapfile -t model < <(shape_args "$shape" tt 2>"$log")
+  (( ${#model[@]} )) || return 1
+  say "$name: moe_train ($gpus GPU(s), grad_accum $ga, $steps steps, $shape shape)"
+  "${launch[@]}" "$bin/moe_train" "$work/$name.toml" "${model[@]}" --set "train.token_budget=$token_budget" \
     --set "train.grad_accum=$ga" --set "train.max_steps=$steps" --set train.lr=6e-4 \
     --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$name-tt" --set checkpoint.every_steps=0 \
     --set checkpoint.keep=1 --set log.every=5 "$@" >"$log" 2>&1
@@ -147,14 +172,16 @@ run_topotrain() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra --set ...]
   return $rc
 }
 
-run_reference() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE [extra args]
-  local name=$1 gpus=$2 ga=$3 steps=$4 skip=$5 p2p=$6
-  shift 6
-  local -a launch
+run_reference() {  # NAME GPUS GA STEPS SKIP P2P_DISABLE SHAPE [extra args]
+  local name=$1 gpus=$2 ga=$3 steps=$4 skip=$5 p2p=$6 shape=$7
+  shift 7
+  local -a launch model
   mapfile -t launch < <(mpirun_base "$gpus" "$p2p")
+  mapfile -t model < <(shape_args "$shape" ref 2>"$work/$name.ref.log")
+  (( ${#model[@]} )) || return 1
   port=$(( port + 1 ))
-  say "$name: PyTorch reference ($gpus GPU(s), grad_accum $ga, $steps steps)"
-  "${launch[@]}" -x "MASTER_PORT=$port" "$python" bench/moe/reference_train.py --data "$work/data.h5" \
+  say "$name: PyTorch reference ($gpus GPU(s), grad_accum $ga, $steps steps, $shape shape)"
+  "${launch[@]}" -x "MASTER_PORT=$port" "$python" bench/moe/reference_train.py "${model[@]}" \
     --token-budget "$token_budget" --grad-accum "$ga" --steps "$steps" --warmup "$skip" --lr 6e-4 \
     "${reference_args[@]}" "$@" \
     >"$work/$name.ref.log" 2>&1
@@ -172,10 +199,11 @@ failed() {  # NAME WHAT LOG
 }
 
 order=0
-bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE
-  local name=$1 label=$2 gpus=$3 ga=$4 interconnect=$5 p2p=$6 steps skip
+bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE [SHAPE STEPS SKIP]
+  local name=$1 label=$2 gpus=$3 ga=$4 interconnect=$5 p2p=$6 shape=${7:-preset} steps skip
   order=$(( order + 1 ))
   if (( ga == 1 )); then steps=$steps_ga1 skip=$skip_ga1; else steps=$steps_ga10 skip=$skip_ga10; fi
+  steps=${8:-$steps} skip=${9:-$skip}
   printf '{"name": "%s", "label": "%s", "gpus": %d, "grad_accum": %d, "order": %d}\n' \
     "$name" "$label" "$gpus" "$ga" "$order" >"$results/$name.config.json"
   if (( gpus > ngpu )); then
@@ -188,7 +216,7 @@ bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE
     echo "- $label: skipped, time budget of ${budget_s}s spent (raise MOE_BENCH_BUDGET_S)" >>"$notes"
     return
   fi
-  if run_topotrain "$name" "$gpus" "$ga" "$steps" "$skip" "$p2p"; then
+  if run_topotrain "$name" "$gpus" "$ga" "$steps" "$skip" "$p2p" "$shape"; then
     local run_dir=$work/runs/$name-tt
     if "$python" bench/moe/summarize.py timings "$run_dir" --skip "$skip" >"$results/$name.tt.json" 2>"$work/$name.sum.log"; then
       { echo "### $label: topotrain-report --skip $skip"; echo '```'
@@ -202,7 +230,7 @@ bench_config() {  # NAME LABEL GPUS GA INTERCONNECT P2P_DISABLE
   else
     failed "$name" "moe_train" "$work/$name.tt.log"
   fi
-  if run_reference "$name" "$gpus" "$ga" "$steps" "$skip" "$p2p" --result "$results/$name.ref.json" &&
+  if run_reference "$name" "$gpus" "$ga" "$steps" "$skip" "$p2p" "$shape" --result "$results/$name.ref.json" &&
      [[ -s $results/$name.ref.json ]]; then
     { echo "### $label: reference"; echo '```'; grep -E '^(reference:|step |RESULT)' "$work/$name.ref.log" | tail -4
       echo '```'; } >>"$reports"
@@ -223,14 +251,10 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
   user_order=$(( user_order + 1 ))
   if (( gpus > ngpu )); then echo "- $label: skipped, needs $gpus GPUs ($ngpu available)" >>"$notes"; return; fi
   if over_budget; then echo "- $label: skipped, time budget of ${budget_s}s spent" >>"$notes"; return; fi
-  if [[ $shape == reference ]]; then
-    [[ -f $work/reference-shape/config.json ]] ||
-      "$python" bench/moe/reference_shape.py "$work/reference-shape" ||
-      { echo "- $label: could not write the reference shape's config.json with transformers" >>"$notes"; return; }
-    settings+=(--set "model.config=$work/reference-shape/config.json" --set "data.path=$work/data4k.h5")
-  else
-    settings+=(--set "model.preset=$preset" --set "data.path=$work/data.h5")
-  fi
+  local -a model
+  mapfile -t model < <(shape_args "$shape" tt 2>"$work/$name.user.log")
+  if (( ! ${#model[@]} )); then failed "$name" "writing the $shape shape's config or data" "$work/$name.user.log"; return; fi
+  settings+=("${model[@]}")
   case $kind in
     idealised) settings+=(--set checkpoint.every_steps=-1 --set train.clip=0 --set log.every=100000) ;;
     every10) settings+=(--set checkpoint.every_steps=10) ;;
@@ -258,8 +282,6 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
 
 users_section() {
   [[ $smoke == 1 ]] && ga1_long=12 || ga1_long=110  # a defaults run at grad_accum 1 crosses the cadence of 100
-  "$python" bench/moe/make_dataset.py "$work/data4k.h5" "${data_args[@]}" --mean-len 4096 >/dev/null 2>&1 ||
-    "$python" bench/moe/make_dataset.py "$work/data4k.h5" "${data_args[@]}" >/dev/null
   for gpus in 1 2; do
     user_row "u$gpus-ga1-ideal" "$gpus GPU(s), grad_accum 1, idealised" "$gpus" 1 "$steps_ga1" "$skip_ga1" preset idealised
     user_row "u$gpus-ga1-defaults" "$gpus GPU(s), grad_accum 1, defaults" "$gpus" 1 "$ga1_long" "$skip_ga1" preset defaults
@@ -273,7 +295,7 @@ users_section() {
   user_row "u1-ref-defaults" "1 GPU, HF Qwen3Moe reference shape, grad_accum 1, defaults" 1 1 110 40 reference defaults
 }
 
-sections=${MOE_BENCH_SECTIONS:-reference users}
+sections=${MOE_BENCH_SECTIONS:-reference reference-shape users}
 [[ " $sections " == *" users "* ]] && users_section
 if [[ " $sections " == *" reference "* ]]; then
 bench_config 1gpu-ga10 "1 GPU, grad_accum 10" 1 10 nvlink ""
@@ -283,6 +305,10 @@ bench_config 1gpu-ga1 "1 GPU, grad_accum 1" 1 1 nvlink ""
 bench_config 2gpu-nvlink-ga1 "2 GPUs NVLink, grad_accum 1" 2 1 nvlink ""
 bench_config 2gpu-p2poff-ga1 "2 GPUs NCCL_P2P_DISABLE=1, grad_accum 1" 2 1 pcie4 1
 fi
+if [[ " $sections " == *" reference-shape "* && $smoke != 1 ]]; then  # a 489M model: not for CPU ranks
+  # 110 steps measured from step 41, as the users section's reference-shape rows (cuDNN's plans).
+  bench_config 1gpu-ref-ga1 "1 GPU, HF Qwen3Moe reference shape, grad_accum 1" 1 1 nvlink "" reference 110 40
+fi
 
 # ---- same samples? moe_train's log.samples against the reference's --sample-log
 check_gpus=$ngpu
@@ -290,8 +316,8 @@ data_check="not run (time budget spent, or the reference section left out)"
 if [[ " $sections " == *" reference "* ]] && ! over_budget; then
   write_topology order-check "$check_gpus" nvlink
   mkdir -p "$work/ref-samples"
-  if run_topotrain order-check "$check_gpus" 2 3 0 "" --set log.samples=true &&
-     run_reference order-check "$check_gpus" 2 3 0 "" --sample-log "$work/ref-samples"; then
+  if run_topotrain order-check "$check_gpus" 2 3 0 "" preset --set log.samples=true &&
+     run_reference order-check "$check_gpus" 2 3 0 "" preset --sample-log "$work/ref-samples"; then
     data_check="identical: every rank trained the same sample pieces in the same order ($check_gpus rank(s), grad_accum 2, 3 steps)"
     for (( r = 0; r < check_gpus; r++ )); do
       if ! diff -q "$work/runs/order-check-tt/samples-rank-$r.txt" "$work/ref-samples/samples-rank-$r.txt" >/dev/null 2>&1; then
@@ -308,7 +334,9 @@ fi
 # ---- summary
 summary=$work/moe_bench.md
 {
-  echo "# moe_train vs PyTorch reference: $preset, token_budget $token_budget"
+  shapes_run=$preset
+  [[ " $sections " == *" reference-shape "* && $smoke != 1 ]] && shapes_run+=" and the HF Qwen3Moe reference shape"
+  echo "# moe_train vs PyTorch reference: $shapes_run, token_budget $token_budget"
   echo
   echo "$(date -u '+%F %H:%M UTC'), $hardware, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
        "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
@@ -328,7 +356,8 @@ summary=$work/moe_bench.md
   echo "MFU with topotrain's FLOPs per token (active matmuls + attention at each token's mean causal context) and 989 TFLOP/s;"
   echo "comm % = moe_train's comm_wait share of the step; scaling eff. = 2-GPU tok/s / (2 x 1-GPU tok/s), same grad_accum."
   echo "expert load: moe_train's peak expert load over the measured steps (1 = even split, experts / top_k = every"
-  echo "token to the same experts; the experts' weight-gradient GEMMs slow down as it rises)."
+  echo "token to the same experts; the experts' weight-gradient GEMMs slow down as it rises); the reference's is"
+  echo "the same figure for its last micro-batch."
   echo "ga10: steps $((skip_ga10 + 1))..$((steps_ga10 - 1)) of $steps_ga10 measured; ga1: steps $((skip_ga1 + 1))..$((steps_ga1 - 1)) of $steps_ga1" \
        "(the reference measures through its last step)."
   echo

@@ -11,7 +11,9 @@ as topotrain-report expects) and the step time is the slowest rank's wall time. 
 step is left out as well as the first K: it also writes the final checkpoint. An MoE run's
 expert load is the mean over those steps and ranks of the peak expert load (moe_train's
 progress line `load`: 1 is an even split, experts / top_k every token to the same experts),
-which the experts' weight-gradient GEMMs' speed depends on (RESULTS.md, "2026-12-04, later").
+which the experts' weight-gradient GEMMs' speed depends on (RESULTS.md, "2026-12-04, later");
+the reference's (reference_train.py's expert_load_last) is the same figure for its last
+micro-batch.
 """
 import argparse
 import glob
@@ -88,8 +90,8 @@ def fmt_share(value):
     return f"{100 * value:.1f}%" if value is not None else "n/a"
 
 
-def fmt_load(result):
-    return f"{result['expert_load']:.2f}" if result and result.get("expert_load") is not None else "n/a"
+def fmt_load(result, key="expert_load"):
+    return f"{result[key]:.2f}" if result and result.get(key) is not None else "n/a"
 
 
 def table(results_dir):
@@ -111,7 +113,7 @@ def table(results_dir):
         return mine["tokens_per_s"] / (config["gpus"] * base["tokens_per_s"])
 
     lines = ["| config | topotrain tok/s (per GPU) | reference tok/s (per GPU) | ratio | MFU topotrain / ref "
-             "| comm % | scaling eff. topotrain / ref | expert load |",
+             "| comm % | scaling eff. topotrain / ref | expert load topotrain / ref |",
              "|---|---|---|---|---|---|---|---|"]
     for config in configs:
         tt, ref = results[config["name"]]
@@ -120,7 +122,8 @@ def table(results_dir):
         mfu = " / ".join(fmt_share(r.get("mfu")) if r else "-" for r in (tt, ref))
         scale = " / ".join(fmt_share(scaling(config, i)) if config["gpus"] > 1 else "-" for i in (0, 1))
         lines.append(f"| {config['label']} | {per_gpu(tt)} | {per_gpu(ref)} | {ratio} | {mfu} | "
-                     f"{fmt_share(tt.get('comm_share')) if tt else 'n/a'} | {scale} | {fmt_load(tt)} |")
+                     f"{fmt_share(tt.get('comm_share')) if tt else 'n/a'} | {scale} | "
+                     f"{fmt_load(tt)} / {fmt_load(ref, 'expert_load_last')} |")
     return "\n".join(lines)
 
 
