@@ -1,6 +1,7 @@
-// Test helper: the names a README.md line lists, for tests that a doc list of keys or tags
-// is the code's. The line starts with `prefix` (e.g. "`metrics.jsonl` keys:"); what follows
-// it in backticks are the names. A README without such a line fails the calling test.
+// Test helper: the names a line of README.md (or of another doc of the source tree) lists,
+// for tests that a doc list of keys, tags or columns is the code's. The line starts with
+// `prefix` (e.g. "`metrics.jsonl` keys:"); what follows it in backticks are the names. A doc
+// without such a line fails the calling test.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,14 +12,15 @@
 
 namespace topotrain::test_support {
 
-inline std::set<std::string> readme_listing(const std::string& prefix) {
-  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/README.md");
+// `doc`: a path from the source tree's root.
+inline std::set<std::string> doc_listing(const std::string& doc, const std::string& prefix) {
+  std::ifstream in(std::string(TOPOTRAIN_SOURCE_DIR) + "/" + doc);
   std::string line, listing;
   while (std::getline(in, line))
     if (line.rfind(prefix, 0) == 0) listing = line;
   std::set<std::string> names;
   if (listing.empty()) {
-    ADD_FAILURE() << "README.md has no line starting with " << prefix;
+    ADD_FAILURE() << doc << " has no line starting with " << prefix;
     return names;
   }
   for (std::size_t at = listing.find('`', prefix.size()); at != std::string::npos; at = listing.find('`', at + 1)) {
@@ -29,5 +31,7 @@ inline std::set<std::string> readme_listing(const std::string& prefix) {
   }
   return names;
 }
+
+inline std::set<std::string> readme_listing(const std::string& prefix) { return doc_listing("README.md", prefix); }
 
 }  // namespace topotrain::test_support

@@ -134,7 +134,7 @@ RunReport analyse_timings(const StitchedRun& run) {
     RoleReport role;
     role.role = role_name;
     std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
-    std::vector<double> walls, queue, overlaps, comm_overlaps;
+    std::vector<double> walls, queue, overlaps, comm_overlaps, beside_write, no_write;
     // A launch's tokens/s (summed over its ranks) and MFU (their mean) are combined over
     // the launches weighted by each launch's time (its ranks' mean summed wall).
     double weighted_rate = 0, rate_time = 0, weighted_mfu = 0, mfu_time = 0;
@@ -160,6 +160,10 @@ RunReport analyse_timings(const StitchedRun& run) {
           phase_values[kPhaseCount].push_back(run.value(*row, &StepColumns::other));
           const double wall = run.value(*row, &StepColumns::wall);
           walls.push_back(wall);
+          const double writing = run.value(*row, &StepColumns::checkpoint_writing, StepMetrics::kUnset);
+          const double outside_checkpoint = wall - run.phase_seconds(*row, static_cast<std::size_t>(Phase::checkpoint));
+          if (writing == 1) beside_write.push_back(outside_checkpoint);
+          if (writing == 0) no_write.push_back(outside_checkpoint);
           overlaps.push_back(run.value(*row, &StepColumns::overlap));
           comm_overlaps.push_back(run.value(*row, &StepColumns::comm_overlap));
           rank_tokens += run.value(*row, &StepColumns::tokens);
@@ -212,6 +216,11 @@ RunReport analyse_timings(const StitchedRun& run) {
       for (double q : queue) sum += q;
       role.queue_depth_mean = sum / static_cast<double>(queue.size());
       role.queue_depth_max = *std::max_element(queue.begin(), queue.end());
+    }
+    role.rows_beside_write = beside_write.size();
+    if (!beside_write.empty() && !no_write.empty()) {
+      role.p50_beside_write = percentile(beside_write, 50);
+      role.p50_no_write = percentile(no_write, 50);
     }
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
@@ -287,6 +296,14 @@ std::string format_report(const RunReport& report) {
       out += line;
     }
     out += "\n";
+    if (role.p50_no_write > 0) {
+      std::snprintf(line, sizeof line,
+                    "  beside a checkpoint write: %zu of %zu rank-steps, p50 %.3f ms against %.3f ms without "
+                    "(%+.1f%%; wall less the step's own checkpoint phase)\n",
+                    role.rows_beside_write, role.rows, role.p50_beside_write * 1e3, role.p50_no_write * 1e3,
+                    100 * (role.p50_beside_write / role.p50_no_write - 1));
+      out += line;
+    }
   }
   out += "\nbottleneck: " + report.bottleneck + "\n";
   const std::string& phase = report.bottleneck_phase;

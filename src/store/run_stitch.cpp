@@ -37,7 +37,8 @@ StepColumns::StepColumns(const TimingsData& data)
       queue_depth(data.steps.column("queue_depth")),
       flops(data.steps.column("flops")),
       overlap(data.steps.column("overlap")),
-      comm_overlap(data.steps.column("comm_overlap")) {
+      comm_overlap(data.steps.column("comm_overlap")),
+      checkpoint_writing(data.steps.column("checkpoint_writing")) {
   for (const char* name : phase_names()) phases.push_back(data.steps.column(name));
 }
 

@@ -247,7 +247,8 @@ void TimingLog::collect_finished() {
     for (std::size_t p = 0; p < kPhaseCount; ++p) phase_totals_[p] += record.phase_seconds[p];
     step_rows_.insert(step_rows_.end(), {record.other_seconds(), m.tokens, m.loss, m.lr, m.grad_norm,
                                          m.peak_memory_bytes, m.queue_depth, m.collectives, m.flops,
-                                         record.overlap_seconds, record.comm_overlap_seconds});
+                                         record.overlap_seconds, record.comm_overlap_seconds,
+                                         m.checkpoint_writing});
     step_rows_.insert(step_rows_.end(), m.extra.begin(), m.extra.end());
     for (const PhaseSpan& span : record.spans)
       span_rows_.insert(span_rows_.end(), {double(rank_), double(record.step), double(static_cast<int>(span.phase)),

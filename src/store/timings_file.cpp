@@ -25,7 +25,7 @@ std::vector<std::string> step_fields(const std::vector<std::string>& extra_field
   for (const char* phase : phase_names()) fields.push_back(phase);
   for (const char* field :
        {"other", "tokens", "loss", "lr", "grad_norm", "peak_memory_bytes", "queue_depth", "collectives", "flops",
-        "overlap", "comm_overlap"})
+        "overlap", "comm_overlap", "checkpoint_writing"})
     fields.push_back(field);
   fields.insert(fields.end(), extra_fields.begin(), extra_fields.end());
   return fields;

@@ -307,6 +307,7 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   metrics.grad_norm = grad_norm_;
   metrics.peak_memory_bytes = static_cast<double>(report.peak_memory);
   metrics.collectives = static_cast<double>(report.collectives);
+  metrics.checkpoint_writing = writer_busy_ ? 1 : 0;
   // The last step (the length reached, or a stop agreed) saves here, timed with its step;
   // finish() saves what only turns out to be the last step after it.
   const bool last = done() || stop_agreed_;

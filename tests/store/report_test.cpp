@@ -1,12 +1,16 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "../command_output.h"
+#include "../readme_listing.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/store/chrome_trace.h"
@@ -38,7 +42,9 @@ std::map<std::string, double> synthetic_row(int rank, int step) {
 }
 
 // Unmeasured metrics are NaN in real logs (StepMetrics::kUnset).
-double unset(const std::string& field) { return field == "queue_depth" || field == "loss" ? StepMetrics::kUnset : 0; }
+double unset(const std::string& field) {
+  return field == "queue_depth" || field == "loss" || field == "checkpoint_writing" ? StepMetrics::kUnset : 0;
+}
 
 // Appends one /steps row of `values`, every other field unset.
 void append_step_row(std::vector<double>& rows, const std::map<std::string, double>& values) {
@@ -190,6 +196,65 @@ TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
   EXPECT_NE(text.find("bottleneck: drafter backward is 58% of step; target waits on queue 40%"), std::string::npos);
   EXPECT_NE(text.find("queue_wait        40.0"), std::string::npos) << text;
   EXPECT_NE(text.find("MFU "), std::string::npos) << text;
+  EXPECT_EQ(text.find("beside a checkpoint write"), std::string::npos) << text;  // not recorded here
+}
+
+TEST(TimingsLayout, DocumentedStepColumnsAreTheCodes) {
+  std::set<std::string> documented;
+  for (const std::string& listed : test_support::doc_listing("docs/store.md", "| `/steps` |")) {
+    for (std::size_t at = 0; at <= listed.size();) {
+      const std::size_t end = std::min(listed.find(", ", at), listed.size());
+      documented.insert(listed.substr(at, end - at));
+      at = end + 2;
+    }
+  }
+  std::set<std::string> code;  // the phases, which the doc names as a group, left out
+  for (const std::string& field : step_fields({}))
+    if (std::find(phase_names().begin(), phase_names().end(), field) == phase_names().end()) code.insert(field);
+  EXPECT_EQ(documented, code);
+}
+
+TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
+  const std::string dir = make_temp_directory("topotrain-report-writes-");
+  const std::string path = join_path(dir, kTimingsFileName);
+  {
+    TimingsTables t(create_timings_file(path, 1, "trainer"));
+    t.ranks.append({0, 0, 0, -1});
+    // Steps 3..6 end beside a write and take 120 ms, the others 100 ms outside their own
+    // checkpoint phase (step 2 saves: 400 ms more of it, and counts as 100); step 9's flag is
+    // unknown (NaN) and its 500 ms must count in neither group.
+    std::vector<double> rows;
+    for (int step = 0; step < 10; ++step) {
+      const bool beside = step >= 3 && step <= 6;
+      const double checkpoint = step == 2 ? 0.400 : 0;
+      const double wall = (step == 9 ? 0.5 : beside ? 0.120 : 0.100) + checkpoint;
+      std::map<std::string, double> values = {{"step", step},   {"rank", 0},         {"start", step * 0.2},
+                                              {"wall", wall},   {"forward", 0.050},  {"checkpoint", checkpoint},
+                                              {"tokens", 100},  {"other", wall - 0.050 - checkpoint}};
+      if (step != 9) values["checkpoint_writing"] = beside ? 1 : 0;
+      append_step_row(rows, values);
+    }
+    t.steps.append(rows);
+  }
+  const RunReport report = analyse_timings(stitch_launches({read_timings(path)}, 0));
+  ASSERT_EQ(report.roles.size(), 1u);
+  const RoleReport& role = report.roles[0];
+  EXPECT_EQ(role.rows_beside_write, 4u);
+  EXPECT_NEAR(role.p50_beside_write, 0.120, 1e-12);
+  EXPECT_NEAR(role.p50_no_write, 0.100, 1e-12);
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("beside a checkpoint write: 4 of 10 rank-steps, p50 120.000 ms against 100.000 ms without "
+                      "(+20.0%; wall less the step's own checkpoint phase)"),
+            std::string::npos)
+      << text;
+
+  // Leaving out the first 7 steps leaves rows beside no write (7, 8) and one unknown (9):
+  // nothing to set against, no line.
+  const RunReport late = analyse_timings(stitch_launches({read_timings(path)}, 7));
+  EXPECT_EQ(late.roles[0].rows_beside_write, 0u);
+  EXPECT_LT(late.roles[0].p50_no_write, 0);
+  EXPECT_EQ(format_report(late).find("beside a checkpoint write"), std::string::npos);
+  remove_tree(dir);
 }
 
 TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {

@@ -57,6 +57,7 @@ TEST(TimingLog, HoldsEveryRankAndStep) {
       metrics.loss = 1.0 / (step + 1);
       metrics.extra = {double(step % 2)};
       metrics.flops = 1e9 * step;
+      metrics.checkpoint_writing = step % 3 == 1;
       log.end_step(metrics);
       if (step == kEvery - 1 && rank == 0) {
         // Each shipment reaches the disk: another reader sees it before the run ends.
@@ -87,6 +88,7 @@ TEST(TimingLog, HoldsEveryRankAndStep) {
       EXPECT_EQ(steps.at(row, steps.column("loss")), 1.0 / (s + 1));
       EXPECT_EQ(steps.at(row, steps.column("queue_depth_send")), double(s % 2));
       EXPECT_EQ(steps.at(row, steps.column("flops")), 1e9 * s);
+      EXPECT_EQ(steps.at(row, steps.column("checkpoint_writing")), s % 3 == 1 ? 1.0 : 0.0);
       EXPECT_TRUE(std::isnan(steps.at(row, steps.column("lr"))));
       const double wall = steps.at(row, steps.column("wall"));
       const double named = steps.at(row, steps.column("forward")) + steps.at(row, steps.column("send")) +

@@ -248,6 +248,13 @@ slow_checkpoint)
   saved=$(ls "$work/slow" | grep -c '^step-.*\.h5$')
   (( saved >= 2 && saved < 5 )) || { echo "expected 2 to 4 checkpoints (some deferred), found $saved"; exit 1; }
   "$bin/checkpoint_diff" "$(latest plain)" "$(latest slow)" 0
+  # The report sets the steps that ended beside a write against the others; the ranks agree
+  # on the flag (an even count of rank-steps), and steps 1 and 2 ran before any write.
+  "$bin/topotrain-report" "$work/slow" > "$work/slow.report"
+  beside=$(grep -Eo "beside a checkpoint write: [0-9]+ of 18 rank-steps" "$work/slow.report" | grep -Eo "[0-9]+ of" |
+    cut -d' ' -f1)
+  [[ -n $beside ]] && (( beside >= 2 && beside <= 14 && beside % 2 == 0 )) ||
+    { cat "$work/slow.report"; echo "no, or an odd, count of steps beside a write: '$beside'"; exit 1; }
   # Resume from the newest checkpoint before the last (a deferred one) and finish alike.
   middle=$(ls "$work/slow" | grep '^step-.*\.h5$' | sort | tail -2 | head -1)
   rm "$work/slow/step-00000009.h5" && echo "$middle" > "$work/slow/latest"

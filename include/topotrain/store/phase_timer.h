@@ -66,6 +66,9 @@ struct StepMetrics {
   // drafter's depend on the anchors drawn); the report then prefers them to
   // TimingLogConfig::flops_per_token x tokens.
   double flops = kUnset;
+  // 1 when a checkpoint write was in flight as the step ended (its agreement), else 0: the
+  // steps that ran beside a write, whose cost to training the snapshot's stall does not show.
+  double checkpoint_writing = kUnset;
   std::vector<double> extra;    // values of TimingLogConfig::extra_fields, in that order
 };
 

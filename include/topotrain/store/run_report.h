@@ -48,6 +48,13 @@ struct RoleReport {
   double wait_share = 0;         // data_wait + comm_wait - comm_overlap + queue_wait, of wall
   double queue_depth_mean = -1;  // -1 = not recorded
   double queue_depth_max = -1;
+  // Rows that ended with a checkpoint write in flight (the timings' checkpoint_writing), and
+  // the p50 of wall less the step's own checkpoint phase (a save's snapshot stall, or its
+  // wait for the write before) of those and of the rows known to have none: what writing
+  // costs the steps beside it. The p50s are -1 unless both kinds of row are there.
+  std::size_t rows_beside_write = 0;
+  double p50_beside_write = -1;
+  double p50_no_write = -1;
 
   const PhaseStats& phase(const std::string& name) const;
 };

@@ -33,7 +33,7 @@ namespace topotrain {
 struct StepColumns {
   explicit StepColumns(const TimingsData& data);
   int step, rank, start, wall, other, tokens, loss;
-  int queue_depth, flops, overlap, comm_overlap;  // optional
+  int queue_depth, flops, overlap, comm_overlap, checkpoint_writing;  // optional
   std::vector<int> phases;                        // per Phase, optional
 };
 

@@ -10,10 +10,12 @@
 //                    0 = unknown)
 //   /steps           step, rank, start, wall, <one column per Phase, seconds>, other,
 //                    tokens, loss, lr, grad_norm, peak_memory_bytes, queue_depth,
-//                    collectives, flops, overlap, comm_overlap, <extra fields>    (one
-//                    row per rank and step; flops: the step's model FLOPs where they vary
-//                    per step, else NaN; overlap, comm_overlap: StepRecord's
-//                    overlap_seconds and comm_overlap_seconds, absent in older files)
+//                    collectives, flops, overlap, comm_overlap, checkpoint_writing,
+//                    <extra fields>    (one row per rank and step; flops: the step's model
+//                    FLOPs where they vary per step, else NaN; overlap, comm_overlap:
+//                    StepRecord's overlap_seconds and comm_overlap_seconds;
+//                    checkpoint_writing: StepMetrics', NaN where not known; the last three
+//                    absent in older files)
 //   /spans           rank, step, phase, start, seconds, gpu   (every timed scope; `phase`
 //                    is the index into the `phases` attribute of /spans; gpu = 1 for
 //                    device time of a CUDA stream)
