@@ -34,7 +34,7 @@ struct StepColumns {
   explicit StepColumns(const TimingsData& data);
   int step, rank, start, wall, other, tokens, loss;
   int queue_depth, flops, overlap, comm_overlap, checkpoint_writing;  // optional
-  std::vector<int> phases;                        // per Phase, optional
+  std::vector<int> phases;                                            // per Phase, optional
 };
 
 struct StitchedRow {
