@@ -76,7 +76,7 @@ measure() {  # NAME LABEL KIND DIR [dd]
   report=$("$BUILD_DIR/bin/topotrain-report" "$dir/runs/r" --skip "$skip" 2>&1)
   echo "$report" >"$OUT/$name.report.txt"
   optimizer=$(awk '$1 == "optimizer" {printf "%s / %s", $3, $4; exit}' <<<"$report")
-  beside=$(grep -o 'p50 [0-9.]* ms against [0-9.]* ms without ([^;]*' <<<"$report" | sed 's/^p50 //; s/ without//')
+  beside=$(grep -o 'p50 [0-9.]* ms against [0-9.]* ms without ([^;]*' <<<"$report" | sed 's/^p50 //; s/ without (/, /')
   writes=$(grep -o 'written: [0-9.]* GiB in [0-9.]* s' "$OUT/$name.log" | awk '{printf "%s%s", sep, $5; sep=", "}')
   [[ $kind == idealised && ${5:-} != dd ]] && ideal_tps+=("$tps")
   rows+=("$label|$tps|$optimizer|${beside:--}|${writes:--}")
