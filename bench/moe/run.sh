@@ -350,7 +350,8 @@ summary=$work/moe_bench.md
   echo "idealised: checkpoint.every_steps = -1, train.clip = 0, no progress lines; defaults: nothing overridden"
   echo "(checkpoint every 100 steps, progress every 10, clip 1; at grad_accum 1 the run crosses step 100);"
   echo "vs idealised: tok/s over the idealised row of the same GPUs, grad_accum and shape;"
-  echo "stall: the largest checkpoint phase of a measured step (host time the training waited)."
+  echo "stall: the largest checkpoint phase of a measured step (what the training waited: the host for a"
+  echo "snapshot, the device before the next update for its copy)."
   echo
   echo "tok/s: global tokens per second over the measured steps (per GPU in brackets); ratio = topotrain / reference;"
   echo "MFU with topotrain's FLOPs per token (active matmuls + attention at each token's mean causal context) and 989 TFLOP/s;"

@@ -262,6 +262,14 @@ void CheckpointWriter::order_updates_after_snapshot() {
 #endif
 }
 
+bool CheckpointWriter::snapshot_unordered() const {
+#ifdef TOPOTRAIN_CUDA
+  return snapshot_ && snapshot_->updates_unordered;
+#else
+  return false;
+#endif
+}
+
 void CheckpointWriter::wait() {
   if (worker_.joinable()) worker_.join();
   if (error_) {

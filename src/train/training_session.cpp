@@ -30,16 +30,20 @@ bool is_device_work(Phase phase) {
 // What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
 double step_divisor(double sum) { return std::max(sum, 1e-12); }
 
+// `phase` timed on the device's current stream (a CUDA device), else on the host.
+PhaseTimer::Scope stream_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
+#ifdef TOPOTRAIN_CUDA
+  if (device.is_cuda()) return timer.scope(phase, compat::current_stream(device));
+#else
+  (void)device;
+#endif
+  return timer.scope(phase);
+}
+
 }  // namespace
 
 PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
-#ifdef TOPOTRAIN_CUDA
-  if (device.is_cuda() && is_device_work(phase)) return timer.scope(phase, compat::current_stream(device));
-#else
-  (void)device;
-  (void)is_device_work;
-#endif
-  return timer.scope(phase);
+  return is_device_work(phase) ? stream_scope(timer, phase, device) : timer.scope(phase);
 }
 
 TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
@@ -146,16 +150,19 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   lr_ = schedule_.at(spec_.length.schedule_position(state_));
   update_enqueued_ = false;
   comm::StepAgreement mine;
+  std::optional<compat::HostCopy> read;
+  std::vector<std::pair<std::size_t, std::int64_t>> read_into;  // where device sums go in mine.sums
+  torch::Tensor factor;
   {
-    // The norm, the factor and the update are the optimizer's work; the read waits for the
-    // step's device work up to the norm and the factor, not for the update queued after them.
+    // The norm, the factor and the update (enqueue_update) are the optimizer's work; the
+    // read waits for the step's device work up to the norm and the factor, not for the
+    // update queued after them.
     auto t = scope(Phase::optimizer);
     norm_squared_ = squared_gradient_norm(spec_.parameters);
     if (!norm_squared_.defined()) norm_squared_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
     // The sums in agreement order: host values now, device values (each a run of elements
     // starting at `at`) filled in by the one read.
     std::vector<torch::Tensor> on_device, defined;
-    std::vector<std::pair<std::size_t, std::int64_t>> read_into;
     for (const torch::Tensor& sum : sums) {
       if (!sum.defined()) {
         mine.sums.push_back(0.0);
@@ -177,7 +184,6 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     // read, so the device runs it while the host reads, agrees and prepares the next step.
     // With peers, an out-of-memory rank or non-finite sums elsewhere are known only from
     // the agreement: optimizer_step enqueues the update after it.
-    torch::Tensor factor;
     if (runtime_.role_size() == 1 && !oom_) {
       double divisor = 1.0;
       if (divisor_sum) {
@@ -189,17 +195,17 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
       factor = gradient_factor(norm_squared_, divisor, config_.step.clip, defined);
       on_device.push_back(factor.reshape({1}));
     }
-    compat::HostCopy read(torch::cat(on_device));
-    if (factor.defined()) enqueue_update(factor);
-    const torch::Tensor values = read.wait().contiguous();
-    const double* next = values.data_ptr<double>();
-    for (const auto& [at, count] : read_into) {
-      std::copy(next, next + count, mine.sums.begin() + static_cast<std::ptrdiff_t>(at));
-      next += count;
-    }
-    unscaled_grad_norm_ = std::sqrt(*next++);
-    skipped_on_device_ = factor.defined() && !std::isfinite(*next);
+    read.emplace(torch::cat(on_device));
   }
+  if (factor.defined()) enqueue_update(factor);
+  const torch::Tensor values = read->wait().contiguous();
+  const double* next = values.data_ptr<double>();
+  for (const auto& [at, count] : read_into) {
+    std::copy(next, next + count, mine.sums.begin() + static_cast<std::ptrdiff_t>(at));
+    next += count;
+  }
+  unscaled_grad_norm_ = std::sqrt(*next++);
+  skipped_on_device_ = factor.defined() && !std::isfinite(*next);
   for (double sum : mine.sums)
     if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();
   if (oom_) {
@@ -216,7 +222,15 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
 }
 
 void TrainingSession::enqueue_update(const torch::Tensor& factor) {
-  if (writer_) writer_->order_updates_after_snapshot();
+  if (writer_ && writer_->snapshot_unordered()) {
+    // The update may not run before the last snapshot's copy is done, and at grad_accum 1
+    // that copy can outlast a step's forward and backward: the device waits here. The wait
+    // is the checkpoint's cost, timed on the stream as the checkpoint phase (the snapshot's
+    // host stall is that phase's host time), so that the optimizer phase is the update alone.
+    auto t = stream_scope(timer(), Phase::checkpoint, device_);
+    writer_->order_updates_after_snapshot();
+  }
+  auto t = scope(Phase::optimizer);
   optimizer_->step(lr_, factor);
   reducer_->zero_grad();
   update_enqueued_ = true;
@@ -250,6 +264,7 @@ std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::Ste
 bool TrainingSession::optimizer_step(const comm::StepAgreement& all) {
   const double divisor = divisor_sum_ ? step_divisor(all.sums.at(*divisor_sum_)) : 1.0;
   bool finite = all.nonfinite_rank < 0;
+  torch::Tensor factor;  // of an update to enqueue
   {
     auto t = scope(Phase::optimizer);
     grad_norm_ = unscaled_grad_norm_ / divisor;
@@ -263,11 +278,12 @@ bool TrainingSession::optimizer_step(const comm::StepAgreement& all) {
                                    " the update the host ", finite ? "applies" : "skips"));
       if (!finite) optimizer_->unstep();
     } else if (finite) {
-      enqueue_update(gradient_factor(norm_squared_, divisor, config_.step.clip, {}));
+      factor = gradient_factor(norm_squared_, divisor, config_.step.clip, {});
     } else {
       reducer_->zero_grad();
     }
   }
+  if (factor.defined()) enqueue_update(factor);
   if (finite) return true;
   const std::string what =
       cat(all.nonfinite_rank >= 0 ? cat("the ", spec_.subject, "loss on rank ", all.nonfinite_rank)

@@ -33,9 +33,12 @@ TEST(CheckpointGpu, SnapshotRunsOnTheDeviceOrderedAfterEarlierWorkAndBeforeLater
     for (int i = 0; i < 20; ++i) x.copy_(torch::matmul(x, a));
     at::cuda::CUDAEvent chain_done;
     chain_done.record(c10::cuda::getCurrentCUDAStream());
+    EXPECT_FALSE(writer.snapshot_unordered());
     const double stall = writer.save(state);
     EXPECT_FALSE(chain_done.query()) << "save() waited for the device: " << stall << " s";
+    EXPECT_TRUE(writer.snapshot_unordered());  // the trainer times the wait that follows
     writer.order_updates_after_snapshot();
+    EXPECT_FALSE(writer.snapshot_unordered());
     const torch::Tensor expected = x.cpu();  // what the chain computed: the snapshot's values
     x.fill_(7);  // the next optimizer step
     writer.wait();

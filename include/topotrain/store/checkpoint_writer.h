@@ -7,7 +7,8 @@
 // step that produced it), then returns: the host does not wait, and the next step's
 // forward and backward run while the copies do. Before the tensors change in place again,
 // order_updates_after_snapshot() makes the current stream wait for those copies (a wait on
-// the device; the host goes on). Without pinned buffers (pinned = false) the copies block
+// the device; the host goes on; snapshot_unordered() says whether one is due, so that the
+// trainer can time it as the checkpoint's). Without pinned buffers (pinned = false) the copies block
 // the host until they are done; CPU tensors are copied by the host.
 //
 // The write: a background thread waits for the copies, writes `step-00000100.h5.tmp`,
@@ -61,6 +62,9 @@ class CheckpointWriter {
   // Orders the current stream of every device the last snapshot copied from after those
   // copies: call it before changing the saved tensors in place. Cheap when nothing is pending.
   void order_updates_after_snapshot();
+  // A snapshot's device copies are not yet ordered before updates: the next
+  // order_updates_after_snapshot() makes the device wait for them (never in a CPU build).
+  bool snapshot_unordered() const;
   // A write is in flight (its buffers are taken), and of which step.
   bool writing() const { return writing_.load(); }
   std::int64_t writing_step() const { return writing_step_; }

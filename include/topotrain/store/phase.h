@@ -20,6 +20,10 @@
 //                                   received, on the compute stream (dflash_train).
 //   Device phases of different streams may overlap: StepRecord::overlap_seconds is the time
 //   counted twice, and `other` (wall minus what the phases cover) stays the untimed rest.
+// * checkpoint on CUDA is both: the host's stall for a snapshot (a save's step), and on the
+//   compute stream the device's wait, before the next update, for that snapshot's copy to
+//   host memory (the step after a save; at grad_accum 1 the copy can outlast a step's forward
+//   and backward). The optimizer phase is the update's work alone.
 // In a CPU build comm_wait is the host's wait for the all-reduce and for the step's
 // agreement (train/training_session.h), and h2d the host's batch conversion.
 #pragma once
