@@ -151,7 +151,7 @@ void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snap
   log_info_here(cat("checkpoint ", final_path, " written: ",
                     fixed_point(static_cast<double>(file_size(final_path)) / (1 << 30), 2), " GiB in ",
                     fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 1),
-                    " s; the snapshot stalled training ", fixed_point(snapshot.stall_seconds * 1e3, 1), " ms", copied));
+                    " s; the snapshot held the host ", fixed_point(snapshot.stall_seconds * 1e3, 1), " ms", copied));
   prune(run_dir, keep, final_path);
 }
 

@@ -241,7 +241,7 @@ slow_checkpoint)
   TOPOTRAIN_FAULT_SLOW_CHECKPOINT=3 train 2 slow "${common[@]}" --set train.max_steps=9
   grep -q "checkpoint of step 4 deferred: the checkpoint of step 2 is still being written" "$work/slow.log" ||
     { echo "no deferral logged"; exit 1; }
-  grep -Eq "snapshot stalled training [0-9.]+ ms" "$work/slow.log" || { echo "no stall logged"; exit 1; }
+  grep -Eq "snapshot held the host [0-9.]+ ms" "$work/slow.log" || { echo "no stall logged"; exit 1; }
   grep -q "checkpoint snapshots: .* GiB of host memory, allocated once" "$work/slow.log" ||
     { echo "the snapshot buffers are not announced"; exit 1; }
   [[ $(cat "$work/slow/latest") == step-00000009.h5 ]] || { echo "the final checkpoint is not the latest"; exit 1; }
@@ -456,7 +456,7 @@ epoch)
     { cat "$log"; exit 1; }
   # Every checkpoint due is written or, while the previous one is still being written,
   # deferred; the last step's is always written.
-  written="written: [0-9.]+ GiB in [0-9.]+ s; the snapshot stalled training [0-9.]+ ms$"
+  written="written: [0-9.]+ GiB in [0-9.]+ s; the snapshot held the host [0-9.]+ ms$"
   for step in $(seq 2 2 "$steps") "$steps"; do
     grep -Eq "^$stamp checkpoint $work/epoch/step-$(printf '%08d' "$step").h5 $written" "$log" ||
       { [[ $step != "$steps" ]] && grep -Eq "^$stamp checkpoint of step $step deferred" "$log"; } ||

@@ -14,7 +14,7 @@
 // The write: a background thread waits for the copies, writes `step-00000100.h5.tmp`,
 // fsyncs it, renames it to `step-00000100.h5`, points `latest` at it (a one-line text file
 // replaced by rename), deletes all but the newest `keep` checkpoints, and logs the file's
-// path and size, the write time, the snapshot's copy time and the training stall.
+// path and size, the write time, the snapshot's copy time and how long it held the host.
 //
 // While a write is in flight the buffers are its: writing() says so, and a trainer whose
 // checkpoint falls due then defers it to a later step instead of waiting; save() called
@@ -57,7 +57,7 @@ class CheckpointWriter {
 
   // Snapshots `state` into the buffers and writes it as step-<state.step>.h5 in the
   // background; waits first for a write in flight. Returns the seconds the caller was held
-  // (the training stall). Throws the previous save's error, if it failed.
+  // (the host's stall). Throws the previous save's error, if it failed.
   double save(const CheckpointState& state);
   // Orders the current stream of every device the last snapshot copied from after those
   // copies: call it before changing the saved tensors in place. Cheap when nothing is pending.
