@@ -12,11 +12,13 @@
 #   every10 shm       checkpoint.every_steps = 10, written into /dev/shm (tmpfs)
 #   every10 disk      the same, written into $TMPDIR (default /tmp; a disk)
 # Per run: tok/s over the steps after the first SKIP (default 5) and before the last
-# (summarize.py), against the mean of the idealised runs; topotrain-report's optimizer mean and
-# p50 (the step after a snapshot waits on the device for its device-to-host copy, which takes
-# longer than one such step) and its "beside a checkpoint write" line; the write times from
-# the log. Tables and logs go to $OUT (default: a new temporary folder). SMOKE=1 runs it all
-# on one CPU rank with tiny-moe and small files, as a check of the script.
+# (summarize.py), against the mean of the idealised runs; topotrain-report's checkpoint phase
+# mean (the host's snapshot stall, and the device's wait in the step after a snapshot for its
+# device-to-host copy, which outlasts such a step's forward and backward; builds before d8bbf06
+# counted that wait in the optimizer phase), its optimizer mean and p50, and its "beside a
+# checkpoint write" line; the write times from the log. Tables and logs go to $OUT (default: a
+# new temporary folder). SMOKE=1 runs it all on one CPU rank with tiny-moe and small files, as a
+# check of the script.
 #   SKIP_BUILD=1 bash bench/moe/checkpoint_interference.sh   (from the project root)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,8 +47,9 @@ printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "tr
 "$python" bench/moe/make_dataset.py "$shm/docs.h5" "${data_args[@]}" >/dev/null || exit 1
 
 table=$OUT/interference.md
-echo "| run | tok/s | vs idealised | optimizer ms mean / p50 | steps beside a write: p50 against without | writes s |" >"$table"
-echo "|---|---|---|---|---|---|" >>"$table"
+{ printf '| run | tok/s | vs idealised | checkpoint ms mean | optimizer ms mean / p50 |'
+  printf ' steps beside a write: p50 against without | writes s |\n'; } >"$table"
+echo "|---|---|---|---|---|---|---|" >>"$table"
 declare -a rows ideal_tps
 
 train() {  # NAME KIND DIR: KIND idealised|every10
@@ -70,17 +73,19 @@ measure() {  # NAME LABEL KIND DIR [dd]
   local rc=$?
   if [[ -n $background ]]; then kill "$background"; wait "$background" 2>/dev/null; background=; rm -f "$shm/load"; fi
   if (( rc != 0 )); then echo "$label: moe_train failed (rc $rc), see $OUT/$name.log"; return; fi
-  local tps report optimizer beside writes
+  local tps report checkpoint optimizer beside writes
   tps=$("$python" bench/moe/summarize.py timings "$dir/runs/r" --skip "$skip" |
         "$python" -c 'import json, sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')
   report=$("$BUILD_DIR/bin/topotrain-report" "$dir/runs/r" --skip "$skip" 2>&1)
   echo "$report" >"$OUT/$name.report.txt"
+  checkpoint=$(awk '$1 == "checkpoint" {print $3; exit}' <<<"$report")
   optimizer=$(awk '$1 == "optimizer" {printf "%s / %s", $3, $4; exit}' <<<"$report")
   beside=$(grep -o 'p50 [0-9.]* ms against [0-9.]* ms without ([^;]*' <<<"$report" | sed 's/^p50 //; s/ without (/, /')
   writes=$(grep -o 'written: [0-9.]* GiB in [0-9.]* s' "$OUT/$name.log" | awk '{printf "%s%s", sep, $5; sep=", "}')
   [[ $kind == idealised && ${5:-} != dd ]] && ideal_tps+=("$tps")
-  rows+=("$label|$tps|$optimizer|${beside:--}|${writes:--}")
-  echo "$label: $tps tok/s, optimizer mean / p50 ${optimizer} ms, beside a write ${beside:--}, writes ${writes:--} s"
+  rows+=("$label|$tps|${checkpoint:--}|$optimizer|${beside:--}|${writes:--}")
+  echo "$label: $tps tok/s, checkpoint mean ${checkpoint:--} ms, optimizer mean / p50 ${optimizer} ms," \
+    "beside a write ${beside:--}, writes ${writes:--} s"
   rm -rf "$dir/runs"
 }
 
@@ -93,9 +98,10 @@ done
 
 reference=$(printf '%s\n' "${ideal_tps[@]}" | awk '{s += $1; n++} END {if (n) print s / n}')
 for row in "${rows[@]}"; do
-  IFS='|' read -r label tps optimizer beside writes <<<"$row"
+  IFS='|' read -r label tps checkpoint optimizer beside writes <<<"$row"
   share=$(awk -v t="$tps" -v r="${reference:-0}" 'BEGIN {if (r > 0) printf "%.1f%%", 100 * t / r; else print "-"}')
-  echo "| $label | $(awk -v t="$tps" 'BEGIN {printf "%.1fK", t / 1000}') | $share | $optimizer | $beside | $writes |" >>"$table"
+  tps=$(awk -v t="$tps" 'BEGIN {printf "%.1fK", t / 1000}')
+  echo "| $label | $tps | $share | $checkpoint | $optimizer | $beside | $writes |" >>"$table"
 done
 echo
 cat "$table"
