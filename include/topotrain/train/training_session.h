@@ -187,6 +187,7 @@ class TrainingSession {
   void save_checkpoint();
   void end_failed_step();
   // AdamW with `factor` (gradient_factor), after any snapshot still copying; the gradients zeroed.
+  // Opens its own phase scopes (the wait: checkpoint; the update: optimizer): call it with none open.
   void enqueue_update(const torch::Tensor& factor);
 
   JobContext& context_;
