@@ -254,19 +254,19 @@ double CheckpointWriter::save(const CheckpointState& state) {
   return snapshot.stall_seconds;
 }
 
-void CheckpointWriter::order_updates_after_snapshot() {
-#ifdef TOPOTRAIN_CUDA
-  if (!snapshot_ || !snapshot_->updates_unordered) return;
-  for (auto& c : snapshot_->copies) c.done->block(c10::cuda::getCurrentCUDAStream(c.device));
-  snapshot_->updates_unordered = false;
-#endif
-}
-
 bool CheckpointWriter::snapshot_unordered() const {
 #ifdef TOPOTRAIN_CUDA
   return snapshot_ && snapshot_->updates_unordered;
 #else
   return false;
+#endif
+}
+
+void CheckpointWriter::order_updates_after_snapshot() {
+  if (!snapshot_unordered()) return;
+#ifdef TOPOTRAIN_CUDA
+  for (auto& c : snapshot_->copies) c.done->block(c10::cuda::getCurrentCUDAStream(c.device));
+  snapshot_->updates_unordered = false;
 #endif
 }
 
