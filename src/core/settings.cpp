@@ -64,18 +64,36 @@ std::string type_text(const SettingSpec& spec) {
   return text;
 }
 
+// `shown`: the value as the user wrote it or as render() prints it; `word`: a string value
+// (a choice), whose fix is a list of the choices.
+std::string out_of_range_message(const SettingSpec& spec, const std::string& shown, bool word,
+                                 const std::string& origin) {
+  const std::string accepts = spec.range.describe(spec.type);
+  std::string fix;
+  if (word)
+    fix = cat("use one of ", accepts, did_you_mean(unquoted(shown), spec.range.choices));
+  else
+    fix = cat("set ", spec.key, " to a value ", accepts.front() == '[' || accepts.front() == '(' ? "in " : "", accepts);
+  return cat(origin, ": ", spec.key, " = ", shown, " is outside what it accepts (", accepts, "; ", spec.help,
+             "): ", fix);
+}
+
 // Parses command-line text as the key's type. Integers accept '_' separators and
-// exact scientific notation ("1e9" tokens), as users write large token counts that way.
+// exact scientific notation ("1e9" tokens), as users write large token counts that way;
+// plain digits are read exactly (a double would round 9223372036854775807 up past int64).
+// Booleans are TOML's words only, as in a run file.
 SettingValue parse_as(const SettingSpec& spec, std::string text, const std::string& origin) {
   auto fail = [&]() -> SettingValue {
     throw ConfigError(cat(origin, ": setting '", spec.key, "' takes ", type_text(spec), ", got '", text, "'"));
   };
+  // A number of the right type that no int64 or double holds is out of range, not mistyped.
+  auto too_large = [&]() -> SettingValue { throw ConfigError(out_of_range_message(spec, text, false, origin)); };
   switch (spec.type) {
     case SettingType::string:
       return unquoted(text);
     case SettingType::boolean:
-      if (text == "true" || text == "1") return true;
-      if (text == "false" || text == "0") return false;
+      if (text == "true") return true;
+      if (text == "false") return false;
       return fail();
     case SettingType::integer:
     case SettingType::real: {
@@ -86,10 +104,18 @@ SettingValue parse_as(const SettingSpec& spec, std::string text, const std::stri
       if (digits.empty()) return fail();
       errno = 0;
       char* end = nullptr;
-      double v = std::strtod(digits.c_str(), &end);
-      if (*end != '\0' || errno == ERANGE || !std::isfinite(v)) return fail();
+      const double v = std::strtod(digits.c_str(), &end);
+      if (*end != '\0' || std::isnan(v)) return fail();
+      if (errno == ERANGE || !std::isfinite(v)) return too_large();
       if (spec.type == SettingType::real) return v;
-      if (std::floor(v) != v || std::fabs(v) > 9.0e18) return fail();
+      if (std::floor(v) != v) return fail();
+      if (digits.find_first_of(".eE") == std::string::npos) {
+        errno = 0;
+        const long long exact = std::strtoll(digits.c_str(), nullptr, 10);
+        if (errno == ERANGE) return too_large();
+        return static_cast<std::int64_t>(exact);
+      }
+      if (std::fabs(v) >= 9.2e18) return too_large();
       return static_cast<std::int64_t>(v);
     }
   }
@@ -107,17 +133,6 @@ std::string trimmed(const std::string& text) {
   const auto first = text.find_first_not_of(space);
   if (first == std::string::npos) return "";
   return text.substr(first, text.find_last_not_of(space) - first + 1);
-}
-
-std::string out_of_range_message(const SettingSpec& spec, const SettingValue& value, const std::string& origin) {
-  const std::string accepts = spec.range.describe(spec.type);
-  std::string fix;
-  if (std::holds_alternative<std::string>(value))
-    fix = cat("use one of ", accepts, did_you_mean(std::get<std::string>(value), spec.range.choices));
-  else
-    fix = cat("set ", spec.key, " to a value ", accepts.front() == '[' || accepts.front() == '(' ? "in " : "", accepts);
-  return cat(origin, ": ", spec.key, " = ", render(value), " is outside what it accepts (", accepts, "; ", spec.help,
-             "): ", fix);
 }
 
 bool has_type(const SettingValue& value, SettingType type) {
@@ -203,7 +218,8 @@ void Settings::set(const std::string& key, const SettingValue& value, const std:
                           did_you_mean(std::get<std::string>(v), spec->range.choices)));
   if (!word && !has_type(v, spec->type))
     throw ConfigError(cat(origin, ": setting '", key, "' takes ", type_text(*spec), ", got ", render(value)));
-  if (!spec->range.admits(v)) throw ConfigError(out_of_range_message(*spec, v, origin));
+  if (!spec->range.admits(v))
+    throw ConfigError(out_of_range_message(*spec, render(v), std::holds_alternative<std::string>(v), origin));
   entries_[key] = Entry{v, origin};
 }
 

@@ -11,10 +11,14 @@ using T = SettingType;
 constexpr std::monostate kUnset{};
 // Integers that components hold as `int` (token counts per micro-batch, step counts).
 constexpr double kIntMax = 2147483647.0;
+// A bucket of 1 TiB already holds any model's gradients; the bound keeps the byte count the
+// reducer computes from it an exact int64.
+constexpr double kMaxBucketMiB = 1048576.0;
 
 SettingRange any() { return {}; }
 SettingRange at_least(double min) { return {min, false, HUGE_VAL, false, {}}; }
 SettingRange above(double min) { return {min, true, HUGE_VAL, false, {}}; }
+SettingRange above_up_to(double min, double max) { return {min, true, max, false, {}}; }
 SettingRange between(double min, double max) { return {min, false, max, false, {}}; }
 SettingRange from_up_to_below(double min, double max) { return {min, false, max, true, {}}; }
 // An integer key that also takes `words` in place of a number.
@@ -61,8 +65,10 @@ const std::vector<SettingSpec>& setting_specs() {
        "hold out this fraction of data.path's documents for evaluation instead (a draw seeded by train.seed, the "
        "same on every launch; 0: none)"},
       // [train]
-      {"train.token_budget", T::integer, std::int64_t{2048}, between_or(1, kIntMax, {"auto"}),
-       "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary); refused at start when "
+      // The floor is train/run_config.h's kMinTokenBudget (core cannot include train).
+      {"train.token_budget", T::integer, std::int64_t{2048}, between_or(2, kIntMax, {"auto"}),
+       "tokens per micro-batch per rank (packed, no padding, never across an epoch boundary; at least 2, a token and "
+       "its next-token target); refused at start when "
        "one micro-batch cannot fit a rank's memory; auto: every launch measures the largest that fits "
        "train.memory_fraction of train.memory_limit (dflash_train: the smallest of the targets' and drafters')"},
       {"train.memory_fraction", T::real, 0.9, between(0.01, 1),
@@ -89,7 +95,7 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.eps", T::real, 1e-8, above(0), "AdamW epsilon"},
       {"train.clip", T::real, 1.0, at_least(0), "clip the global gradient norm to this (0: off)"},
       {"train.seed", T::integer, std::int64_t{1234}, at_least(0), "seed of the data order and the initialisation"},
-      {"train.bucket_mb", T::real, 25.0, above(0),
+      {"train.bucket_mb", T::real, 25.0, above_up_to(0, kMaxBucketMiB),
        "gradient all-reduce bucket size in MiB (the first bucket is 1 MiB)"},
       {"train.oom", T::string, std::string("fail"), one_of({"fail", "shrink"}),
        "on CUDA out-of-memory, fail (print the resume command) or shrink (halve token_budget and go on; "
@@ -111,7 +117,8 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.gamma", T::real, 7.0, above(0), "dflash: slot k's loss weight is exp(-(k-1)/gamma)", "dflash_train"},
       // [checkpoint]
       {"checkpoint.dir", T::string, std::string("checkpoints"), any(), "root of run directories"},
-      {"checkpoint.run", T::string, kUnset, any(), "run directory name (unset: the topology's name)"},
+      {"checkpoint.run", T::string, kUnset, any(),
+       "run directory: one folder under checkpoint.dir (unset: the topology's name)"},
       {"checkpoint.every_steps", T::integer, std::int64_t{100}, at_least(-1),
        "checkpoint every N optimizer steps (0: only at the end; -1: never, for benchmarks)"},
       {"checkpoint.keep", T::integer, std::int64_t{3}, between(1, kIntMax), "complete checkpoints kept"},

@@ -1,5 +1,6 @@
 #include "topotrain/model/dflash_config.h"
 
+#include <algorithm>
 #include <cfenv>
 #include <cmath>
 
@@ -40,6 +41,11 @@ void DFlashConfig::validate() const {
   auto fail = [&](const std::string& what) { throw ConfigError(cat(source, ": ", what)); };
   if (num_draft_layers <= 0) fail(cat("num_draft_layers must be positive, got ", num_draft_layers));
   if (block_size < 2) fail(cat("block_size must be at least 2 (an anchor and one predicted token), got ", block_size));
+  // A block's positions run from its anchor on: past the target's positions it is no block
+  // the target could verify (and its rows, anchors x block_size, would not fit memory).
+  if (block_size > target.max_position_embeddings)
+    fail(cat("block_size ", block_size, " is larger than the target's max_position_embeddings (",
+             target.max_position_embeddings, "); DFlash drafts blocks of ~16 tokens"));
   if (max_anchors <= 0) fail(cat("max_anchors must be positive, got ", max_anchors));
   if (!(gamma > 0)) fail(cat("gamma must be positive, got ", gamma));
   if (loss_chunk_rows <= 0) fail(cat("loss_chunk_rows must be positive, got ", loss_chunk_rows));
@@ -49,10 +55,13 @@ void DFlashConfig::validate() const {
   }
   if (target.intermediate_size <= 0) fail("the target's intermediate_size (the drafter's MLP width) must be positive");
   if (!taps.empty() || target.num_hidden_layers >= 4) {
-    for (int64_t tap : resolved_taps()) {
-      if (tap < 0 || tap >= target.num_hidden_layers) {
-        fail(cat("tap layer ", tap, " is outside the target's layers [0, ", target.num_hidden_layers, ")"));
+    const std::vector<int64_t> layers = resolved_taps();
+    for (auto tap = layers.begin(); tap != layers.end(); ++tap) {
+      if (*tap < 0 || *tap >= target.num_hidden_layers) {
+        fail(cat("tap layer ", *tap, " is outside the target's layers [0, ", target.num_hidden_layers, ")"));
       }
+      // The same layer twice feeds the drafter one hidden state as two.
+      if (std::find(layers.begin(), tap, *tap) != tap) fail(cat("tap layer ", *tap, " is listed twice"));
     }
   } else {
     fail(cat("the target has ", target.num_hidden_layers, " layers, too few for default taps: list the taps"));

@@ -208,13 +208,13 @@ double MeasuredBudget::bytes_per_token() const {
 
 std::optional<std::int64_t> MeasuredBudget::after_out_of_memory(std::int64_t token_budget,
                                                                 std::int64_t failing_peak_bytes) const {
-  if (token_budget <= 1) return std::nullopt;
+  if (token_budget <= kMinTokenBudget) return std::nullopt;
   double scale = 0.9;
   if (failing_peak_bytes > fixed_bytes && planned_bytes > fixed_bytes)
     scale = std::min(scale, static_cast<double>(planned_bytes - fixed_bytes) /
                                 static_cast<double>(failing_peak_bytes - fixed_bytes));
   const auto shrunk = static_cast<std::int64_t>(static_cast<double>(token_budget) * scale);
-  return std::max<std::int64_t>(1, round_down(shrunk, kBudgetGranule));
+  return std::max(kMinTokenBudget, round_down(shrunk, kBudgetGranule));
 }
 
 std::string MeasuredBudget::describe() const {

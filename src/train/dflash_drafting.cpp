@@ -247,10 +247,12 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                           " targets: resume with the number of targets the checkpoint was trained with"));
   if (measured_) session_->state().measured_budget = {measured_->budget, measured_->bytes_per_token()};
   send_stream_starts(topology_, me_, session_->state().streams, token_budget_);
+  std::string taps;  // as model.taps writes them
+  for (const std::int64_t layer : dflash_.resolved_taps()) taps += (taps.empty() ? "" : ",") + std::to_string(layer);
   if (session_->lead())
     log_info_here(cat("drafter: ", model::count_drafter_parameters(dflash_), " trainable parameters, ",
                       dflash_.num_draft_layers, " layers, block ", dflash_.block_size, ", taps of target layers ",
-                      dflash_.resolved_taps().size(), ", loss ", model::to_string(dflash_.loss), ", ",
+                      taps, ", loss ", model::to_string(dflash_.loss), ", ",
                       config_.step.grad_accum, " batch(es) per step taken ",
                       topology_.links.fan_in == FanIn::round_robin ? "round-robin" : "as they arrive", ", attention ",
                       model::to_string(drafter_->attention_options().backend), "; training ",

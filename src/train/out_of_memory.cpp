@@ -14,7 +14,7 @@ bool is_out_of_memory(const std::exception& error) {
 
 std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget,
                                           const MeasuredBudget* measured, std::int64_t failing_peak_bytes) {
-  if (!step.shrink_on_oom || token_budget <= 1) return std::nullopt;
+  if (!step.shrink_on_oom || token_budget / 2 < kMinTokenBudget) return std::nullopt;
   if (measured) return measured->after_out_of_memory(token_budget, failing_peak_bytes);
   return token_budget / 2;
 }
@@ -36,7 +36,7 @@ std::string out_of_memory_message(const JobContext& context, int rank, std::int6
   for (const auto& config : context.options.config_paths) command += " --config " + config;
   for (const auto& assignment : context.options.overrides)
     if (assignment.rfind("train.token_budget=", 0) != 0) command += " --set " + assignment;
-  command += cat(" --set train.token_budget=", std::max<std::int64_t>(1, token_budget / 2), " --resume auto");
+  command += cat(" --set train.token_budget=", std::max(kMinTokenBudget, token_budget / 2), " --resume auto");
   return cat("out of memory on rank ", rank, " at step ", step, " with train.token_budget = ", token_budget,
              " (peak allocated ", static_cast<double>(peak_bytes) / (1 << 30), " GiB).\n",
              "The last checkpoint in ", run_dir, " is intact; resume with half the budget:\n  ", command,

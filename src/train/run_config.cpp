@@ -1,6 +1,6 @@
 #include "topotrain/train/run_config.h"
 
-#include <sstream>
+#include <charconv>
 
 #include "topotrain/core/error.h"
 #include "topotrain/store/checkpoint_reader.h"
@@ -40,15 +40,22 @@ model::DFlashConfig dflash_config_from(const Settings& settings, const model::Mo
   config.num_draft_layers = settings.integer("model.draft_layers");
   config.block_size = settings.integer("model.block_size");
   if (settings.has("model.taps")) {
-    std::stringstream list(settings.string("model.taps"));
-    std::string item;
-    while (std::getline(list, item, ',')) {
-      try {
-        config.taps.push_back(std::stoll(item));
-      } catch (const std::exception&) {
-        throw ConfigError(cat("model.taps = \"", settings.string("model.taps"),
-                              "\": expected target layer numbers separated by commas, e.g. \"1,9,17\""));
-      }
+    const std::string& text = settings.string("model.taps");
+    for (std::size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+      end = text.find(',', begin);
+      const std::string item = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+      // The whole item is the number: "1abc" and "1.9" are not layer 1, "" (as in "1,,2") no layer.
+      const auto first = item.find_first_not_of(' ');
+      const auto last = item.find_last_not_of(' ');
+      std::int64_t layer = -1;
+      const char* from = item.data() + (first == std::string::npos ? item.size() : first);
+      const char* to = first == std::string::npos ? from : item.data() + last + 1;
+      const auto parsed = std::from_chars(from, to, layer);
+      if (from == to || parsed.ec != std::errc() || parsed.ptr != to)
+        throw ConfigError(cat("model.taps = \"", text, "\" (", settings.origin("model.taps"), "): '", item,
+                              "' is not a layer number; expected target layer numbers separated by commas, e.g. "
+                              "\"1,9,17\""));
+      config.taps.push_back(layer);
     }
   }
   const std::int64_t mask = settings.integer("model.mask_token_id");
@@ -68,9 +75,19 @@ DtypeChoice dtype_from(const Settings& settings) {
   return dtype == "bf16" ? DtypeChoice::bf16 : dtype == "fp32" ? DtypeChoice::fp32 : DtypeChoice::auto_;
 }
 
+// checkpoint.dir/<checkpoint.run, else the topology's name>: one folder of its own, so that
+// runs never share (or escape) checkpoint.dir's files.
 std::string run_directory(const RunFile& run) {
   const Settings& s = run.settings;
-  return s.string("checkpoint.dir") + "/" + (s.has("checkpoint.run") ? s.string("checkpoint.run") : run.topology.name);
+  const bool named = s.has("checkpoint.run");
+  const std::string name = named ? s.string("checkpoint.run") : run.topology.name;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw ConfigError(cat(named ? cat("checkpoint.run = \"", name, "\" (", s.origin("checkpoint.run"), ")")
+                                : cat("the topology's name \"", name, "\" (", run.topology.source,
+                                      "; the run directory's name while checkpoint.run is unset)"),
+                          " does not name one folder under checkpoint.dir (", s.string("checkpoint.dir"),
+                          "): use a name without '/', other than '.' and '..', e.g. checkpoint.run = \"run1\""));
+  return s.string("checkpoint.dir") + "/" + name;
 }
 
 // data.eval_path or data.eval_fraction, never both; train.eval_every only with one of them.

@@ -84,6 +84,44 @@ TEST(Settings, WrongTypesNameKeyAndType) {
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr"); }).find("expected key=value"), std::string::npos);
 }
 
+TEST(Settings, BooleansAreTomlWordsOnCommandLinesToo) {
+  Settings s;
+  s.set_from_assignment("log.all_ranks=true");
+  EXPECT_TRUE(s.boolean("log.all_ranks"));
+  // A run file refuses 1 for a boolean; --set does too, rather than guessing.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("log.all_ranks=1"); }).find("takes a boolean"), std::string::npos);
+}
+
+TEST(Settings, NumbersNoInt64OrDoubleHoldsAreOutOfRangeNotMistyped) {
+  Settings s;
+  s.set_from_assignment("train.max_steps=9223372036854775807");  // exact, not rounded through a double
+  EXPECT_EQ(s.integer("train.max_steps"), 9223372036854775807LL);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.max_steps=9223372036854775808"); })
+                .find("--set: train.max_steps = 9223372036854775808 is outside what it accepts (>= 0;"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.max_tokens=1e19"); })
+                .find("train.max_tokens = 1e19 is outside what it accepts"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr=1e400"); })
+                .find("train.lr = 1e400 is outside what it accepts (>= 0;"),
+            std::string::npos);
+}
+
+TEST(Settings, RangesThatKeepComponentsFromWrapping) {
+  Settings s;
+  // A micro-batch needs a token and its next-token target.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=1"); })
+                .find("train.token_budget = 1 is outside what it accepts ([2, 2147483647] | auto;"),
+            std::string::npos);
+  s.set_from_assignment("train.token_budget=2");
+  // The reducer's bucket size in bytes stays an exact int64.
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.bucket_mb=1e30"); })
+                .find("train.bucket_mb = 1e+30 is outside what it accepts ((0, 1048576];"),
+            std::string::npos);
+  s.set_from_assignment("train.bucket_mb=1048576");
+  EXPECT_DOUBLE_EQ(s.real("train.bucket_mb"), 1048576.0);
+}
+
 TEST(Settings, ConfigFilesCannotCarryTopology) {
   const char* path = "settings_test_config.toml";
   {
@@ -149,7 +187,7 @@ TEST(Settings, SetTrimsSpacesAroundKeyAndValue) {
 TEST(Settings, ValuesOutsideTheRangeNameOriginValueAndRange) {
   Settings s;
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=-5"); })
-                .find("--set: train.token_budget = -5 is outside what it accepts ([1, 2147483647] | auto;"),
+                .find("--set: train.token_budget = -5 is outside what it accepts ([2, 2147483647] | auto;"),
             std::string::npos);
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.lr=-1e-4"); })
                 .find("set train.lr to a value >= 0"),
@@ -165,7 +203,7 @@ TEST(Settings, ValuesOutsideTheRangeNameOriginValueAndRange) {
   EXPECT_NE(error_of([&] { s.set_from_assignment("checkpoint.every_steps=-2"); }).find(">= -1"),
             std::string::npos);
   EXPECT_NE(error_of([&] { s.set_from_assignment("model.block_size=1"); }).find("[2, "), std::string::npos);
-  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=3e9"); }).find("[1, 2147483647]"),
+  EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=3e9"); }).find("[2, 2147483647]"),
             std::string::npos);
   // TOML writes non-finite reals; no setting takes one.
   EXPECT_NE(error_of([&] { merge_settings("[train]\nclip = inf\n", "run.toml", s); })
@@ -251,8 +289,8 @@ TEST(Settings, AnIntegerKeyTakesItsWords) {
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.grad_accum=auto"); })
                 .find("setting 'train.grad_accum' takes an integer, got 'auto'"),
             std::string::npos);
-  EXPECT_EQ(find_setting("train.token_budget")->range.describe(SettingType::integer), "[1, 2147483647] | auto");
+  EXPECT_EQ(find_setting("train.token_budget")->range.describe(SettingType::integer), "[2, 2147483647] | auto");
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budget=0"); })
-                .find("train.token_budget = 0 is outside what it accepts ([1, 2147483647] | auto;"),
+                .find("train.token_budget = 0 is outside what it accepts ([2, 2147483647] | auto;"),
             std::string::npos);
 }

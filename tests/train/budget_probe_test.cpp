@@ -78,12 +78,16 @@ TEST(MeasuredBudget, ShrinksByWhatTheFailingPeakSays) {
   EXPECT_EQ(measured.after_out_of_memory(8192, 5 * gib).value_or(-1), 7296);
   EXPECT_EQ(measured.after_out_of_memory(8192, 0).value_or(-1), 7296);
   EXPECT_EQ(measured.after_out_of_memory(100, 0).value_or(-1), 90);
-  EXPECT_FALSE(measured.after_out_of_memory(1, 0).has_value());
+  // Never below the smallest budget (a token and its target), and none at it.
+  EXPECT_EQ(measured.after_out_of_memory(3, 0).value_or(-1), kMinTokenBudget);
+  EXPECT_FALSE(measured.after_out_of_memory(kMinTokenBudget, 0).has_value());
   // train.oom = "shrink" asks the measure when there is one, else halves.
   StepConfig step;
   step.shrink_on_oom = true;
   EXPECT_EQ(shrunk_budget(step, 8192).value_or(-1), 4096);
   EXPECT_EQ(shrunk_budget(step, 8192, &measured, 0).value_or(-1), 7296);
+  EXPECT_EQ(shrunk_budget(step, 4).value_or(-1), 2);
+  EXPECT_FALSE(shrunk_budget(step, 3).has_value());
   step.shrink_on_oom = false;
   EXPECT_FALSE(shrunk_budget(step, 8192, &measured, 0).has_value());
 }

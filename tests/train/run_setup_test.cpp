@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "../config_error_text.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/core/settings.h"
@@ -13,6 +14,7 @@
 #include "topotrain/train/run_setup.h"
 
 using namespace topotrain;
+using test_support::config_error_of;
 
 namespace {
 
@@ -37,6 +39,8 @@ std::string write_config_json(const std::string& dir, double initializer_range) 
 
 RunConfig run_config_of(const Settings& settings, const std::string& job = "moe_train") {
   RunFile run;
+  run.topology.name = "test";
+  run.topology.source = "test.toml";
   run.settings = settings;
   return read_run_config(run, job);
 }
@@ -48,6 +52,7 @@ RunConfig run_config_of(const Settings& settings, const std::string& job = "moe_
 TEST(RunConfig, EveryKeyAJobReadsIsConsumedAndNoOther) {
   for (const std::string job : {"moe_train", "dflash_train"}) {
     RunFile run;
+    run.topology.name = "test";
     run.settings.set_from_assignment("model.taps=1");  // the default preset is too shallow for default taps
     read_run_config(run, job);
     for (const SettingSpec& spec : setting_specs())
@@ -193,4 +198,51 @@ TEST(RunConfig, HeldOutDocumentsComeFromOneSourceAndEvalEveryNeedsOne) {
   const RunConfig drafted = run_config_of(dflash, "dflash_train");
   EXPECT_EQ(drafted.data.eval_path, "held.h5");
   EXPECT_EQ(drafted.cadences.eval_every, 4);
+}
+
+// A run directory is one folder of checkpoint.dir: never its root, never outside it.
+TEST(RunConfig, RunDirectoryIsOneFolderUnderCheckpointDir) {
+  Settings settings;
+  settings.set_from_assignment("checkpoint.dir=/data/ckpt");
+  EXPECT_EQ(run_config_of(settings).run_dir, "/data/ckpt/test");  // the topology's name
+  settings.set_from_assignment("checkpoint.run=run1");
+  EXPECT_EQ(run_config_of(settings).run_dir, "/data/ckpt/run1");
+  for (const char* name : {"", ".", "..", "../elsewhere", "a/b"}) {
+    settings.set_from_assignment(std::string("checkpoint.run=") + name);
+    EXPECT_NE(config_error_of([&] { run_config_of(settings); })
+                  .find(cat("checkpoint.run = \"", name, "\" (--set) does not name one folder under checkpoint.dir "
+                            "(/data/ckpt): use a name without '/'")),
+              std::string::npos)
+        << name;
+  }
+  Settings unnamed;
+  RunFile run;
+  run.topology.source = "t.toml";  // name = "" in the topology file
+  run.settings = unnamed;
+  EXPECT_NE(config_error_of([&] { read_run_config(run, "moe_train"); })
+                .find("the topology's name \"\" (t.toml; the run directory's name while checkpoint.run is unset) "
+                      "does not name one folder"),
+            std::string::npos);
+}
+
+// model.taps: each item a whole layer number, no layer twice; the block within the target's positions.
+TEST(RunConfig, DflashTapsAreWholeLayerNumbersAndTheBlockFitsTheTarget) {
+  Settings settings;
+  settings.set_from_assignment("model.preset=tiny-dense");
+  settings.set_from_assignment("model.taps= 1, 2");
+  EXPECT_EQ(run_config_of(settings, "dflash_train").dflash->taps, (std::vector<int64_t>{1, 2}));
+  for (const char* taps : {"1abc", "1.9", "1,,2", "-", ""}) {
+    settings.set_from_assignment(std::string("model.taps=") + taps);
+    EXPECT_NE(config_error_of([&] { run_config_of(settings, "dflash_train"); }).find("is not a layer number"),
+              std::string::npos)
+        << taps;
+  }
+  settings.set_from_assignment("model.taps=1,1");
+  EXPECT_NE(config_error_of([&] { run_config_of(settings, "dflash_train"); }).find("tap layer 1 is listed twice"),
+            std::string::npos);
+  settings.set_from_assignment("model.taps=1");
+  settings.set_from_assignment("model.block_size=2147483647");
+  EXPECT_NE(config_error_of([&] { run_config_of(settings, "dflash_train"); })
+                .find("block_size 2147483647 is larger than the target's max_position_embeddings"),
+            std::string::npos);
 }

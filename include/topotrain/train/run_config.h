@@ -50,6 +50,10 @@ struct DataConfig {
   bool has_eval() const { return !eval_path.empty() || eval_fraction > 0; }
 };
 
+// The smallest micro-batch: a token and its next-token target. The settings schema's floor
+// for train.token_budget; shrinking after an out-of-memory error stops above it.
+constexpr std::int64_t kMinTokenBudget = 2;
+
 // What one optimizer step is made of, and what a step does when it fails.
 struct StepConfig {
   std::int64_t token_budget = 0;  // train.token_budget: tokens per micro-batch; 0 with auto_budget
