@@ -13,6 +13,11 @@ namespace {
 
 constexpr const char* kFormat = "topotrain-checkpoint";
 constexpr std::int64_t kFormatVersion = 1;
+// The fix for a checkpoint that cannot be read, wherever it was named (--resume, model.weights,
+// topotrain-export): a run directory's readers skip such files.
+constexpr const char* kTakeAnother =
+    ": name another checkpoint, or its run directory, whose newest complete checkpoint --resume auto, "
+    "model.weights and topotrain-export take";
 
 // An IEEE-style float type of `bits` bits with the given field layout.
 H5Handle custom_float(std::size_t bits, std::size_t exponent_bits, std::size_t mantissa_bits, std::size_t bias) {
@@ -155,7 +160,7 @@ H5Handle open_checkpoint(const std::string& path) {
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0)
     throw ConfigError(cat("checkpoint ", path,
-                          " is truncated or corrupt (not a readable HDF5 file); delete it to resume from an older one"));
+                          " is truncated or corrupt (not a readable HDF5 file)", kTakeAnother));
   return H5Handle(file, H5Fclose, path);
 }
 
@@ -225,7 +230,7 @@ CheckpointState read_state(const std::string& path, const std::optional<std::str
                             read_int_attribute(file, "format_version"), "); update topotrain to read it"));
     if (!has_attribute(file, "complete"))
       throw ConfigError(cat("checkpoint ", path,
-                            " is incomplete (its writer stopped before the end); delete it to resume from an older one"));
+                            " is incomplete (its writer stopped before the end)", kTakeAnother));
     state.step = read_int_attribute(file, "step");
     state.model_identity = read_string_attribute(file, "model_identity");
     if (tensor_prefix) {
@@ -248,7 +253,7 @@ CheckpointState read_state(const std::string& path, const std::optional<std::str
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ConfigError(cat("checkpoint ", path, " is corrupt: ", e.what(), "; delete it to resume from an older one"));
+    throw ConfigError(cat("checkpoint ", path, " is corrupt: ", e.what(), kTakeAnother));
   }
   return state;
 }

@@ -17,6 +17,9 @@ std::optional<std::string> CheckpointReader::find_latest(const std::string& run_
     const std::string path = join_path(run_dir, name);
     if (checkpoint_file_complete(path)) return path;
     log_warn("checkpoint " + path + " named by " + run_dir + "/latest is missing or incomplete; looking for an older one");
+  } else if (latest) {
+    log_warn(cat(run_dir, "/latest names no step-*.h5 file (it reads \"", name,
+                 "\"); looking for the newest complete checkpoint"));
   }
   auto files = checkpoint_files(run_dir);
   for (auto it = files.rbegin(); it != files.rend(); ++it)
@@ -32,7 +35,15 @@ std::vector<std::string> CheckpointReader::list(const std::string& run_dir) {
 }
 
 std::optional<std::string> CheckpointReader::resolve_resume(const std::string& run_dir, const std::string& resume) {
-  if (resume.empty()) return std::nullopt;
+  if (resume.empty()) {
+    // A fresh run's checkpoints among another run's would be pruned by step number and
+    // `latest` would move between the two: one run directory holds one run.
+    if (auto latest = find_latest(run_dir))
+      throw ConfigError(cat(run_dir, " already holds the checkpoints of a run (the latest: ", *latest,
+                            "): pass --resume auto to continue it, or start afresh under another checkpoint.run (or "
+                            "after removing ", run_dir, ")"));
+    return std::nullopt;
+  }
   if (resume == "auto") {
     auto latest = find_latest(run_dir);
     if (latest)
@@ -40,6 +51,12 @@ std::optional<std::string> CheckpointReader::resolve_resume(const std::string& r
     else
       log_info("--resume auto: no complete checkpoint in " + run_dir + "; starting fresh");
     return latest;
+  }
+  if (is_directory(resume)) {
+    // Another run's directory: its latest checkpoint, as model.weights takes it.
+    if (auto latest = checkpoint_at(resume)) return latest;
+    throw ConfigError(cat("--resume ", resume, " is a directory but no run directory: pass a step-*.h5 file, a run "
+                          "directory or --resume auto"));
   }
   if (!is_regular_file(resume))
     throw ConfigError("--resume " + resume + ": no such checkpoint file; pass a step-*.h5 file or --resume auto");

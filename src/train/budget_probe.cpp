@@ -21,6 +21,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/process_memory.h"
+#include "topotrain/core/stop_signal.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
@@ -330,14 +331,25 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
     if (peak) return *peak + later(budget);
     return std::nullopt;
   };
+  // A stop request ends the search: the candidates left count as misses without running (one
+  // can take minutes on a CPU rank), and the ranks agree on the stop below.
+  bool stopped = false;
   const auto search_mine = [&] {
     return search_token_budget(
         [&](std::int64_t budget) {
-          if (beyond_capacity(budget)) return false;
+          stopped = stopped || stop_requested();
+          if (stopped || beyond_capacity(budget)) return false;
+          const auto tried = std::chrono::steady_clock::now();
           const std::optional<std::int64_t> peak = peak_at(budget);
-          if (!peak || *peak > measured.planned_bytes) return false;
-          peaks[budget] = *peak;
-          return true;
+          const bool fits = peak && *peak <= measured.planned_bytes;
+          const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tried).count();
+          // A search can run for minutes: each candidate is news.
+          log_info(cat("train.token_budget = \"auto\": ", budget, " tokens ", fits ? "fit" : "do not fit",
+                       peak ? cat(" (peak ", bytes_text(*peak), " of ", bytes_text(measured.planned_bytes), " planned)")
+                            : std::string(" (out of memory)"),
+                       ", measured in ", fixed_point(seconds, 1), " s"));
+          if (fits) peaks[budget] = *peak;
+          return fits;
         },
         bounds.max_budget);
   };
@@ -351,6 +363,11 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
       MPI_Barrier(sharers.comm);
     }
   measured.probes = search.probes;
+  int any_stopped = stopped ? 1 : 0;
+  comm::all_reduce_in_place(&any_stopped, 1, MPI_INT, MPI_MAX, job_group, "a stop during the token budget probe");
+  if (any_stopped)
+    throw JobExit(0, "stopped on request while train.token_budget = \"auto\" measured the budget, before the first "
+                     "step: nothing was trained and no checkpoint written");
 
   // The stage's ranks: the smallest budget and plan, the largest fixed bytes (negated).
   std::int64_t agree[3] = {search.budget, measured.planned_bytes, -measured.fixed_bytes};

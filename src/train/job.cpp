@@ -63,7 +63,8 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
   app.add_option("--set", options.overrides, "override a setting: --set train.token_budget=32768; repeatable")
       ->allow_extra_args(false);
   app.add_flag("--dry-run", options.dry_run, "print the rank -> role -> device -> host map and exit");
-  app.add_option("--resume", options.resume, "resume: 'auto' (latest checkpoint, or fresh) or a checkpoint file");
+  app.add_option("--resume", options.resume,
+                 "resume: 'auto' (latest checkpoint, or fresh), a checkpoint file or a run directory");
   app.add_flag("--help-settings", help_settings, "list every run setting with its type, default and accepted values");
   app.add_flag("--version", version, "print topotrain's version and the LibTorch, CUDA and NCCL it was built with");
   std::ostringstream out, err;

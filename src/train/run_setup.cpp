@@ -153,12 +153,34 @@ void check_run_inputs(const RunFile& run, const RunConfig& config, const model::
 
 namespace {
 
-data::TokenDataset load_checked(const std::string& path, const model::ModelConfig& model) {
+// Positions past the model's max_position_embeddings train rotary angles that its config
+// does not claim (an exported config.json still says that number): said, not refused, as HF
+// trains them too. data.long_samples = "split" continues a document's positions across its
+// pieces; "truncate" stops them at the budget (unknown yet with token_budget = "auto").
+void warn_past_positions(const std::string& path, const data::TokenDataset& dataset, const RunConfig& config) {
+  std::uint64_t longest = 0;
+  for (std::uint64_t i = 0; i < dataset.num_samples(); ++i) longest = std::max(longest, dataset.sample_length(i));
+  const bool truncate = config.data.long_samples == data::LongSamplePolicy::truncate;
+  std::uint64_t reach = longest;
+  if (truncate && config.step.token_budget > 0)
+    reach = std::min(reach, static_cast<std::uint64_t>(config.step.token_budget));
+  const std::int64_t limit = config.model.max_position_embeddings;
+  if (reach <= static_cast<std::uint64_t>(limit)) return;
+  log_warn(cat("dataset ", path, ": its longest document has ", longest, " tokens, so training reaches position ",
+               reach, truncate ? "" : " (data.long_samples = \"split\" continues positions across a document's pieces)",
+               ", past the model's max_position_embeddings (", limit, "): those positions train rotary angles the "
+               "model is not configured for. To stay within it set data.long_samples = \"truncate\" with "
+               "train.token_budget <= ", limit, "; or raise max_position_embeddings in model.config"));
+}
+
+data::TokenDataset load_checked(const std::string& path, const RunConfig& config) {
   const auto started = std::chrono::steady_clock::now();
   data::TokenDataset dataset = data::TokenDataset::load(path);
-  check_vocabulary(path, {dataset.vocab_size(), dataset.eos_id(), dataset.tokenizer(), dataset.num_tokens()}, model);
+  check_vocabulary(path, {dataset.vocab_size(), dataset.eos_id(), dataset.tokenizer(), dataset.num_tokens()},
+                   config.model);
   log_info(cat("dataset ", path, ": ", dataset.num_samples(), " documents, ", dataset.num_tokens(),
                " tokens, loaded in ", seconds_since(started)));
+  warn_past_positions(path, dataset, config);
   return dataset;
 }
 
@@ -171,7 +193,7 @@ std::string describe(const data::TokenDataset& dataset) {
 TrainingData load_training_data(const RunConfig& config) {
   const DataConfig& data = config.data;
   TrainingData out;
-  data::TokenDataset loaded = load_checked(data.path, config.model);
+  data::TokenDataset loaded = load_checked(data.path, config);
   if (data.eval_fraction > 0) {
     data::HeldOutSplit split = data::split_held_out(std::move(loaded), data.eval_fraction, config.step.seed);
     log_info(cat("held out ", describe(split.held_out), " of ", data.path, " for evaluation (data.eval_fraction = ",
@@ -181,7 +203,7 @@ TrainingData load_training_data(const RunConfig& config) {
   } else {
     out.train = std::make_shared<const data::TokenDataset>(std::move(loaded));
     if (!data.eval_path.empty())
-      out.held_out = std::make_shared<const data::TokenDataset>(load_checked(data.eval_path, config.model));
+      out.held_out = std::make_shared<const data::TokenDataset>(load_checked(data.eval_path, config));
   }
   const data::TokenDataset& dataset = *out.train;
   const std::int64_t budget = config.step.token_budget;

@@ -282,6 +282,28 @@ TEST_F(CheckpointTest, EmptyRunDirHasNoLatest) {
             std::string::npos);
 }
 
+// One run directory holds one run: a fresh start beside a run's checkpoints is refused (its
+// step-10 would be pruned in favour of the older run's step-300, and `latest` would move
+// between them); --resume takes a run directory as model.weights does.
+TEST_F(CheckpointTest, AFreshStartIsRefusedWhereARunsCheckpointsAre) {
+  {
+    CheckpointWriter writer(dir(), 0);
+    writer.save(sample_state(300));
+  }
+  const std::string message = config_error_of([&] { CheckpointReader::resolve_resume(dir(), ""); });
+  EXPECT_NE(message.find(cat(dir(), " already holds the checkpoints of a run (the latest: ", dir(),
+                             "/step-00000300.h5): pass --resume auto to continue it")),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(file_name(CheckpointReader::resolve_resume(dir(), "auto").value_or("")), "step-00000300.h5");
+  const std::string other = dir() + "-other";
+  make_directories(other);
+  EXPECT_EQ(file_name(CheckpointReader::resolve_resume(other, dir()).value_or("")), "step-00000300.h5");
+  EXPECT_NE(config_error_of([&] { CheckpointReader::resolve_resume(dir(), other); }).find("is a directory but no run"),
+            std::string::npos);
+  remove_tree(other);
+}
+
 TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   CheckpointState state = sample_state(5);
   {

@@ -13,6 +13,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/process_memory.h"
+#include "topotrain/core/stop_signal.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/budget_probe.h"
@@ -216,4 +217,27 @@ TEST(ProbeTokenBudget, WhatAStageHoldsLaterPerTokenBoundsItAndTheJobTakesTheSmal
             std::string::npos)
       << line;
   MPI_Comm_free(&stage_group);
+}
+
+// A stop request reaching one rank (rank 0 here) ends the search there at once; every rank
+// learns it in the probe's agreement and leaves before the first step, exit 0.
+TEST(ProbeTokenBudget, AStopRequestEndsTheSearchOnEveryRank) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  StepConfig step;
+  step.auto_budget = true;
+  step.memory_fraction = 0.9;
+  step.memory_limit = std::int64_t{64} << 30;
+  if (rank == 0) request_stop();
+  try {
+    probe_token_budget(queue_bound_stage(1), step, {1 << 20, {{64, 1 << 14}}}, torch::Device(torch::kCPU),
+                       MPI_COMM_WORLD, MPI_COMM_WORLD);
+    ADD_FAILURE() << "the probe went on after a stop request";
+  } catch (const JobExit& e) {
+    EXPECT_EQ(e.code(), 0);
+    EXPECT_NE(std::string(e.what()).find("stopped on request while train.token_budget = \"auto\" measured the budget"),
+              std::string::npos)
+        << e.what();
+  }
+  clear_stop();
 }

@@ -246,3 +246,36 @@ TEST(RunConfig, DflashTapsAreWholeLayerNumbersAndTheBlockFitsTheTarget) {
                 .find("block_size 2147483647 is larger than the target's max_position_embeddings"),
             std::string::npos);
 }
+
+// A document longer than the model's positions trains past them: said at load, with the fix;
+// data.long_samples = "truncate" at a budget within the positions keeps it quiet.
+TEST(LoadTrainingData, SaysWhenTrainingReachesPastTheModelsPositions) {
+  const std::string dir = make_temp_directory("run_setup_positions");
+  data::TokenDatasetContents contents;
+  contents.vocab_size = 256;
+  contents.eos_id = 0;
+  contents.tokenizer = "byte";
+  contents.tokens.assign(40, 7);
+  contents.offsets = {0, 10, 40};  // documents of 10 and 30 tokens
+  const std::string path = join_path(dir, "long.h5");
+  data::write_token_dataset(path, contents);
+  Settings settings;
+  settings.set_from_assignment("data.path=" + path);
+  settings.set_from_assignment("train.token_budget=16");
+  RunConfig config = run_config_of(settings);
+  config.model.max_position_embeddings = 24;
+  testing::internal::CaptureStderr();
+  load_training_data(config);
+  std::string said = testing::internal::GetCapturedStderr();
+  EXPECT_NE(said.find(cat("dataset ", path, ": its longest document has 30 tokens, so training reaches position 30 "
+                          "(data.long_samples = \"split\" continues positions across a document's pieces), past the "
+                          "model's max_position_embeddings (24)")),
+            std::string::npos)
+      << said;
+  config.data.long_samples = data::LongSamplePolicy::truncate;
+  testing::internal::CaptureStderr();
+  load_training_data(config);
+  said = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(said.find("max_position_embeddings"), std::string::npos) << said;
+  remove_tree(dir);
+}

@@ -15,8 +15,10 @@ class CheckpointReader {
   // else the highest-step complete step-*.h5 (temporary .tmp files are never taken).
   static std::optional<std::string> find_latest(const std::string& run_dir);
 
-  // What --resume asks for: "" (no resume), "auto" (find_latest, or start fresh with a
-  // log line saying so) or a checkpoint file, which must exist (ConfigError otherwise).
+  // What --resume asks for: "" (no resume: a fresh start, refused with ConfigError where
+  // run_dir already holds a complete checkpoint), "auto" (find_latest, or start fresh with a
+  // log line saying so), a checkpoint file, which must exist, or a run directory (its
+  // latest, as checkpoint_at). ConfigError otherwise.
   static std::optional<std::string> resolve_resume(const std::string& run_dir, const std::string& resume);
 
   // The checkpoint a path names where a model's weights are asked for (model.weights,

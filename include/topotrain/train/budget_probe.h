@@ -23,6 +23,11 @@
 // stage's in another; when the smallest candidate fits no rank, every rank throws JobExit
 // (exit 2, the message naming the limit and what a rank holds) together.
 //
+// The search can take minutes (on a CPU rank, whose RAM holds large candidates): each
+// candidate is logged with its peak and time, and a stop request (stop_signal.h) ends it,
+// the rest counted as misses; the job's ranks agree on the stop and leave before the first
+// step with JobExit (exit 0), nothing trained.
+//
 // The probe leaves training as it found it: no optimizer step, the gradients dropped again
 // (undefined, as before the probe), torch's CPU generator restored,
 // and no data read, so that a run with "auto" trains exactly as one with the chosen budget
