@@ -47,9 +47,14 @@ void reject_unknown_keys(const toml::table& table, const std::vector<std::string
                          const std::string& table_name) {
   for (const auto& [key, node] : table) {
     std::string k(key.str());
-    if (std::find(known.begin(), known.end(), k) == known.end())
-      throw ConfigError(cat(where(source, node), ": unknown key '", k, "' in [", table_name, "]",
-                            did_you_mean(k, known)));
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string hint = did_you_mean(k, known);
+      if (hint.empty()) {
+        hint = cat("; [", table_name, "] takes ");
+        for (std::size_t i = 0; i < known.size(); ++i) hint += (i ? ", " : "") + known[i];
+      }
+      throw ConfigError(cat(where(source, node), ": unknown key '", k, "' in [", table_name, "]", hint));
+    }
   }
 }
 
@@ -69,12 +74,14 @@ int int_value(const toml::node& node, const std::string& source, const std::stri
 
 std::vector<int> int_list(const toml::node& node, const std::string& source, const std::string& key,
                           std::int64_t min) {
+  // devices also takes the word "cpu" (parse_role), which a list of names is not.
+  const std::string expected =
+      cat("'", key, "' must be a list of integers, e.g. [0, 1]", key == "devices" ? ", or \"cpu\"" : "");
   const toml::array* array = node.as_array();
-  if (!array) throw ConfigError(cat(where(source, node), ": '", key, "' must be a list of integers, e.g. [0, 1]"));
+  if (!array) throw ConfigError(cat(where(source, node), ": ", expected));
   std::vector<int> values;
   for (const auto& item : *array) {
-    if (!item.is_integer())
-      throw ConfigError(cat(where(source, item), ": '", key, "' must be a list of integers, e.g. [0, 1]"));
+    if (!item.is_integer()) throw ConfigError(cat(where(source, item), ": ", expected));
     values.push_back(int_value(item, source, key, min));
   }
   return values;
@@ -219,7 +226,15 @@ RunFile load_run(const std::string& topology_path, const std::vector<std::string
     reject_unknown_tables(config, path, false);
     merge_settings_tables(config, path, run.settings);
   }
-  for (const auto& assignment : overrides) run.settings.set_from_assignment(assignment);
+  for (const auto& assignment : overrides) {
+    // The topology's tables shape the processes, which mpirun fixed before any rank read them.
+    const std::string table = assignment.substr(0, assignment.find_first_of(".="));
+    if (std::find(kTopologyTables.begin(), kTopologyTables.end(), table) != kTopologyTables.end())
+      throw ConfigError(cat("--set ", assignment, ": [", table, "] is a table of the topology file (",
+                            topology_path, "), which --set does not override; --set takes the keys of [model] "
+                            "[data] [train] [checkpoint] [log]: edit the topology file (or a copy) instead"));
+    run.settings.set_from_assignment(assignment);
+  }
   return run;
 }
 

@@ -31,8 +31,10 @@ bool first_rank_by_environment() {
 std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOptions& options,
                               const JobInputCheck& check_inputs, RunFile& run, RunConfig& config) {
   run = load_run(options.topology_path, options.config_paths, options.overrides);
-  run.settings.check_read_by(job.name);
+  // Roles first: another job's topology file carries that job's settings too, and the roles
+  // say what is wrong (the settings would only follow from it).
   validate_topology(run.topology, job);
+  run.settings.check_read_by(job.name);
   validate_world(run.topology, runtime.world_size());
   std::string device_warning;
   try {

@@ -92,4 +92,10 @@ expect_config_error dry_dflash_eval_both "data.eval_path \(--set\) and data.eval
 # A key only the other job reads would do nothing: refused.
 expect_config_error moe_dflash_key "--set: train.anchors is a dflash_train setting; moe_train does not read it" \
   -np 4 "${moe[@]}" --set train.anchors=64 --dry-run
+# The other job's topology file (which sets that job's keys) is named for its roles first.
+expect_config_error moe_dflash_topology "role = \"target\" is not a role of moe_train" \
+  -np 4 "$bin/moe_train" topology/cpu-2t2d.toml --dry-run
+# --set cannot reach the topology's tables: said, with where they are.
+expect_config_error set_topology_table "--set links.queue_depth=2: \[links\] is a table of the topology file" \
+  -np 4 "${dflash[@]}" --set links.queue_depth=2 --dry-run
 exit $((failures > 0))

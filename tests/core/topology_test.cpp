@@ -253,3 +253,23 @@ TEST(Topology, AConfigPathThatIsADirectoryIsRefused) {
             std::string::npos);
   EXPECT_NE(error_of([&] { load_run(TOPOTRAIN_SOURCE_DIR, {}, {}); }).find("is a directory"), std::string::npos);
 }
+
+// A key no known key is near: the message lists what the table takes.
+TEST(Topology, UnknownKeyWithoutANearOneListsTheTablesKeys) {
+  const std::string message = error_of([] {
+    parse("[[roles]]\nrole = \"trainer\"\nranks = [0]\n[links]\nqdepth = 3\n");
+  });
+  EXPECT_NE(message.find("t.toml:5:10: unknown key 'qdepth' in [links]; [links] takes hidden_states, queue_depth, "
+                         "fan_in"),
+            std::string::npos)
+      << message;
+}
+
+// devices takes a list of GPU ordinals or the word "cpu": a list of words names both forms.
+TEST(Topology, DevicesOfWordsNameTheCpuForm) {
+  const std::string message = error_of([] {
+    parse("[[roles]]\nrole = \"trainer\"\nranks = [0]\ndevices = [\"cpu\"]\n");
+  });
+  EXPECT_NE(message.find("'devices' must be a list of integers, e.g. [0, 1], or \"cpu\""), std::string::npos)
+      << message;
+}
