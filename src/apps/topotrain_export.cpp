@@ -4,9 +4,7 @@
 // config-less checkpoint, a non-empty OUT_DIR without --force), 1 any other failure.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
-
-#include "topotrain/core/error.h"
+#include "tool_cli.h"
 #include "topotrain/train/hf_export.h"
 
 int main(int argc, char** argv) {
@@ -20,22 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "dtype of the written weights")->check(CLI::IsMember({"bf16", "fp32"}))
       ->capture_default_str();
   app.add_option("--max-shard-gb", options.max_shard_gib, "largest safetensors shard in GiB")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(topotrain::greater_than(0))->capture_default_str();
   app.add_flag("--force", options.force, "replace an earlier export in a non-empty OUT_DIR (other files are kept)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  }
-  options.dtype = dtype == "fp32" ? torch::kFloat32 : torch::kBFloat16;
-  try {
+  return topotrain::run_tool(app, argc, argv, [&] {
+    options.dtype = dtype == "fp32" ? torch::kFloat32 : torch::kBFloat16;
     std::fputs(topotrain::describe(topotrain::export_hf(options)).c_str(), stdout);
-  } catch (const topotrain::ConfigError& e) {
-    std::fprintf(stderr, "topotrain-export: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "topotrain-export: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -1,11 +1,10 @@
 // topotrain-prepare: tokenizes text or JSONL files into a topotrain dataset file (HDF5).
-#include <CLI/CLI.hpp>
-
+// Exit status (tool_cli.h): 0 written, 2 bad arguments or input, 1 any other failure.
 #include <unistd.h>
 
 #include <cstdio>
 
-#include "topotrain/core/error.h"
+#include "tool_cli.h"
 #include "topotrain/data/prepare.h"
 
 int main(int argc, char** argv) {
@@ -27,17 +26,18 @@ int main(int argc, char** argv) {
   app.add_option("--split", split, "text files: one document per 'file' or per blank-line separated 'paragraph'")
       ->check(CLI::IsMember({"file", "paragraph"}))
       ->capture_default_str();
-  app.add_option("-j,--threads", config.threads, "tokenizing threads (0: every core)")->capture_default_str();
+  app.add_option("-j,--threads", config.threads, "tokenizing threads (0: every core)")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--gzip", config.write.gzip_level, "deflate level of /tokens and /loss_mask (0: none)")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();
   app.add_flag("-q,--quiet", quiet, "no progress bar");
-  CLI11_PARSE(app, argc, argv);
-
-  config.format = format == "text" ? InputFormat::text : format == "jsonl" ? InputFormat::jsonl : InputFormat::by_extension;
-  config.split = split == "paragraph" ? TextSplit::paragraph : TextSplit::file;
-  config.progress = !quiet && isatty(STDERR_FILENO);
-  try {
+  return run_tool(app, argc, argv, [&] {
+    config.format =
+        format == "text" ? InputFormat::text : format == "jsonl" ? InputFormat::jsonl : InputFormat::by_extension;
+    config.split = split == "paragraph" ? TextSplit::paragraph : TextSplit::file;
+    config.progress = !quiet && isatty(STDERR_FILENO);
     const PrepareTotals t = prepare_dataset(config);
     std::printf("wrote %s: %llu documents, %llu tokens (%llu with loss mask 1) from %llu files, %.1f MB\n",
                 config.output.c_str(), (unsigned long long)t.documents, (unsigned long long)t.tokens,
@@ -48,9 +48,5 @@ int main(int argc, char** argv) {
       std::printf("%llu conversations rendered with the %s chat template\n", (unsigned long long)t.chat_documents,
                   t.chat_template.c_str());
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "topotrain-prepare: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

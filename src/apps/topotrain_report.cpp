@@ -5,14 +5,17 @@
 // targets and drafters, written as a topology file with --recommend-topology; for moe_train
 // what more grad_accum would gain. Optionally an SVG chart of the same steps and a
 // Chrome/Perfetto trace (of one launch: each has its own clock).
+// Exit status (tool_cli.h): 0 done, 2 bad arguments (also a --skip that leaves no step), 1 any
+// other failure.
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
+#include "tool_cli.h"
+#include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/chrome_trace.h"
@@ -48,16 +51,17 @@ int main(int argc, char** argv) {
                  "write the run's topology re-split to the recommended targets and drafters here (DFlash runs; "
                  "the topology is read from the run's newest checkpoint)");
   app.add_option("--skip", skip, "leave out each rank's first N steps of every launch (warm-up)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(topotrain::at_least(0));
   app.add_option("--launch", launch,
                  "a resumed run's launches to analyse: all (stitched into one run), last, or a launch number")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return topotrain::run_tool(app, argc, argv, [&] {
+    using topotrain::ConfigError;
+    using topotrain::cat;
     const std::string path =
         topotrain::is_directory(run) ? topotrain::join_path(run, topotrain::kTimingsFileName) : run;
     if (!topotrain::file_exists(path))
-      throw std::runtime_error(path + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
+      throw ConfigError(path + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
     const std::vector<topotrain::TimingsData> launches = topotrain::read_timing_launches(path);
     const topotrain::TimingsData* chosen = nullptr;  // null: all, stitched
     if (launch == "last") {
@@ -66,14 +70,14 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long number = std::strtol(launch.c_str(), &end, 10);
       if (launch.empty() || *end != '\0' || number < 1)
-        throw std::runtime_error("--launch " + launch + ": expected all, last or a launch number (1, 2, ...)");
+        throw ConfigError("--launch " + launch + ": expected all, last or a launch number (1, 2, ...)");
       std::string numbers;
       for (const topotrain::TimingsData& l : launches) {
         if (l.launch == number) chosen = &l;
         numbers += (numbers.empty() ? "" : ", ") + std::to_string(l.launch);
       }
       if (!chosen)
-        throw std::runtime_error(path + " holds no launch " + launch + " (it holds " + numbers +
+        throw ConfigError(path + " holds no launch " + launch + " (it holds " + numbers +
                                  "; a launch that recorded no step is not kept)");
     }
     if (launches.size() > 1) {
@@ -83,25 +87,32 @@ int main(int argc, char** argv) {
       if (chosen) std::printf("launch %d:\n", chosen->launch);
     }
     const topotrain::TimingsData& traced = chosen ? *chosen : launches.back();
-    const topotrain::StitchedRun stitched = topotrain::stitch_launches(
-        chosen ? std::vector<topotrain::TimingsData>{*chosen} : launches, skip);
+    const std::vector<topotrain::TimingsData> analysed =
+        chosen ? std::vector<topotrain::TimingsData>{*chosen} : launches;
+    const topotrain::StitchedRun stitched = topotrain::stitch_launches(analysed, skip);
+    if (stitched.rows.empty() && skip > 0) {
+      std::set<std::int64_t> steps;
+      for (const topotrain::StitchedRow& row : topotrain::stitch_launches(analysed, 0).rows) steps.insert(row.step);
+      throw ConfigError(cat("--skip ", skip, " leaves out all ", steps.size(), " recorded steps of ", path,
+                            " (it drops each rank's first ", skip, " steps of every launch); pass a smaller --skip"));
+    }
     std::fputs(topotrain::format_report(topotrain::analyse_timings(stitched)).c_str(), stdout);
     const topotrain::TopologyAdvice advice = topotrain::advise_topology(stitched);
     std::fputs(topotrain::format_topology_advice(advice, 3).c_str(), stdout);
     std::fputs(topotrain::format_accumulation_advice(topotrain::advise_accumulation(stitched)).c_str(), stdout);
     if (!topology_path.empty()) {
       if (!advice.applicable)
-        throw std::runtime_error("--recommend-topology: " + path + " is " + advice.reason +
+        throw ConfigError("--recommend-topology: " + path + " is " + advice.reason +
                                  "; only a DFlash run's split is recommended");
       const std::string run_dir = topotrain::is_directory(run) ? run : topotrain::parent_directory(path);
       const auto checkpoint = topotrain::CheckpointReader::find_latest(run_dir);
       if (!checkpoint)
-        throw std::runtime_error("--recommend-topology: " + run_dir +
+        throw ConfigError("--recommend-topology: " + run_dir +
                                  " holds no complete checkpoint, which is where a run keeps its topology; "
                                  "run it until it writes one (checkpoint.every_steps, or its last step)");
       const std::string text = topotrain::CheckpointReader::load_header(*checkpoint).topology_text;
       if (text.empty())
-        throw std::runtime_error("--recommend-topology: " + *checkpoint +
+        throw ConfigError("--recommend-topology: " + *checkpoint +
                                  " keeps no topology text (an older topotrain wrote it); run a newer build first");
       write_output(topology_path,
                    topotrain::recommended_topology_text(advice, text, "the topology of " + *checkpoint),
@@ -109,9 +120,5 @@ int main(int argc, char** argv) {
     }
     if (!trace_path.empty()) write_output(trace_path, topotrain::chrome_trace_json(traced), "trace");
     if (!plot_path.empty()) write_output(plot_path, topotrain::run_chart_svg(stitched), "chart");
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "topotrain-report: error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  });
 }

@@ -65,8 +65,13 @@ HeldOutSplit split_held_out(TokenDataset dataset, double fraction, std::uint64_t
     all.loss_mask.shrink_to_fit();
   }
   all.offsets = std::move(kept_offsets);
-  return {TokenDataset::from_contents(std::move(all), origin),
-          TokenDataset::from_contents(std::move(out), cat(origin, " (held out: data.eval_fraction)"))};
+  HeldOutSplit split{TokenDataset::from_contents(std::move(all), origin),
+                     TokenDataset::from_contents(std::move(out), cat(origin, " (held out: data.eval_fraction)"))};
+  if (split.train.num_loss_targets() == 0)
+    throw ConfigError(cat("data.eval_fraction = ", fraction, " holds out every document of ", origin,
+                          " that has a token with loss_mask 1 after another token of its document, leaving nothing "
+                          "to train on: use a smaller fraction, or a separate file in data.eval_path"));
+  return split;
 }
 
 }  // namespace topotrain::data

@@ -24,6 +24,7 @@ struct TokenizedBatch {
   std::vector<uint64_t> lengths;
   std::vector<uint8_t> loss_mask;
   uint64_t loss_tokens = 0;
+  uint64_t loss_targets = 0;
   uint64_t chat_documents = 0;
   uint64_t text_bytes = 0;  // of the raw documents, for the progress bar
 };
@@ -35,6 +36,20 @@ struct ChatRendering {
   std::string refusal;
 };
 
+// nlohmann's parse_error reads "[json.exception.parse_error.101] parse error at line 1,
+// column 14: <what>"; a JSONL line is one line, so the column and <what> are what helps.
+// <what> quotes the token read so far, which for an unterminated string is the rest of the
+// line: it is cut short.
+std::string json_parse_detail(const nlohmann::json::parse_error& e) {
+  const std::string what = e.what();
+  const size_t column = what.find("column ");
+  const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
+  std::string detail = colon == std::string::npos ? what : what.substr(colon + 2);
+  constexpr size_t kLongest = 160;
+  if (detail.size() > kLongest) detail = detail.substr(0, kLongest) + "...";
+  return cat("invalid JSON at column ", e.byte, ": ", detail);
+}
+
 // Returns whether the document is a conversation.
 bool encode_document(const Tokenizer& tokenizer, const ChatRendering& chat, const RawDocument& doc,
                      EncodedDocument& out) {
@@ -43,8 +58,16 @@ bool encode_document(const Tokenizer& tokenizer, const ChatRendering& chat, cons
     return false;
   }
   // Ordered: tools and tool-call arguments are written back in the order they were given.
-  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(doc.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw ConfigError(cat(doc.origin, ": not a JSON object"));
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(doc.body);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(cat(doc.origin, ": ", json_parse_detail(e)));
+  }
+  if (!j.is_object()) {
+    throw ConfigError(cat(doc.origin, ": a JSONL line must be a JSON object ({\"text\": ...} or {\"messages\": "
+                          "[...]}), not ", j.type_name()));
+  }
   if (j.contains("messages")) {
     const ChatConversation conversation = parse_chat_conversation(j, doc.origin);
     if (!chat.chat_template) throw ConfigError(cat(doc.origin, ": chat data, but ", chat.refusal));
@@ -77,7 +100,10 @@ TokenizedBatch tokenize(const Tokenizer& tokenizer, const ChatRendering& chat, c
     batch.tokens.insert(batch.tokens.end(), doc.tokens.begin(), doc.tokens.end());
     batch.loss_mask.insert(batch.loss_mask.end(), doc.loss_mask.begin(), doc.loss_mask.end());
     batch.lengths.push_back(doc.tokens.size());
-    for (uint8_t m : doc.loss_mask) batch.loss_tokens += m;
+    uint64_t ones = 0;
+    for (uint8_t m : doc.loss_mask) ones += m;
+    batch.loss_tokens += ones;
+    batch.loss_targets += ones - doc.loss_mask.front();  // nothing predicts a document's first token
   }
   return batch;
 }
@@ -125,6 +151,7 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
     totals.documents += batch.lengths.size();
     totals.tokens += batch.tokens.size();
     totals.loss_tokens += batch.loss_tokens;
+    totals.loss_targets += batch.loss_targets;
     totals.chat_documents += batch.chat_documents;
     done_bytes += batch.text_bytes;
     if (config.progress) draw_progress(done_bytes, reader.total_bytes(), totals, elapsed());
@@ -143,6 +170,15 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   while (!in_flight.empty()) write_oldest();
   if (totals.documents == 0) {
     throw ConfigError(cat("the inputs hold no documents (all empty?); nothing written to '", config.output, "'"));
+  }
+  if (totals.loss_targets == 0) {
+    // Text documents end with eos, all trained: only conversations without an assistant
+    // message get here.
+    throw ConfigError(cat("nothing written to '", config.output, "': it would have ",
+                          no_loss_targets_reason(totals.documents, totals.tokens, totals.loss_tokens),
+                          "; loss mask 1 goes to what messages of role \"assistant\" say, and none of the ",
+                          totals.chat_documents, " conversations has one (another role, even a misspelt one, is "
+                          "rendered but not trained)"));
   }
   writer.finish();
   if (config.progress) {

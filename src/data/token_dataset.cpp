@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <numeric>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/hdf5_handle.h"
@@ -221,15 +222,37 @@ TokenDataset TokenDataset::from_contents(TokenDatasetContents contents, const st
   dataset.contents_ = std::move(contents);
   dataset.path_ = origin;
   const TokenDatasetContents& c = dataset.contents_;
-  if (!c.loss_mask.empty()) {
+  if (c.loss_mask.empty()) {
+    dataset.loss_targets_ = dataset.num_tokens() - dataset.num_samples();
+  } else {
     dataset.sample_loss_tokens_.resize(dataset.num_samples());
     for (uint64_t d = 0; d < dataset.num_samples(); ++d) {
       uint64_t ones = 0;
       for (uint64_t t = c.offsets[d]; t < c.offsets[d + 1]; ++t) ones += c.loss_mask[t];
       dataset.sample_loss_tokens_[d] = ones;
+      dataset.loss_targets_ += ones - c.loss_mask[c.offsets[d]];
     }
   }
   return dataset;
+}
+
+std::string no_loss_targets_reason(uint64_t documents, uint64_t tokens, uint64_t loss_tokens) {
+  const std::string why = loss_tokens == 0 ? cat("loss_mask is 0 at all ", tokens, " tokens")
+                          : tokens == documents ? cat("each of its ", documents, " documents is 1 token long")
+                                                : cat("each of its ", loss_tokens,
+                                                      " tokens with loss_mask 1 is the first of its document");
+  return cat("no token with loss_mask 1 that follows another token of its document: nothing to train on (", why,
+             ")");
+}
+
+void TokenDataset::require_loss_targets() const {
+  if (loss_targets_ > 0) return;
+  const uint64_t loss_tokens =
+      has_loss_mask() ? std::accumulate(sample_loss_tokens_.begin(), sample_loss_tokens_.end(), uint64_t{0})
+                      : num_tokens();
+  throw ConfigError(cat("'", path_, "' has ", no_loss_targets_reason(num_samples(), num_tokens(), loss_tokens),
+                        "; train on documents of 2 or more tokens with loss_mask 1 on what the model should learn "
+                        "to predict"));
 }
 
 namespace {
@@ -272,7 +295,9 @@ TokenDataset TokenDataset::load(const std::string& path) {
   c.tokens = read_integer_dataset<uint32_t>(file, path, "tokens", H5T_NATIVE_UINT32, "uint32", true);
   c.offsets = read_integer_dataset<uint64_t>(file, path, "offsets", H5T_NATIVE_UINT64, "uint64", true);
   c.loss_mask = read_integer_dataset<uint8_t>(file, path, "loss_mask", H5T_NATIVE_UINT8, "uint8", false);
-  return from_contents(std::move(c), path);
+  TokenDataset dataset = from_contents(std::move(c), path);
+  dataset.require_loss_targets();
+  return dataset;
 }
 
 struct TokenDatasetWriter::Impl {

@@ -71,3 +71,32 @@ TEST(HeldOutSplit, RefusesToHoldOutEverything) {
   EXPECT_THROW(split_held_out(numbered(1), 0.5, 1), ConfigError);
   EXPECT_THROW(split_held_out(numbered(4), 0.9, 1), ConfigError);
 }
+
+TEST(HeldOutSplit, RefusesToHoldOutEveryTarget) {
+  // Only document 3 (tokens 6, 7) has a token with mask 1 after its first. The draw depends
+  // on the seed and the number of documents only, so the same documents without a mask show
+  // which one each seed holds out.
+  TokenDatasetContents masked;
+  masked.vocab_size = 10;
+  masked.tokens = {1, 2, 3, 4, 5, 6, 7};
+  masked.offsets = {0, 2, 4, 5, 7};
+  TokenDatasetContents unmasked = masked;
+  masked.loss_mask = {1, 0, 1, 0, 1, 0, 1};
+  std::set<bool> seen;
+  for (std::uint64_t seed = 0; seed < 16; ++seed) {
+    SCOPED_TRACE(seed);
+    const HeldOutSplit reference = split_held_out(TokenDataset::from_contents(unmasked, "plain"), 0.25, seed);
+    const bool holds_out_the_target = reference.held_out.contents().tokens.back() == 7;
+    seen.insert(holds_out_the_target);
+    try {
+      const HeldOutSplit split = split_held_out(TokenDataset::from_contents(masked, "four"), 0.25, seed);
+      EXPECT_FALSE(holds_out_the_target);
+      EXPECT_EQ(split.train.num_loss_targets(), 1u);
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(holds_out_the_target);
+      EXPECT_NE(std::string(e.what()).find("holds out every document of four that has a token with loss_mask 1"),
+                std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(seen.size(), 2u) << "the seeds must cover both cases";
+}

@@ -86,6 +86,77 @@ TEST(Prepare, BadJsonlLineIsNamedByFileAndLine) {
   EXPECT_THROW(prepare_dataset(config), ConfigError);
 }
 
+// What prepare_dataset's ConfigError says; "" when it does not throw.
+std::string refusal(const PrepareConfig& config) {
+  try {
+    prepare_dataset(config);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The parse error is nlohmann-json's, with the column of the line where it stopped.
+TEST(Prepare, MalformedJsonlLineSaysWhatAndWhere) {
+  PrepareConfig config;
+  config.output = test_file("never.h5");
+  const std::string ok = "{\"text\": \"ok\"}\n";
+  config.inputs = {write_input("unterminated.jsonl", ok + ok + "{\"text\": \"abc\n")};
+  EXPECT_NE(refusal(config).find(config.inputs[0] + ":3: invalid JSON at column 14: syntax error while parsing "
+                                 "value - invalid string: missing closing quote"),
+            std::string::npos)
+      << refusal(config);
+  config.inputs = {write_input("surrogate.jsonl", "{\"text\": \"\\ud800\"}\n")};
+  EXPECT_NE(refusal(config).find(config.inputs[0] + ":1: invalid JSON at column 17: syntax error while parsing "
+                                 "value - invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"),
+            std::string::npos)
+      << refusal(config);
+  config.inputs = {write_input("list.jsonl", "[1, 2]\n")};
+  EXPECT_NE(refusal(config).find(config.inputs[0] + ":1: a JSONL line must be a JSON object"), std::string::npos)
+      << refusal(config);
+  EXPECT_NE(refusal(config).find("not array"), std::string::npos) << refusal(config);
+  EXPECT_FALSE(file_exists(config.output));
+}
+
+// A conversation trains only what its assistant messages say: without one (here a role the
+// fixed template renders but does not train) the file would train nothing, and is not written.
+TEST(Prepare, OutputWithNothingToTrainOnIsRefused) {
+  PrepareConfig config;
+  config.output = test_file("untrained.h5");
+  config.inputs = {write_input("wizard.jsonl", "{\"messages\": [{\"role\": \"wizard\", \"content\": \"hi\"}]}\n")};
+  const std::string message = refusal(config);
+  // <|im_start|> "wizard\nhi" <|im_end|> "\n": 1 + 9 + 1 + 1 byte-tokenizer tokens, all mask 0.
+  EXPECT_NE(message.find("nothing written to '" + config.output + "': it would have no token with loss_mask 1 that "
+                         "follows another token of its document: nothing to train on (loss_mask is 0 at all 12 "
+                         "tokens)"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("none of the 1 conversations has one"), std::string::npos) << message;
+  EXPECT_FALSE(file_exists(config.output));
+  EXPECT_FALSE(file_exists(config.output + ".tmp"));
+  // One assistant message anywhere is enough.
+  config.inputs.push_back(
+      write_input("assistant.jsonl", "{\"messages\": [{\"role\": \"assistant\", \"content\": \"x\"}]}\n"));
+  EXPECT_EQ(prepare_dataset(config).loss_targets, 2u);  // "x" and <|im_end|>
+}
+
+// The byte tokenizer's eos is fixed: another --eos is refused rather than ignored.
+TEST(Prepare, ByteTokenizerTakesNoOtherEos) {
+  PrepareConfig config;
+  config.output = test_file("eos.h5");
+  config.inputs = {write_input("eos.txt", "text")};
+  config.eos = "<|nonexistent|>";
+  EXPECT_NE(refusal(config).find("--eos '<|nonexistent|>': the byte tokenizer ends documents with <|endoftext|> "
+                                 "(id 256) and no other token"),
+            std::string::npos)
+      << refusal(config);
+  config.eos = "<|im_end|>";
+  EXPECT_NE(refusal(config).find("--eos '<|im_end|>'"), std::string::npos);
+  config.eos = "<|endoftext|>";
+  EXPECT_EQ(prepare_dataset(config).tokens, 5u);
+  EXPECT_FALSE(TokenDataset::load(config.output).has_loss_mask());
+}
+
 // With a tokenizer.json, chat lines are rendered with the chat_template of the
 // tokenizer_config.json beside it; a template topotrain does not render refuses chat data
 // (naming the file) but not plain text.

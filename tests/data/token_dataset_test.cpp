@@ -3,8 +3,10 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <random>
 
 #include "test_dir.h"
 #include "topotrain/core/error.h"
@@ -195,6 +197,66 @@ TEST(TokenDataset, EachBadFileGetsItsOwnError) {
     expect_load_error(path, bad.expected);
     std::remove(path.c_str());
   }
+}
+
+// A target is a token with mask 1 that is not its document's first; counted here by brute
+// force over every token, independently of the per-sample sums the dataset keeps.
+uint64_t targets_by_brute_force(const TokenDatasetContents& c) {
+  uint64_t targets = 0;
+  for (uint64_t t = 0; t < c.tokens.size(); ++t) {
+    const bool first = std::find(c.offsets.begin(), c.offsets.end(), t) != c.offsets.end();
+    if (!first && (c.loss_mask.empty() || c.loss_mask[t] == 1)) ++targets;
+  }
+  return targets;
+}
+
+TEST(TokenDataset, CountsEveryNextTokenTarget) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 50; ++trial) {
+    TokenDatasetContents c;
+    c.vocab_size = 10;
+    const bool masked = trial % 2 == 1;
+    for (uint32_t d = 0, docs = 1 + rng() % 6; d < docs; ++d) {
+      for (uint32_t i = 0, length = 1 + rng() % 4; i < length; ++i) {
+        c.tokens.push_back(rng() % 10);
+        if (masked) c.loss_mask.push_back(rng() % 3 == 0);
+      }
+      c.offsets.push_back(c.tokens.size());
+    }
+    const uint64_t expected = targets_by_brute_force(c);
+    const TokenDataset d = TokenDataset::from_contents(c, "random");
+    EXPECT_EQ(d.num_loss_targets(), expected);
+    if (expected > 0) {
+      EXPECT_NO_THROW(d.require_loss_targets());
+    } else {
+      EXPECT_THROW(d.require_loss_targets(), ConfigError);
+    }
+  }
+}
+
+TEST(TokenDataset, NothingToTrainOnIsRefusedAtLoad) {
+  const std::string refusal = "has no token with loss_mask 1 that follows another token of its document: nothing "
+                              "to train on (";
+  const auto file = [&](const char* name, std::vector<uint32_t> tokens, std::vector<uint64_t> offsets,
+                        std::vector<uint8_t> mask) {
+    const std::string path = temp_path(name);
+    RawFile f(path);
+    f.attribute("vocab_size", 10);
+    f.attribute("eos_id", 1);
+    f.dataset<uint32_t>("tokens", H5T_NATIVE_UINT32, tokens);
+    f.dataset<uint64_t>("offsets", H5T_NATIVE_UINT64, offsets);
+    if (!mask.empty()) f.dataset<uint8_t>("loss_mask", H5T_NATIVE_UINT8, mask);
+    return path;
+  };
+  const std::string zeros = file("mask_all_zero", {5, 6, 7, 8}, {0, 2, 4}, {0, 0, 0, 0});
+  expect_load_error(zeros, cat("'", zeros, "' ", refusal, "loss_mask is 0 at all 4 tokens)"));
+  const std::string singles = file("one_token_documents", {5, 6, 7}, {0, 1, 2, 3}, {});
+  expect_load_error(singles, cat(refusal, "each of its 3 documents is 1 token long)"));
+  const std::string firsts = file("mask_on_first_tokens", {5, 6, 7, 8, 9}, {0, 2, 5}, {1, 0, 1, 0, 0});
+  expect_load_error(firsts, cat(refusal, "each of its 2 tokens with loss_mask 1 is the first of its document)"));
+  // One target is enough.
+  const std::string one = file("one_target", {5, 6, 7, 8, 9}, {0, 2, 5}, {1, 0, 1, 0, 1});
+  EXPECT_EQ(TokenDataset::load(one).num_loss_targets(), 1u);
 }
 
 TEST(TokenDataset, MissingOrForeignFileIsAConfigError) {

@@ -555,9 +555,26 @@ TEST_F(ResumedReportTest, OneLaunchIsThatLaunchAlone) {
   const std::string last = report("--launch last");
   EXPECT_NE(last.find("launch 2:"), std::string::npos) << last;
   EXPECT_NE(last.find("role trainer (rank 0): steps 4..9, 6 rank-steps"), std::string::npos) << last;
-  EXPECT_NE(report("--launch 3", 1).find("holds no launch 3 (it holds 1, 2;"), std::string::npos);
-  EXPECT_NE(report("--launch newest", 1).find("--launch newest: expected all, last or a launch number"),
+  EXPECT_NE(report("--launch 3", 2).find("holds no launch 3 (it holds 1, 2;"), std::string::npos);
+  EXPECT_NE(report("--launch newest", 2).find("--launch newest: expected all, last or a launch number"),
             std::string::npos);
+}
+
+// Bad arguments exit 2, as the trainers' do; a range error says the rule, not CLI11's range
+// with a 310-digit open end.
+TEST_F(ResumedReportTest, BadArgumentsExitTwoAndSayTheRule) {
+  const std::string negative = report("--skip -1", 2);
+  EXPECT_NE(negative.find("--skip: must be >= 0 (got -1)"), std::string::npos) << negative;
+  EXPECT_EQ(negative.find("179769"), std::string::npos) << negative;
+  // Steps 1..9: each rank of launch 1 ran 6 (1..6), launch 2's one rank 6 (4..9). Skipping 6
+  // of every launch leaves none; 5 leaves each rank its last, of which launch 1's step 6 was
+  // run again by launch 2: step 9 alone.
+  const std::string all = report("--skip 6", 2);
+  EXPECT_NE(all.find("topotrain-report: error: --skip 6 leaves out all 9 recorded steps of " + path_),
+            std::string::npos) << all;
+  EXPECT_NE(report("--skip 5").find("role trainer (ranks 0,1): steps 9..9, 1 rank-steps"), std::string::npos)
+      << report("--skip 5");
+  EXPECT_NE(report("--skip 1000 --launch 1", 2).find("leaves out all 6 recorded steps"), std::string::npos);
 }
 
 TEST_F(ResumedReportTest, PlotDrawsLossAndTokensPerSecondOfEveryStitchedStep) {

@@ -39,6 +39,14 @@ export_fails() {  # export_fails PATTERN ARGS...: topotrain-export exits 2 with 
     { echo "topotrain-export $* exited $status, expected 2 and '$pattern':"; cat "$work/export.log"; exit 1; }
 }
 
+usage_fails() {  # usage_fails TEXT ARGS...: topotrain-export refuses its command line: exit 2, printing TEXT
+  local text=$1 status=0
+  shift
+  "$bin/topotrain-export" "$@" >"$work/export.log" 2>&1 || status=$?
+  [[ $status == 2 ]] && grep -qF -- "$text" "$work/export.log" ||
+    { echo "topotrain-export $* exited $status, expected 2 and '$text':"; cat "$work/export.log"; exit 1; }
+}
+
 case $scenario in
 run)
   train moe --set model.preset=tiny-moe --set train.max_steps=2 || { cat "$work/moe.log"; exit 1; }
@@ -62,9 +70,8 @@ run)
   "$bin/topotrain-export" "$work/moe" "$work/hf32" --force > /dev/null
   mkdir "$work/not-a-run"
   export_fails "neither a topotrain checkpoint" "$work/not-a-run" "$work/out"
-  status=0
-  "$bin/topotrain-export" "$work/moe" "$work/out" --dtype fp16 >"$work/export.log" 2>&1 || status=$?
-  [[ $status == 2 ]] || { echo "--dtype fp16 exited $status, expected 2"; cat "$work/export.log"; exit 1; }
+  usage_fails "--dtype: fp16 not in {bf16,fp32}" "$work/moe" "$work/out" --dtype fp16
+  usage_fails "--max-shard-gb: must be > 0 (got 0)" "$work/moe" "$work/out" --max-shard-gb 0
   ;;
 weights)
   train dense --set model.preset=tiny-dense --set train.max_steps=2 || { cat "$work/dense.log"; exit 1; }

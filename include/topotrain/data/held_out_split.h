@@ -19,8 +19,8 @@ struct HeldOutSplit {
 // Holds out round(fraction x documents) documents, at least one, drawn by a seeded
 // permutation. `dataset` is consumed: the kept documents are compacted in its memory, so
 // the split costs only the held-out part on top of the dataset. Throws ConfigError naming
-// data.eval_fraction when the fraction would hold out every document, or the dataset has
-// fewer than two.
+// data.eval_fraction when the fraction would hold out every document, or every document with
+// a next-token target (TokenDataset::num_loss_targets), or the dataset has fewer than two.
 HeldOutSplit split_held_out(TokenDataset dataset, double fraction, std::uint64_t seed);
 
 }  // namespace topotrain::data

@@ -31,6 +31,7 @@ struct PrepareTotals {
   uint64_t documents = 0;
   uint64_t tokens = 0;
   uint64_t loss_tokens = 0;
+  uint64_t loss_targets = 0;    // tokens with loss mask 1 after the first of their document
   uint64_t chat_documents = 0;  // of `documents`
   uint64_t bytes = 0;
   double seconds = 0;
@@ -39,6 +40,9 @@ struct PrepareTotals {
   std::string chat_template;  // ChatTemplate::description(), or why chat data is refused
 };
 
+// Throws ConfigError naming the input (file:line for JSONL) or the output, and writes
+// nothing, for unreadable or malformed inputs and for output with no next-token target
+// (TokenDataset::load would refuse it).
 PrepareTotals prepare_dataset(const PrepareConfig& config);
 
 }  // namespace topotrain::data

@@ -50,7 +50,8 @@ class TokenDataset {
   // model before any rank loads the data. ConfigError as load's.
   static TokenDatasetHeader read_header(const std::string& path);
   // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
-  // (with the offending index) and how to fix it.
+  // (with the offending index) and how to fix it. A file with no next-token target
+  // (num_loss_targets() == 0) is refused too: a run on it would train nothing at loss 0.
   static TokenDataset load(const std::string& path);
   // Validates contents built in memory; `origin` names them in error messages.
   static TokenDataset from_contents(TokenDatasetContents contents, const std::string& origin);
@@ -74,6 +75,10 @@ class TokenDataset {
   // with loss mask 1 after the piece's first one (which nothing in the piece predicts).
   // O(1) for a whole sample, like loss_tokens.
   uint64_t loss_targets(uint64_t i, uint64_t begin, uint64_t end) const;
+  // loss_targets of every whole sample, summed.
+  uint64_t num_loss_targets() const { return loss_targets_; }
+  // Throws the ConfigError of load() when num_loss_targets() is 0, naming path().
+  void require_loss_targets() const;
   const TokenDatasetContents& contents() const { return contents_; }
   // Hands the contents over without a copy (a split rebuilds datasets from them).
   TokenDatasetContents release_contents() && { return std::move(contents_); }
@@ -81,6 +86,7 @@ class TokenDataset {
  private:
   TokenDatasetContents contents_;
   std::vector<uint64_t> sample_loss_tokens_;  // per sample; empty without a loss mask
+  uint64_t loss_targets_ = 0;
   std::string path_;
 };
 
@@ -116,6 +122,11 @@ class TokenDatasetWriter {
   std::vector<uint64_t> offsets_{0};
   uint64_t tokens_written_ = 0;
 };
+
+// Why data of `documents` documents, `tokens` tokens and `loss_tokens` tokens with loss mask
+// 1 has nothing to train on, as "no token with loss_mask 1 that follows ...: nothing to
+// train on (...)": the dataset's loader and topotrain-prepare refuse such data in one wording.
+std::string no_loss_targets_reason(uint64_t documents, uint64_t tokens, uint64_t loss_tokens);
 
 // Writes a whole dataset at once (tests, small tools).
 void write_token_dataset(const std::string& path, const TokenDatasetContents& contents,

@@ -37,7 +37,8 @@ class Tokenizer {
 };
 
 // "byte" -> the built-in byte tokenizer; otherwise the path of a HF tokenizer.json whose
-// end-of-document token is `eos` (empty: "<|endoftext|>").
+// end-of-document token is `eos` (empty: "<|endoftext|>"). ConfigError for an `eos` the
+// tokenizer lacks; the byte tokenizer's is always <|endoftext|>, so it takes no other.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& spec, const std::string& eos);
 
 }  // namespace topotrain::data
