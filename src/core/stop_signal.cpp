@@ -60,7 +60,11 @@ extern "C" void on_stop_signal(int signal) {
   g_stop = 1;
   // A peer gone means no collective can complete: there is no orderly stop to wait for.
   if (job_is_ending()) std::_Exit(1);
-  const char message[] = "topotrain: stop requested; finishing the step and checkpointing (signal again to kill)\n";
+  // True wherever the flag is polled: at a step's end (then a checkpoint follows) and between
+  // the candidates of train.token_budget = "auto" (before the first step: none to write).
+  const char message[] =
+      "topotrain: stop requested; finishing the step in flight and checkpointing (before the first step: stopping "
+      "without a checkpoint); signal again to kill\n";
   // write(2) is async-signal-safe; stdio is not.
   ssize_t ignored = write(STDERR_FILENO, message, sizeof(message) - 1);
   (void)ignored;

@@ -1,5 +1,6 @@
 // SIGUSR1, SIGINT and SIGTERM as a request for an orderly stop. The handler only sets a
-// flag; the trainer polls it at step boundaries and agrees on it across ranks (the training
+// flag; the trainer polls it at step boundaries (and the "auto" token budget's probe between
+// its candidates, before the first step) and agrees on it across ranks (the training
 // session folds it into its per-step agreement, dflash's drafters into their step's go;
 // Runtime::agree_stop is the stand-alone form) so that every rank stops after the same
 // step, checkpoints, and exits 0. A second signal while the stop is pending ends the
