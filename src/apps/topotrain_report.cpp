@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       }
       if (!chosen)
         throw ConfigError(path + " holds no launch " + launch + " (it holds " + numbers +
-                                 "; a launch that recorded no step is not kept)");
+                          "; a launch that recorded no step is not kept)");
     }
     if (launches.size() > 1) {
       std::vector<topotrain::LaunchSummary> summaries;
@@ -103,17 +103,17 @@ int main(int argc, char** argv) {
     if (!topology_path.empty()) {
       if (!advice.applicable)
         throw ConfigError("--recommend-topology: " + path + " is " + advice.reason +
-                                 "; only a DFlash run's split is recommended");
+                          "; only a DFlash run's split is recommended");
       const std::string run_dir = topotrain::is_directory(run) ? run : topotrain::parent_directory(path);
       const auto checkpoint = topotrain::CheckpointReader::find_latest(run_dir);
       if (!checkpoint)
         throw ConfigError("--recommend-topology: " + run_dir +
-                                 " holds no complete checkpoint, which is where a run keeps its topology; "
-                                 "run it until it writes one (checkpoint.every_steps, or its last step)");
+                          " holds no complete checkpoint, which is where a run keeps its topology; "
+                          "run it until it writes one (checkpoint.every_steps, or its last step)");
       const std::string text = topotrain::CheckpointReader::load_header(*checkpoint).topology_text;
       if (text.empty())
         throw ConfigError("--recommend-topology: " + *checkpoint +
-                                 " keeps no topology text (an older topotrain wrote it); run a newer build first");
+                          " keeps no topology text (an older topotrain wrote it); run a newer build first");
       write_output(topology_path,
                    topotrain::recommended_topology_text(advice, text, "the topology of " + *checkpoint),
                    "recommended topology");

@@ -14,8 +14,9 @@ bool is_out_of_memory(const std::exception& error) {
 
 std::optional<std::int64_t> shrunk_budget(const StepConfig& step, std::int64_t token_budget,
                                           const MeasuredBudget* measured, std::int64_t failing_peak_bytes) {
-  if (!step.shrink_on_oom || token_budget / 2 < kMinTokenBudget) return std::nullopt;
-  if (measured) return measured->after_out_of_memory(token_budget, failing_peak_bytes);
+  if (!step.shrink_on_oom) return std::nullopt;
+  if (measured) return measured->after_out_of_memory(token_budget, failing_peak_bytes);  // keeps its own floor
+  if (token_budget / 2 < kMinTokenBudget) return std::nullopt;
   return token_budget / 2;
 }
 

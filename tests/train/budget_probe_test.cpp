@@ -89,6 +89,7 @@ TEST(MeasuredBudget, ShrinksByWhatTheFailingPeakSays) {
   EXPECT_EQ(shrunk_budget(step, 8192, &measured, 0).value_or(-1), 7296);
   EXPECT_EQ(shrunk_budget(step, 4).value_or(-1), 2);
   EXPECT_FALSE(shrunk_budget(step, 3).has_value());
+  EXPECT_EQ(shrunk_budget(step, 3, &measured, 0).value_or(-1), kMinTokenBudget);  // the measure's own floor
   step.shrink_on_oom = false;
   EXPECT_FALSE(shrunk_budget(step, 8192, &measured, 0).has_value());
 }
