@@ -18,7 +18,7 @@
 # counted that wait in the optimizer phase), its optimizer mean and p50, and its "beside a
 # checkpoint write" line; the write times from the log. Tables and logs go to $OUT (default: a
 # new temporary folder). SMOKE=1 runs it all on one CPU rank with tiny-moe and small files, as a
-# check of the script.
+# check of the script. Each run's timings.h5 is kept in $OUT as NAME.timings.h5 (per-step phases).
 #   SKIP_BUILD=1 bash bench/moe/checkpoint_interference.sh   (from the project root)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -86,6 +86,7 @@ measure() {  # NAME LABEL KIND DIR [dd]
   rows+=("$label|$tps|${checkpoint:--}|$optimizer|${beside:--}|${writes:--}")
   echo "$label: $tps tok/s, checkpoint mean ${checkpoint:--} ms, optimizer mean / p50 ${optimizer} ms," \
     "beside a write ${beside:--}, writes ${writes:--} s"
+  cp "$dir/runs/r/timings.h5" "$OUT/$name.timings.h5"
   rm -rf "$dir/runs"
 }
 

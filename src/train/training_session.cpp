@@ -153,6 +153,7 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   std::optional<compat::HostCopy> read;
   std::vector<std::pair<std::size_t, std::int64_t>> read_into;  // where device sums go in mine.sums
   torch::Tensor factor;
+  wait_for_snapshot_copy();
   {
     // The norm, the factor and the update (enqueue_update) are the optimizer's work; the
     // read waits for the step's device work up to the norm and the factor, not for the
@@ -221,15 +222,23 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   return all;
 }
 
+void TrainingSession::wait_for_snapshot_copy() {
+  if (!writer_ || !writer_->snapshot_unordered()) return;
+  // At grad_accum 1 the last snapshot's device-to-host copy can outlast the next step's
+  // forward and backward, and the device must wait for it before the update. It waits here,
+  // before the step's norm, not just before the update: the step's one read is a
+  // device-to-host copy too, which queues behind the snapshot's on the copy engine, so a
+  // later wait found the copy done and the optimizer phase held the stall. The wait is the
+  // checkpoint's cost, timed on the stream as the checkpoint phase (the snapshot's host stall
+  // is that phase's host time), so that the optimizer phase is the optimizer's work alone.
+  auto t = stream_scope(timer(), Phase::checkpoint, device_);
+  writer_->order_updates_after_snapshot();
+}
+
 void TrainingSession::enqueue_update(const torch::Tensor& factor) {
-  if (writer_ && writer_->snapshot_unordered()) {
-    // The update may not run before the last snapshot's copy is done, and at grad_accum 1
-    // that copy can outlast a step's forward and backward: the device waits here. The wait
-    // is the checkpoint's cost, timed on the stream as the checkpoint phase (the snapshot's
-    // host stall is that phase's host time), so that the optimizer phase is the update alone.
-    auto t = stream_scope(timer(), Phase::checkpoint, device_);
-    writer_->order_updates_after_snapshot();
-  }
+  // The update overwrites what the last snapshot copies: agree() made the device wait.
+  if (writer_ && writer_->snapshot_unordered())
+    throw std::logic_error(cat("step ", step(), ": an update enqueued before the snapshot's copy was ordered"));
   auto t = scope(Phase::optimizer);
   optimizer_->step(lr_, factor);
   reducer_->zero_grad();

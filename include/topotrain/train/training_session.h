@@ -186,8 +186,11 @@ class TrainingSession {
  private:
   void save_checkpoint();
   void end_failed_step();
-  // AdamW with `factor` (gradient_factor), after any snapshot still copying; the gradients zeroed.
-  // Opens its own phase scopes (the wait: checkpoint; the update: optimizer): call it with none open.
+  // Makes the device wait for the last snapshot's copy (if not yet ordered), timed as the
+  // checkpoint phase on the stream; agree() calls it before any of the step's optimizer work.
+  void wait_for_snapshot_copy();
+  // AdamW with `factor` (gradient_factor); the gradients zeroed. Opens the optimizer scope:
+  // call it with none open, after wait_for_snapshot_copy().
   void enqueue_update(const torch::Tensor& factor);
 
   JobContext& context_;
