@@ -338,7 +338,7 @@ summary=$work/moe_bench.md
   [[ " $sections " == *" reference-shape "* && $smoke != 1 ]] && shapes_run+=" and the HF Qwen3Moe reference shape"
   echo "# moe_train vs PyTorch reference: $shapes_run, token_budget $token_budget"
   echo
-  echo "$(date -u '+%F %H:%M UTC'), $hardware, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')," \
+  echo "$(date -u '+%F %H:%M UTC'), $hardware, commit $(git describe --always --dirty 2>/dev/null || echo '?')," \
        "$("$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
   echo
   "$python" bench/moe/summarize.py table "$results" || echo "(summary table failed)"
