@@ -9,7 +9,11 @@
 # step's device time by kernel, by kind and by phase; then again with the last 4 steps profiled
 # device only, whose tables are per step of the steady state. Prints each run's last progress
 # line and the tables; the tables, profile summaries and logs go to $OUT (default: a new
-# temporary folder).
+# temporary folder). AFTER_SNAPSHOT=1 turns checkpoints on at the step before each run's first
+# profiled step (checkpoint.every_steps), so that the step profiled with its host calls, and
+# the first of the four device-only ones, is the step after a snapshot: what it waits for
+# while the snapshot's device-to-host copy runs. (The last step then also waits for that
+# checkpoint's write before its own.)
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
 set -uo pipefail
@@ -50,11 +54,13 @@ for shape in $shapes; do
       first=$((steps - 3))
       profile=(--set "log.profile_step=$first" --set log.profile_steps=4 --set log.profile_host=false)
     fi
+    checkpoints=(--set checkpoint.every_steps=-1)
+    [[ ${AFTER_SNAPSHOT:-0} == 1 ]] && checkpoints=(--set "checkpoint.every_steps=$((first - 1))")
     rm -rf "$work/runs/$shape"
     timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \
       -x NCCL_NVLS_ENABLE \
       "$BUILD_DIR/bin/moe_train" "$work/one.toml" "${model[@]}" --set train.token_budget=16384 --set train.lr=6e-4 \
-      --set "train.max_steps=$steps" --set log.every=5 --set checkpoint.every_steps=-1 "${profile[@]}" \
+      --set "train.max_steps=$steps" --set log.every=5 "${checkpoints[@]}" "${profile[@]}" \
       --set "checkpoint.dir=$work/runs" --set "checkpoint.run=$shape" >"$OUT/profile-$shape-$mode.log" 2>&1
     echo "== $shape, $mode: rc=$? $(grep -E 'step +[0-9]+ ' "$OUT/profile-$shape-$mode.log" | tail -2 | head -1 |
       sed 's/.*\] //' | cut -c1-160)"
