@@ -14,7 +14,7 @@
 # Per run: tok/s over the steps after the first SKIP (default 5) and before the last
 # (summarize.py), against the mean of the idealised runs; topotrain-report's checkpoint phase
 # mean (the host's snapshot stall, and the device's wait in the step after a snapshot for its
-# device-to-host copy, which outlasts such a step's forward and backward; builds before d8bbf06
+# device-to-host copy, which outlasts such a step's forward and backward; builds before aa1ab50
 # counted that wait in the optimizer phase), its optimizer mean and p50, and its "beside a
 # checkpoint write" line; the write times from the log. Tables and logs go to $OUT (default: a
 # new temporary folder). SMOKE=1 runs it all on one CPU rank with tiny-moe and small files, as a
