@@ -237,8 +237,16 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   spec.subject = "drafter ";
   spec.member = "drafter";
   session_ = std::make_unique<TrainingSession>(context, std::move(spec));
-  // The split's documents, as moe_train checks them: a resume with another split is refused.
-  if (held_out_) adopt_training_documents(session_->state(), *data.train, config_);
+  // The training set, as moe_train checks it: a resume on another set is refused. Without the
+  // dataset loaded the header's token count is what this rank knows of it.
+  TrainingSetIdentity training_set;
+  if (data.train) {
+    training_set = training_set_identity(*data.train, config_.data.path);
+  } else {
+    training_set.tokens = train_tokens;
+    training_set.path = config_.data.path;
+  }
+  adopt_training_set(session_->state(), training_set, config_);
   data = {};
   const std::size_t streams = session_->state().streams.size();
   if (streams != target_count(topology_))

@@ -155,7 +155,7 @@ void train_moe(JobContext& context) {
   TrainingSession session(context, std::move(spec));
   session.start(timing);
   TrainingState& state = session.state();
-  adopt_training_documents(state, *dataset, config);
+  adopt_training_set(state, training_set_identity(*dataset, config.data.path), config);
   if (measured) state.measured_budget = {measured->budget, measured->bytes_per_token()};
   auto prefetcher = make_step_prefetcher(dataset, config, token_budget, runtime.role_rank(), world, grad_accum,
                                          state.data, device);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <vector>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
@@ -11,6 +12,7 @@
 #include "topotrain/data/held_out_split.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/store/crc32c.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/training_checkpoint.h"
@@ -214,16 +216,55 @@ TrainingData load_training_data(const RunConfig& config) {
   return out;
 }
 
-void adopt_training_documents(TrainingState& state, const data::TokenDataset& train, const RunConfig& config) {
-  const auto documents = static_cast<std::int64_t>(train.num_samples());
-  if (state.data_documents != 0 && state.data_documents != documents)
-    throw ConfigError(cat("the checkpoint resumed (step ", state.step, ") was trained on ", state.data_documents,
-                          " documents, but this launch trains on ", documents, " (", config.data.path,
-                          config.data.eval_fraction > 0 ? cat(" less data.eval_fraction = ", config.data.eval_fraction)
-                                                        : std::string(),
-                          "): its data position would skip or repeat samples; resume with the data.path and "
-                          "data.eval_fraction it was trained with, or start a new run (another checkpoint.run)"));
-  state.data_documents = documents;
+TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const std::string& path) {
+  std::vector<std::uint64_t> lengths(train.num_samples());
+  for (std::uint64_t i = 0; i < lengths.size(); ++i) lengths[i] = train.sample_length(i);
+  TrainingSetIdentity identity;
+  identity.documents = static_cast<std::int64_t>(train.num_samples());
+  identity.tokens = static_cast<std::int64_t>(train.num_tokens());
+  identity.lengths_crc = crc32c(lengths.data(), lengths.size() * sizeof(std::uint64_t));
+  identity.path = path;
+  return identity;
+}
+
+namespace {
+
+bool differ(std::int64_t a, std::int64_t b, std::int64_t unknown) { return a != unknown && b != unknown && a != b; }
+
+std::string describe(const TrainingSetIdentity& set) {
+  std::string what = set.documents > 0 ? cat(set.documents, " documents of ") : std::string();
+  what += cat(set.tokens, " tokens");
+  return set.path.empty() ? what : cat(what, " (", set.path, ")");
+}
+
+}  // namespace
+
+void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, const RunConfig& config) {
+  TrainingSetIdentity& trained = state.data_set;
+  const bool lengths_differ = differ(trained.lengths_crc, mine.lengths_crc, -1);
+  if (differ(trained.documents, mine.documents, 0) || differ(trained.tokens, mine.tokens, 0) || lengths_differ) {
+    const bool held_out = config.data.eval_fraction > 0;
+    throw ConfigError(cat(
+        "the checkpoint resumed (step ", state.step, ") was trained on ", describe(trained),
+        ", but this launch trains on ", describe(mine),
+        held_out ? cat(" less data.eval_fraction = ", config.data.eval_fraction, " drawn by train.seed = ",
+                       config.step.seed)
+                 : std::string(),
+        lengths_differ && trained.documents == mine.documents && trained.tokens == mine.tokens
+            ? "; as many documents and tokens, but of other lengths: another file, or the file changed"
+            : "",
+        state.streams.empty()
+            ? cat(". Its data position (sample ", state.data.consumed_samples, " of epoch ", state.data.epoch, ")")
+            : cat(". The data positions of its ", state.streams.size(), " target streams"),
+        " would skip or repeat samples: resume with the data.path",
+        held_out ? ", data.eval_fraction and train.seed" : " and data.eval_fraction",
+        " it was trained with, or start a new run from its weights (another checkpoint.run, with model.weights "
+        "naming the checkpoint)"));
+  }
+  if (mine.documents > 0) trained.documents = mine.documents;
+  if (mine.tokens > 0) trained.tokens = mine.tokens;
+  if (mine.lengths_crc >= 0) trained.lengths_crc = mine.lengths_crc;
+  trained.path = mine.path;
 }
 
 void log_run_to_file(const std::string& run_dir) {

@@ -34,7 +34,11 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
                      {"data_epoch", static_cast<std::int64_t>(state.data.epoch)},
                      {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
                      {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
-  if (state.data_documents > 0) checkpoint.ints["data_documents"] = state.data_documents;
+  const TrainingSetIdentity& set = state.data_set;
+  if (set.documents > 0) checkpoint.ints["data_documents"] = set.documents;
+  if (set.tokens > 0) checkpoint.ints["data_tokens"] = set.tokens;
+  if (set.lengths_crc >= 0) checkpoint.ints["data_lengths_crc"] = set.lengths_crc;
+  if (!set.path.empty()) checkpoint.texts["data_path"] = set.path;
   if (state.measured_budget.budget > 0) {
     checkpoint.ints["auto_token_budget"] = state.measured_budget.budget;
     checkpoint.reals["auto_peak_bytes_per_token"] = state.measured_budget.bytes_per_token;
@@ -106,8 +110,16 @@ void restore(const CheckpointState& checkpoint, const NamedParameters& parameter
   state.data.epoch = static_cast<std::uint64_t>(integer("data_epoch"));
   state.data.consumed_samples = static_cast<std::uint64_t>(integer("data_consumed_samples"));
   state.data.offset_in_sample = static_cast<std::uint64_t>(integer("data_offset_in_sample"));
-  const auto documents = checkpoint.ints.find("data_documents");
-  state.data_documents = documents != checkpoint.ints.end() ? documents->second : 0;
+  // Absent in checkpoints of older versions (and of runs that did not know them): not compared.
+  auto optional_integer = [&](const char* key, std::int64_t unknown) {
+    const auto it = checkpoint.ints.find(key);
+    return it != checkpoint.ints.end() ? it->second : unknown;
+  };
+  state.data_set.documents = optional_integer("data_documents", 0);
+  state.data_set.tokens = optional_integer("data_tokens", 0);
+  state.data_set.lengths_crc = optional_integer("data_lengths_crc", -1);
+  const auto path = checkpoint.texts.find("data_path");
+  state.data_set.path = path != checkpoint.texts.end() ? path->second : std::string();
   state.streams.clear();
   auto streams = checkpoint.ints.find("streams");
   for (std::int64_t i = 0; streams != checkpoint.ints.end() && i < streams->second; ++i) {

@@ -7,7 +7,8 @@
 #                                        and counts the steps each role ran, and the progress line
 #                                        of the last step is printed
 #   dflash_train_e2e.sh BIN_DIR resume   stopped after 5 steps and resumed at half the token_budget:
-#                                        every token of the epoch trained exactly once
+#                                        every token of the epoch trained exactly once; a resume on
+#                                        another dataset of as many documents is refused
 #   dflash_train_e2e.sh BIN_DIR oom      an out-of-memory on a target, then on the drafter: every rank
 #                                        exits 3 with the resume command, which resumes and finishes
 #                                        the epoch with every token trained exactly once; with
@@ -135,6 +136,16 @@ resume)
   train 3 half --set train.token_budget=128 --resume auto || { cat "$work/half.log"; exit 1; }
   grep -q "resumed from .*step-0*5.h5 at step 5" "$work/half.log"
   covers_epoch_once half 3
+  # Another dataset of as many documents (33): the drafter, which reads only its header,
+  # refuses it by its token count, and every rank stops.
+  for i in $(seq 33); do printf '{"text": "document %d %*s"}\n' "$i" "$i" x; done > "$work/other.jsonl"
+  "$bin/topotrain-prepare" -q -o "$work/other.h5" "$work/other.jsonl" >/dev/null
+  if train 3 half --set data.path="$work/other.h5" --resume auto; then
+    cat "$work/half.log"; echo "a resume on another dataset of as many documents was not refused"; exit 1
+  fi
+  refused="was trained on $dataset_tokens tokens ($work/small.h5), but this launch trains on [0-9]* tokens "
+  grep -q "$refused($work/other.h5). The data positions of its 3 target streams would skip" "$work/half.log" ||
+    { cat "$work/half.log"; exit 1; }
   ;;
 oom)
   for fault in 1:3 3:4; do  # target rank 1 in its batch 3; the drafter (rank 3) in step 4
@@ -363,7 +374,7 @@ PY
       --set data.eval_fraction=0.3 --resume auto > "$work/frac-other.log" 2>&1; then
     echo "a resume holding out another share of the documents was not refused"; exit 1
   fi
-  grep -q "was trained on [0-9]* documents, but this launch trains on [0-9]*" "$work/frac-other.log" ||
+  grep -q "was trained on [0-9]* documents of [0-9]* tokens (.*), but this launch trains on [0-9]*" "$work/frac-other.log" ||
     { cat "$work/frac-other.log"; exit 1; }
   ;;
 auto)

@@ -31,7 +31,8 @@
 #   moe_train_e2e.sh BIN_DIR epoch     trained by epochs: the progress line has an ETA and the last
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
-#                                      counts the steps trained
+#                                      counts the steps trained; a resume on another dataset of as
+#                                      many documents is refused
 #   moe_train_e2e.sh BIN_DIR nodes     the README's several-node launch (hostfile, TCP between ranks, -x for
 #                                      the environment) on one node's slots trains what plain mpirun does;
 #                                      so do two emulated nodes of two ranks (emulated_node_agent.sh), with
@@ -40,7 +41,8 @@
 #   moe_train_e2e.sh BIN_DIR eval      data.eval_fraction holds documents out: the held-out loss is
 #                                      logged and in metrics.jsonl on every train.eval_every-th step and
 #                                      the last; a resume holding out another share is refused, the same
-#                                      share resumes and evaluates on
+#                                      share, or another train.seed drawing other documents, is
+#                                      refused; the same share resumes and evaluates on
 #   moe_train_e2e.sh BIN_DIR auto      train.token_budget = "auto" under a train.memory_limit: a limit
 #                                      below what a rank holds is refused saying so; one with room
 #                                      for about a thousand tokens picks a budget well below the
@@ -437,7 +439,14 @@ PY
   if train 2 held "${held[@]}" --set data.eval_fraction=0.3 --set train.max_steps=7 --resume auto; then
     echo "a resume holding out another share of the documents was not refused"; exit 1
   fi
-  grep -q "was trained on [0-9]* documents, but this launch trains on [0-9]*" "$work/held.log"
+  grep -q "was trained on [0-9]* documents of [0-9]* tokens (.*), but this launch trains on [0-9]*" "$work/held.log"
+  # Another train.seed draws other held-out documents, as many of them: refused too.
+  if train 2 held "${held[@]}" --set train.seed=99 --set train.max_steps=7 --resume auto; then
+    echo "a resume whose train.seed draws other held-out documents was not refused"; exit 1
+  fi
+  refused="less data.eval_fraction = 0.2 drawn by train.seed = 99.*"
+  refused+="resume with the data.path, data.eval_fraction and train.seed it was trained with"
+  grep -q "$refused" "$work/held.log" || { cat "$work/held.log"; exit 1; }
   train 2 held "${held[@]}" --set train.max_steps=6 --resume auto
   grep -q "held-out loss after step 6" "$work/held.log"
   ;;
@@ -464,6 +473,15 @@ epoch)
   done
   grep -Eq "^$stamp done: $steps steps" "$log"
   "$bin/topotrain-report" "$work/epoch" | grep -q "role trainer (ranks 0,1): steps 1..$steps, $((2 * steps)) rank-steps"
+  # Another dataset of as many documents (33) is no continuation of this one's data position.
+  for i in $(seq 33); do printf '{"text": "document %d %*s"}\n' "$i" "$i" x; done > "$work/other.jsonl"
+  "$bin/topotrain-prepare" -q -o "$work/other.h5" "$work/other.jsonl" >/dev/null
+  if train 2 epoch --set data.path="$work/other.h5" --set train.epochs=2 --resume auto; then
+    echo "a resume on another dataset of as many documents was not refused"; exit 1
+  fi
+  refused="was trained on 33 documents of 11325 tokens ($work/small.h5), "
+  refused+="but this launch trains on 33 documents of [0-9]* tokens ($work/other.h5)"
+  grep -q "$refused" "$work/epoch.log" || { cat "$work/epoch.log"; exit 1; }
   ;;
 auto)
   auto=(--set train.token_budget=auto --set train.max_steps=4 --set checkpoint.every_steps=2)

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <vector>
 
 #include "../config_error_text.h"
 #include "topotrain/core/error.h"
@@ -278,4 +279,71 @@ TEST(LoadTrainingData, SaysWhenTrainingReachesPastTheModelsPositions) {
   said = testing::internal::GetCapturedStderr();
   EXPECT_EQ(said.find("max_position_embeddings"), std::string::npos) << said;
   remove_tree(dir);
+}
+
+namespace {
+
+// A dataset of documents of `lengths` tokens.
+data::TokenDataset dataset_of(const std::vector<std::uint64_t>& lengths) {
+  data::TokenDatasetContents contents;
+  contents.vocab_size = 256;
+  contents.eos_id = 0;
+  contents.tokenizer = "byte";
+  for (std::uint64_t length : lengths) {
+    contents.offsets.push_back(contents.offsets.back() + length);
+    contents.tokens.insert(contents.tokens.end(), length, 7);
+  }
+  return data::TokenDataset::from_contents(std::move(contents), "test");
+}
+
+}  // namespace
+
+// A data position counts samples of a permutation over the training set's documents: a
+// resume on another set of as many documents (another file, an edited one, another held-out
+// draw) would skip and repeat samples without a word, so the set's lengths are compared too.
+TEST(AdoptTrainingSet, RefusesAnotherSetOfAsManyDocumentsAndTokens) {
+  Settings settings;
+  const RunConfig config = run_config_of(settings);
+  TrainingState state;
+  adopt_training_set(state, training_set_identity(dataset_of({3, 5, 4}), "a.h5"), config);  // fresh: adopted
+  EXPECT_EQ(state.data_set.documents, 3);
+  EXPECT_EQ(state.data_set.tokens, 12);
+  state.step = 7;
+  state.data.consumed_samples = 2;
+  // The same set under another path (the file moved) resumes.
+  EXPECT_EQ(config_error_of([&] { adopt_training_set(state, training_set_identity(dataset_of({3, 5, 4}), "b.h5"),
+                                                     config); }),
+            "(no ConfigError)");
+  const std::string error = config_error_of(
+      [&] { adopt_training_set(state, training_set_identity(dataset_of({5, 3, 4}), "c.h5"), config); });
+  EXPECT_NE(error.find("the checkpoint resumed (step 7) was trained on 3 documents of 12 tokens (b.h5), but this "
+                       "launch trains on 3 documents of 12 tokens (c.h5); as many documents and tokens, but of other "
+                       "lengths: another file, or the file changed. Its data position (sample 2 of epoch 0) would "
+                       "skip or repeat samples: resume with the data.path and data.eval_fraction it was trained with"),
+            std::string::npos)
+      << error;
+}
+
+TEST(AdoptTrainingSet, ComparesWhatBothKnowAndNamesTheSeedOfAHeldOutDraw) {
+  Settings settings;
+  settings.set_from_assignment("data.eval_fraction=0.25");
+  settings.set_from_assignment("train.seed=99");
+  const RunConfig config = run_config_of(settings);
+  // An older checkpoint knows the documents alone; a DFlash drafter without the data, the tokens.
+  TrainingState state;
+  state.data_set.documents = 3;
+  TrainingSetIdentity header_only;
+  header_only.tokens = 12;
+  EXPECT_EQ(config_error_of([&] { adopt_training_set(state, header_only, config); }), "(no ConfigError)");
+  EXPECT_EQ(state.data_set.documents, 3);
+  EXPECT_EQ(state.data_set.tokens, 12);
+  const std::string error = config_error_of(
+      [&] { adopt_training_set(state, training_set_identity(dataset_of({3, 5, 5}), "a.h5"), config); });
+  EXPECT_NE(error.find("but this launch trains on 3 documents of 13 tokens (a.h5) less data.eval_fraction = 0.25 "
+                       "drawn by train.seed = 99. Its data position"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("resume with the data.path, data.eval_fraction and train.seed it was trained with"),
+            std::string::npos)
+      << error;
 }

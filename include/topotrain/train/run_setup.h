@@ -76,6 +76,21 @@ TimingLogConfig timing_log_config(const Cadences& cadences, const torch::Device&
 // pipeline's first drafter.
 void log_run_to_file(const std::string& run_dir);
 
+// What identifies the training set that a data position indexes. A position counts samples
+// of a permutation drawn over the set's documents, so another set of as many documents (another
+// file, the same file edited, another held-out draw) would silently skip or repeat samples.
+// 0 (documents, tokens) or -1 (lengths_crc): not known (a fresh state, a checkpoint of an older
+// topotrain, or a DFlash drafter that read only the dataset's header).
+struct TrainingSetIdentity {
+  std::int64_t documents = 0;
+  std::int64_t tokens = 0;
+  std::int64_t lengths_crc = -1;  // CRC-32C of the documents' lengths, in order
+  std::string path;               // the data.path it was read from, for messages
+};
+
+// The identity of `train`, the documents of `path` a run trains on (less any held out).
+TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const std::string& path);
+
 // Where a training run stands; stored in every checkpoint.
 struct TrainingState {
   std::int64_t step = 0;
@@ -84,9 +99,8 @@ struct TrainingState {
   // Pipelines (dflash_train): where each target's own sample stream stands, counting only
   // batches a drafter has trained on. Empty for moe_train.
   std::vector<data::DataPosition> streams;
-  // Documents of the training set the data position counts in (moe_train); 0: not known
-  // (a fresh state, or a checkpoint of an older topotrain).
-  std::int64_t data_documents = 0;
+  // The training set the data position counts in; unknown parts are not compared.
+  TrainingSetIdentity data_set;
   // What train.token_budget = "auto" measured at this launch, kept in checkpoints for the
   // record; a resume measures again and does not read it. Budget 0: a fixed budget.
   struct BudgetRecord {
@@ -99,10 +113,11 @@ struct TrainingState {
 TrainingState initial_state(std::uint64_t seed);
 
 // A resumed state's data position indexes the training set it was trained on: a launch
-// whose set has another number of documents (another data.path, or another
-// data.eval_fraction holding out another share) would silently skip or repeat samples.
-// Throws ConfigError naming both counts and the fix; then records this set's count.
-void adopt_training_documents(TrainingState& state, const data::TokenDataset& train, const RunConfig& config);
+// whose set differs in what both identities know (another data.path, the file edited in
+// place, another data.eval_fraction, or another train.seed drawing other held-out
+// documents) would silently skip or repeat samples. Throws ConfigError naming both sets and
+// the fix; then records what `mine` knows.
+void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, const RunConfig& config);
 
 // When to stop, and the LR schedule's clock and length (train.schedule).
 struct TrainingLength {
