@@ -76,6 +76,12 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
                         state_.streams.empty() ? cat(", sample ", state_.data.consumed_samples, " of epoch ",
                                                      state_.data.epoch)
                                                : std::string()));
+    // A launch repeated after its run ended, or one whose length was lowered below the
+    // checkpoint, would otherwise end at once with "done" as if it had trained.
+    if (lead_ && done())
+      log_warn(cat(*path, " is at step ", state_.step, ", ", state_.tokens, " tokens, where the run's length (",
+                   spec_.length.describe(), ") is reached: this launch trains nothing; raise train.max_steps, "
+                   "train.max_tokens or train.epochs to train on"));
   }
   saved_step_ = state_.step;
   first_step_ = state_.step + 1;

@@ -8,7 +8,8 @@
 #                                      resumed at half the token_budget trains every sample piece
 #                                      once, none skipped; resumed again from an earlier checkpoint,
 #                                      the report reads the launches as one run, the steps trained
-#                                      twice counted as repeated
+#                                      twice counted as repeated; resumed past its length, a launch
+#                                      says that it trains nothing
 #   moe_train_e2e.sh BIN_DIR tensorboard  log.tensorboard: a run and its resume each add an event file
 #                                      in <run>/tensorboard/, the resumed one's steps continuing the
 #                                      first's, train/loss = metrics.jsonl's loss, phase shares per step
@@ -185,6 +186,11 @@ lines = {l.get("class"): l.get("points").split() for l in ET.parse(sys.argv[1]).
 assert sorted(lines) == ["loss", "tokens-per-second"], sorted(lines)
 assert all(len(points) == 6 for points in lines.values()), lines
 PY
+  # The same launch once more, after the run ended: it says that it trains nothing.
+  train 2 split "${common[@]}" --set train.max_steps=5 --resume auto
+  nothing="step-00000006.h5 is at step 6, [0-9]* tokens, where the run's length (.*) is reached: "
+  grep -q "${nothing}this launch trains nothing" "$work/split.log" ||
+    { cat "$work/split.log"; echo "no word that the resumed run trains nothing"; exit 1; }
   # Half the budget after step 3, up to at least the tokens the straight run trained.
   tokens=$(grep -Eo 'done: [0-9]+ steps, [0-9]+ tokens' "$work/straight.log" | awk '{print $4}')
   train 2 half "${common[@]}" --set train.max_steps=3
