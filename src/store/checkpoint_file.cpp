@@ -6,6 +6,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/suggest.h"
+#include "topotrain/store/crc32c.h"
 #include "topotrain/store/h5_io.h"
 
 namespace topotrain {
@@ -79,6 +80,7 @@ void write_tensor(hid_t root, const std::string& name, const at::Tensor& tensor)
     h5_check(H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data_ptr()),
              "cannot write tensor '" + name + "'");
   write_attribute(dataset, "dtype", dtype_name(tensor.scalar_type()));
+  write_attribute(dataset, "crc32c", std::int64_t{crc32c(tensor.data_ptr(), tensor.nbytes())});
 }
 
 H5Handle create_group(hid_t location, const std::string& path) {
@@ -128,6 +130,11 @@ at::Tensor read_tensor(hid_t root, const std::string& name) {
   if (tensor.numel() > 0)
     h5_check(H5Dread(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, tensor.data_ptr()),
              "cannot read the data of tensor '" + name + "'");
+  // HDF5 checks its own structures, not a dataset's bytes: without this a flipped bit on
+  // disk would be trained on. Files written before the checksum lack it.
+  if (has_attribute(dataset, "crc32c") &&
+      read_int_attribute(dataset, "crc32c") != std::int64_t{crc32c(tensor.data_ptr(), tensor.nbytes())})
+    throw std::runtime_error(cat("the data of tensor '", name, "' does not match the checksum written with it"));
   return tensor;
 }
 

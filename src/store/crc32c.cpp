@@ -1,6 +1,12 @@
 #include "topotrain/store/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define TOPOTRAIN_CRC32C_SSE42 1
+#endif
 
 namespace topotrain {
 namespace {
@@ -16,14 +22,38 @@ std::array<std::uint32_t, 256> make_table() {
   return table;
 }
 
+std::uint32_t crc32c_table(std::uint32_t crc, const unsigned char* bytes, std::size_t size) {
+  static const std::array<std::uint32_t, 256> table = make_table();
+  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFFu] ^ (crc >> 8);
+  return crc;
+}
+
+#ifdef TOPOTRAIN_CRC32C_SSE42
+// SSE 4.2's crc32 instruction computes CRC-32C 8 bytes at a time: a checkpoint's gigabytes
+// in a fraction of a second, where the table takes seconds per gigabyte.
+__attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::uint32_t crc, const unsigned char* bytes,
+                                                             std::size_t size) {
+  std::uint64_t wide = crc;
+  for (; size >= 8; size -= 8, bytes += 8) {
+    std::uint64_t word;
+    std::memcpy(&word, bytes, 8);
+    wide = _mm_crc32_u64(wide, word);
+  }
+  crc = static_cast<std::uint32_t>(wide);
+  for (; size > 0; --size, ++bytes) crc = _mm_crc32_u8(crc, *bytes);
+  return crc;
+}
+#endif
+
 }  // namespace
 
 std::uint32_t crc32c(const void* data, std::size_t size) {
-  static const std::array<std::uint32_t, 256> table = make_table();
   const auto* bytes = static_cast<const unsigned char*>(data);
-  std::uint32_t crc = 0xFFFFFFFFu;
-  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ bytes[i]) & 0xFFu] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+#ifdef TOPOTRAIN_CRC32C_SSE42
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return crc32c_sse42(0xFFFFFFFFu, bytes, size) ^ 0xFFFFFFFFu;
+#endif
+  return crc32c_table(0xFFFFFFFFu, bytes, size) ^ 0xFFFFFFFFu;
 }
 
 }  // namespace topotrain

@@ -8,6 +8,8 @@
 
 #include <csignal>
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
@@ -347,6 +349,34 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   std::ofstream(dir() + "/garbage.h5") << "not hdf5 at all";
   message = config_error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
   EXPECT_NE(message.find("garbage.h5 is truncated or corrupt"), std::string::npos) << message;
+}
+
+// HDF5 checks its own structures only: a flipped bit in a tensor's bytes (a bad disk, a
+// bad copy) reads back without an error, and only the tensor's checksum tells.
+TEST_F(CheckpointTest, TensorBytesChangedOnDiskAreRefused) {
+  make_directories(dir());
+  const std::string path = dir() + "/step-00000004.h5";
+  CheckpointState state = sample_state(4);
+  const float marker = 1234.5678f;  // a value found nowhere else in the file
+  state.tensors["model/marked"] = torch::full({64}, marker);
+  write_checkpoint_file(path, state);
+  EXPECT_EQ(CheckpointReader::load(path, {}).tensors.at("model/marked").sum().item<float>(), 64 * marker);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string pattern(reinterpret_cast<const char*>(&marker), sizeof(marker));
+  const std::size_t at = bytes.find(pattern + pattern);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = static_cast<char>(bytes[at + 1] ^ 0x10);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  EXPECT_TRUE(checkpoint_file_complete(path));
+  const std::string message = config_error_of([&] { CheckpointReader::load(path, {}); });
+  EXPECT_NE(message.find("checkpoint " + path + " is corrupt: the data of tensor 'model/marked' does not match the "
+                         "checksum written with it: name another checkpoint"),
+            std::string::npos)
+      << message;
 }
 
 TEST_F(CheckpointTest, FileWithoutCompletionMarkerIsRefused) {

@@ -3,7 +3,9 @@
 //   /                     attributes: format = "topotrain-checkpoint", format_version,
 //                         step, model_identity, complete = 1 (written last)
 //   /tensors/<name>       one dataset per tensor; '/' in a name makes groups
-//                         (/tensors/model/layers.0.mlp.gate_proj.weight); attribute dtype
+//                         (/tensors/model/layers.0.mlp.gate_proj.weight); attributes dtype and
+//                         crc32c (of the tensor's bytes; a read that finds other bytes refuses
+//                         the file; absent in files written before it existed)
 //   /meta/int64           one int64 attribute per CheckpointState::ints entry
 //   /meta/float64         one float64 attribute per CheckpointState::reals entry
 //   /meta/text/<key>      one string dataset per CheckpointState::texts entry
