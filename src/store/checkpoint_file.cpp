@@ -231,7 +231,8 @@ CheckpointState read_state(const std::string& path, const std::optional<std::str
   CheckpointState state;
   try {
     if (!has_attribute(file, "format") || read_string_attribute(file, "format") != kFormat)
-      throw ConfigError(cat(path, " is an HDF5 file but not a topotrain checkpoint"));
+      throw ConfigError(cat(path, " is an HDF5 file but not a topotrain checkpoint (a run directory's checkpoints are "
+                            "its step-N.h5 files; timings.h5 is not one)", kTakeAnother));
     if (read_int_attribute(file, "format_version") > kFormatVersion)
       throw ConfigError(cat("checkpoint ", path, " was written by a newer topotrain (format_version ",
                             read_int_attribute(file, "format_version"), "); update topotrain to read it"));

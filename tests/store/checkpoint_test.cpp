@@ -346,6 +346,15 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   message = config_error_of([&] { CheckpointReader::load(path, {}); });
   EXPECT_NE(message.find("is truncated or corrupt"), std::string::npos) << message;
 
+  // An HDF5 file of another kind (a run directory's timings.h5, named by mistake).
+  const std::string timings = dir() + "/timings.h5";
+  H5Fclose(H5Fcreate(timings.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  message = config_error_of([&] { CheckpointReader::load(timings, {}); });
+  EXPECT_NE(message.find(timings + " is an HDF5 file but not a topotrain checkpoint (a run directory's checkpoints are "
+                         "its step-N.h5 files; timings.h5 is not one): name another checkpoint, or its run directory"),
+            std::string::npos)
+      << message;
+
   std::ofstream(dir() + "/garbage.h5") << "not hdf5 at all";
   message = config_error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
   EXPECT_NE(message.find("garbage.h5 is truncated or corrupt"), std::string::npos) << message;
