@@ -229,11 +229,12 @@ TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const
 
 namespace {
 
-bool differ(std::int64_t a, std::int64_t b, std::int64_t unknown) { return a != unknown && b != unknown && a != b; }
+// Known on both sides, and different.
+bool differ(const std::optional<std::int64_t>& a, const std::optional<std::int64_t>& b) { return a && b && *a != *b; }
 
 std::string describe(const TrainingSetIdentity& set) {
-  std::string what = set.documents > 0 ? cat(set.documents, " documents of ") : std::string();
-  what += cat(set.tokens, " tokens");
+  std::string what = set.documents ? cat(*set.documents, " documents") : std::string();
+  if (set.tokens) what += cat(what.empty() ? "" : " of ", *set.tokens, " tokens");
   return set.path.empty() ? what : cat(what, " (", set.path, ")");
 }
 
@@ -241,8 +242,8 @@ std::string describe(const TrainingSetIdentity& set) {
 
 void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, const RunConfig& config) {
   TrainingSetIdentity& trained = state.data_set;
-  const bool lengths_differ = differ(trained.lengths_crc, mine.lengths_crc, -1);
-  if (differ(trained.documents, mine.documents, 0) || differ(trained.tokens, mine.tokens, 0) || lengths_differ) {
+  const bool lengths_differ = differ(trained.lengths_crc, mine.lengths_crc);
+  if (differ(trained.documents, mine.documents) || differ(trained.tokens, mine.tokens) || lengths_differ) {
     const bool held_out = config.data.eval_fraction > 0;
     throw ConfigError(cat(
         "the checkpoint resumed (step ", state.step, ") was trained on ", describe(trained),
@@ -261,9 +262,9 @@ void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, c
         " it was trained with, or start a new run from its weights (another checkpoint.run, with model.weights "
         "naming the checkpoint)"));
   }
-  if (mine.documents > 0) trained.documents = mine.documents;
-  if (mine.tokens > 0) trained.tokens = mine.tokens;
-  if (mine.lengths_crc >= 0) trained.lengths_crc = mine.lengths_crc;
+  if (mine.documents) trained.documents = mine.documents;
+  if (mine.tokens) trained.tokens = mine.tokens;
+  if (mine.lengths_crc) trained.lengths_crc = mine.lengths_crc;
   trained.path = mine.path;
 }
 

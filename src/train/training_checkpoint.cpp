@@ -1,6 +1,7 @@
 #include "topotrain/train/training_checkpoint.h"
 
 #include <map>
+#include <optional>
 
 #include "topotrain/core/error.h"
 #include "topotrain/store/checkpoint_reader.h"
@@ -35,9 +36,9 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
                      {"data_consumed_samples", static_cast<std::int64_t>(state.data.consumed_samples)},
                      {"data_offset_in_sample", static_cast<std::int64_t>(state.data.offset_in_sample)}};
   const TrainingSetIdentity& set = state.data_set;
-  if (set.documents > 0) checkpoint.ints["data_documents"] = set.documents;
-  if (set.tokens > 0) checkpoint.ints["data_tokens"] = set.tokens;
-  if (set.lengths_crc >= 0) checkpoint.ints["data_lengths_crc"] = set.lengths_crc;
+  if (set.documents) checkpoint.ints["data_documents"] = *set.documents;
+  if (set.tokens) checkpoint.ints["data_tokens"] = *set.tokens;
+  if (set.lengths_crc) checkpoint.ints["data_lengths_crc"] = *set.lengths_crc;
   if (!set.path.empty()) checkpoint.texts["data_path"] = set.path;
   if (state.measured_budget.budget > 0) {
     checkpoint.ints["auto_token_budget"] = state.measured_budget.budget;
@@ -111,13 +112,14 @@ void restore(const CheckpointState& checkpoint, const NamedParameters& parameter
   state.data.consumed_samples = static_cast<std::uint64_t>(integer("data_consumed_samples"));
   state.data.offset_in_sample = static_cast<std::uint64_t>(integer("data_offset_in_sample"));
   // Absent in checkpoints of older versions (and of runs that did not know them): not compared.
-  auto optional_integer = [&](const char* key, std::int64_t unknown) {
+  auto optional_integer = [&](const char* key) -> std::optional<std::int64_t> {
     const auto it = checkpoint.ints.find(key);
-    return it != checkpoint.ints.end() ? it->second : unknown;
+    if (it == checkpoint.ints.end()) return std::nullopt;
+    return it->second;
   };
-  state.data_set.documents = optional_integer("data_documents", 0);
-  state.data_set.tokens = optional_integer("data_tokens", 0);
-  state.data_set.lengths_crc = optional_integer("data_lengths_crc", -1);
+  state.data_set.documents = optional_integer("data_documents");
+  state.data_set.tokens = optional_integer("data_tokens");
+  state.data_set.lengths_crc = optional_integer("data_lengths_crc");
   const auto path = checkpoint.texts.find("data_path");
   state.data_set.path = path != checkpoint.texts.end() ? path->second : std::string();
   state.streams.clear();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "topotrain/core/run_file.h"
@@ -79,13 +80,13 @@ void log_run_to_file(const std::string& run_dir);
 // What identifies the training set that a data position indexes. A position counts samples
 // of a permutation drawn over the set's documents, so another set of as many documents (another
 // file, the same file edited, another held-out draw) would silently skip or repeat samples.
-// 0 (documents, tokens) or -1 (lengths_crc): not known (a fresh state, a checkpoint of an older
-// topotrain, or a DFlash drafter that read only the dataset's header).
+// Empty: not known (a fresh state, a checkpoint of an older topotrain, or a DFlash drafter
+// that read only the dataset's header).
 struct TrainingSetIdentity {
-  std::int64_t documents = 0;
-  std::int64_t tokens = 0;
-  std::int64_t lengths_crc = -1;  // CRC-32C of the documents' lengths, in order
-  std::string path;               // the data.path it was read from, for messages
+  std::optional<std::int64_t> documents;
+  std::optional<std::int64_t> tokens;
+  std::optional<std::int64_t> lengths_crc;  // CRC-32C of the documents' lengths, in order
+  std::string path;                         // the data.path it was read from, for messages
 };
 
 // The identity of `train`, the documents of `path` a run trains on (less any held out).
