@@ -36,6 +36,11 @@ bool is_regular_file(const std::string& path) {
   return stat_path(path, info) && S_ISREG(info.st_mode);
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat first, second;
+  return stat_path(a, first) && stat_path(b, second) && first.st_dev == second.st_dev && first.st_ino == second.st_ino;
+}
+
 std::uint64_t file_size(const std::string& path) {
   struct stat info;
   if (!stat_path(path, info)) fail(errno, "cannot read the size of '" + path + "'");

@@ -114,20 +114,23 @@ void Runtime::gather_peers(const Topology& topology) {
   report_dead_peers_on_signal(peers_, rank_, host_, cat("[rank ", rank_, ' ', role_, ']'), node_ending_);
 }
 
-Runtime::Outcome Runtime::first_failure(const Outcome& mine) const {
-  int first = world_size_;
-  const int candidate = mine.code != 0 ? rank_ : world_size_;
-  MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (first == world_size_) return {};
+Runtime::Outcome Runtime::first_failure(const Outcome& mine, MPI_Comm comm) const {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int first = size;
+  const int candidate = mine.code != 0 ? rank : size;
+  MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return {};
   int header[2] = {mine.code, static_cast<int>(mine.message.size())};  // meaningful on `first`
-  MPI_Bcast(header, 2, MPI_INT, first, MPI_COMM_WORLD);
-  Outcome outcome{header[0], rank_ == first ? mine.message : std::string(static_cast<std::size_t>(header[1]), '\0')};
-  MPI_Bcast(outcome.message.data(), header[1], MPI_CHAR, first, MPI_COMM_WORLD);
+  MPI_Bcast(header, 2, MPI_INT, first, comm);
+  Outcome outcome{header[0], rank == first ? mine.message : std::string(static_cast<std::size_t>(header[1]), '\0')};
+  MPI_Bcast(outcome.message.data(), header[1], MPI_CHAR, first, comm);
   return outcome;
 }
 
-std::string Runtime::first_error(const std::string& local_error) const {
-  return first_failure({local_error.empty() ? 0 : 1, local_error}).message;
+std::string Runtime::first_error(const std::string& local_error, MPI_Comm comm) const {
+  return first_failure({local_error.empty() ? 0 : 1, local_error}, comm).message;
 }
 
 bool Runtime::agree_stop() const {

@@ -296,4 +296,18 @@ std::string Settings::to_toml() const {
   return out.str();
 }
 
+std::string Settings::changes_since(const Settings& earlier) const {
+  auto text = [](const SettingValue& value) {
+    return std::holds_alternative<std::monostate>(value) ? std::string("unset") : render(value);
+  };
+  std::string changes;
+  for (const auto& spec : setting_specs()) {
+    const Entry& now = entries_.at(spec.key);
+    const std::string before = text(earlier.entries_.at(spec.key).value), after = text(now.value);
+    if (before == after) continue;
+    changes += cat(changes.empty() ? "" : "; ", spec.key, " ", before, " -> ", after, " (", now.origin, ")");
+  }
+  return changes;
+}
+
 }  // namespace topotrain

@@ -166,8 +166,8 @@ H5Handle open_checkpoint(const std::string& path) {
   h5_quiet();
   hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (file < 0)
-    throw ConfigError(cat("checkpoint ", path,
-                          " is truncated or corrupt (not a readable HDF5 file)", kTakeAnother));
+    throw CheckpointDamaged(cat("checkpoint ", path, " is truncated or corrupt (not a readable HDF5 file)",
+                                kTakeAnother));
   return H5Handle(file, H5Fclose, path);
 }
 
@@ -261,7 +261,7 @@ CheckpointState read_state(const std::string& path, const std::optional<std::str
   } catch (const ConfigError&) {
     throw;
   } catch (const std::exception& e) {
-    throw ConfigError(cat("checkpoint ", path, " is corrupt: ", e.what(), kTakeAnother));
+    throw CheckpointDamaged(cat("checkpoint ", path, " is corrupt: ", e.what(), kTakeAnother));
   }
   return state;
 }

@@ -1,6 +1,7 @@
 #include "topotrain/store/checkpoint_reader.h"
 
 #include <fstream>
+#include <limits>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
@@ -21,10 +22,7 @@ std::optional<std::string> CheckpointReader::find_latest(const std::string& run_
     log_warn(cat(run_dir, "/latest names no step-*.h5 file (it reads \"", name,
                  "\"); looking for the newest complete checkpoint"));
   }
-  auto files = checkpoint_files(run_dir);
-  for (auto it = files.rbegin(); it != files.rend(); ++it)
-    if (checkpoint_file_complete(it->second)) return it->second;
-  return std::nullopt;
+  return newest_before(run_dir, std::numeric_limits<std::int64_t>::max());
 }
 
 std::vector<std::string> CheckpointReader::list(const std::string& run_dir) {
@@ -35,9 +33,18 @@ std::vector<std::string> CheckpointReader::list(const std::string& run_dir) {
 }
 
 std::optional<std::string> CheckpointReader::resolve_resume(const std::string& run_dir, const std::string& resume) {
+  // One run directory holds one run: another run's checkpoints beside its own would be pruned
+  // by step number and `latest` would move between the two.
+  auto refuse_another_run = [&](const std::string& path) {
+    if (same_file(parent_directory(path), run_dir)) return path;
+    if (auto latest = find_latest(run_dir))
+      throw ConfigError(cat("--resume ", resume, " continues ", path, ", but ", run_dir,
+                            " already holds the checkpoints of another run (the latest: ", *latest,
+                            "): continue it under another checkpoint.run, or pass --resume auto or one of ", run_dir,
+                            "'s checkpoints to continue the run there"));
+    return path;
+  };
   if (resume.empty()) {
-    // A fresh run's checkpoints among another run's would be pruned by step number and
-    // `latest` would move between the two: one run directory holds one run.
     if (auto latest = find_latest(run_dir))
       throw ConfigError(cat(run_dir, " already holds the checkpoints of a run (the latest: ", *latest,
                             "): pass --resume auto to continue it, or start afresh under another checkpoint.run (or "
@@ -54,13 +61,20 @@ std::optional<std::string> CheckpointReader::resolve_resume(const std::string& r
   }
   if (is_directory(resume)) {
     // Another run's directory: its latest checkpoint, as model.weights takes it.
-    if (auto latest = checkpoint_at(resume)) return latest;
+    if (auto latest = checkpoint_at(resume)) return refuse_another_run(*latest);
     throw ConfigError(cat("--resume ", resume, " is a directory but no run directory: pass a step-*.h5 file, a run "
                           "directory or --resume auto"));
   }
   if (!is_regular_file(resume))
     throw ConfigError("--resume " + resume + ": no such checkpoint file; pass a step-*.h5 file or --resume auto");
-  return resume;
+  return refuse_another_run(resume);
+}
+
+std::optional<std::string> CheckpointReader::newest_before(const std::string& run_dir, std::int64_t step) {
+  auto files = checkpoint_files(run_dir);
+  for (auto it = files.rbegin(); it != files.rend(); ++it)
+    if (it->first < step && checkpoint_file_complete(it->second)) return it->second;
+  return std::nullopt;
 }
 
 std::optional<std::string> CheckpointReader::checkpoint_at(const std::string& path) {

@@ -208,6 +208,40 @@ CheckpointWriter::~CheckpointWriter() {
   }
 }
 
+std::string CheckpointWriter::set_aside_after(std::int64_t step, const std::string& resumed) {
+  std::vector<std::string> later;
+  for (const auto& [file_step, path] : checkpoint_files(run_dir_))
+    if (file_step > step) later.push_back(path);
+  if (later.empty()) return "";
+  const std::string name = file_name(step);
+  const std::string base = join_path(run_dir_, "superseded-after-" + name.substr(0, name.size() - 3));  // no .h5
+  std::string folder = base;
+  for (int n = 2; file_exists(folder); ++n) folder = cat(base, "-", n);
+  std::string names;
+  try {
+    // `latest` first: a process killed among the moves then resumes from `resumed` again,
+    // and moves the rest.
+    if (same_file(parent_directory(resumed), run_dir_))
+      write_file_atomically(join_path(run_dir_, "latest"), topotrain::file_name(resumed) + "\n");
+    make_directories(folder);
+    for (const std::string& path : later) {
+      rename_file(path, join_path(folder, topotrain::file_name(path)));
+      names += (names.empty() ? "" : ", ") + topotrain::file_name(path);
+    }
+    fsync_path(folder);
+    fsync_path(run_dir_);
+  } catch (const std::system_error& e) {
+    throw ConfigError(cat("resuming from ", resumed, " at step ", step, ", cannot move ", run_dir_,
+                          "'s checkpoints of later steps into ", folder, ": ", e.what(),
+                          "; move every step-*.h5 above step ", step, " out of ", run_dir_, " and resume again"));
+  }
+  log_warn(cat("resuming from ", resumed, " at step ", step, " abandons ", later.size(), " later checkpoint",
+               later.size() == 1 ? "" : "s", " of ", run_dir_, " (", names, "): moved to ", folder,
+               ", where this run's checkpoints cannot replace or mix with them; delete that folder once they are not "
+               "needed"));
+  return folder;
+}
+
 std::string CheckpointWriter::file_name(std::int64_t step) {
   char name[64];
   std::snprintf(name, sizeof name, "step-%08lld.h5", static_cast<long long>(step));

@@ -5,16 +5,16 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "topotrain/comm/resume_agreement.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
+#include "topotrain/core/run_file.h"
 #include "topotrain/core/stop_signal.h"
 #include "topotrain/model/accumulate_into_grad.h"
-#include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/grad_clip.h"
 #include "topotrain/train/out_of_memory.h"
+#include "topotrain/train/resume_checkpoint.h"
 #include "topotrain/train/training_checkpoint.h"
 
 namespace topotrain {
@@ -25,6 +25,20 @@ namespace {
 bool is_device_work(Phase phase) {
   return phase == Phase::h2d || phase == Phase::forward || phase == Phase::backward || phase == Phase::optimizer ||
          phase == Phase::eval;
+}
+
+// What a resumed launch changed of the settings its checkpoint `path` was saved with, on one
+// line: a forgotten --set (another train.lr) shows there, beside the intended ones.
+void log_changed_settings(const std::string& path, const std::string& saved_toml, const Settings& now) {
+  Settings saved;
+  try {
+    merge_settings(saved_toml, path + "'s settings", saved);
+  } catch (const ConfigError& e) {  // a key renamed or dropped since, say
+    log_info_here(cat("settings not compared with those ", path, " was saved with: ", e.what()));
+    return;
+  }
+  const std::string changes = now.changes_since(saved);
+  if (!changes.empty()) log_info_here(cat("settings changed since ", path, ": ", changes));
 }
 
 // What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
@@ -64,22 +78,22 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
   const std::string model_name = spec_.model ? spec_.model->source : spec_.model_name;
   // Every rank resumes from the lead's checkpoint, or all start fresh.
-  if (auto path = comm::agree_resume_path(CheckpointReader::resolve_resume(config_.run_dir, context.options.resume),
-                                          runtime_.role_comm(),
-                                          cat("rank ", runtime_.rank(), " on ", runtime_.host()))) {
-    CheckpointState checkpoint =
-        CheckpointReader::load(*path, expectations_for(model_name, spec_.parameters, *optimizer_));
-    restore(checkpoint, spec_.parameters, *optimizer_, state_);
-    resumed_from_ = *path;
-    if (lead_)
-      log_info_here(cat("resumed from ", *path, " at step ", state_.step, ", ", state_.tokens, " tokens",
+  if (auto resumed = load_resume_checkpoint(runtime_, config_.run_dir, context.options.resume,
+                                            expectations_for(model_name, spec_.parameters, *optimizer_))) {
+    restore(resumed->state, spec_.parameters, *optimizer_, state_);
+    resumed_from_ = resumed->path;
+    const std::string& path = resumed_from_;
+    if (lead_) {
+      log_info_here(cat("resumed from ", path, " at step ", state_.step, ", ", state_.tokens, " tokens",
                         state_.streams.empty() ? cat(", sample ", state_.data.consumed_samples, " of epoch ",
                                                      state_.data.epoch)
                                                : std::string()));
+      log_changed_settings(path, resumed->state.settings_toml, context.run.settings);
+    }
     // A launch repeated after its run ended, or one whose length was lowered below the
     // checkpoint, would otherwise end at once with "done" as if it had trained.
     if (lead_ && done())
-      log_warn(cat(*path, " is at step ", state_.step, ", ", state_.tokens, " tokens, where the run's length (",
+      log_warn(cat(path, " is at step ", state_.step, ", ", state_.tokens, " tokens, where the run's length (",
                    spec_.length.describe(), ") is reached: this launch trains nothing; raise train.max_steps, "
                    "train.max_tokens or train.epochs to train on"));
   }
@@ -90,6 +104,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   if (lead_) {
     writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep,
                                                  config_.cadences.checkpoint_pinned);  // makes run_dir
+    if (!resumed_from_.empty()) writer_->set_aside_after(state_.step, resumed_from_);
     metrics_ = std::make_unique<MetricsLog>(config_.run_dir);
     if (config_.cadences.tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(config_.run_dir);
     if (config_.cadences.checkpoint_every >= 0) {

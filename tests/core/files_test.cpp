@@ -69,6 +69,19 @@ TEST_F(FilesTest, KindsAndSizeMatchStat) {
   EXPECT_NE(message.find(path("none")), std::string::npos) << message;
 }
 
+TEST_F(FilesTest, SameFileComparesWhatPathsNameNotTheirText) {
+  make_directories(path("run"));
+  write(path("f"), "1");
+  write(path("g"), "1");
+  ASSERT_EQ(::symlink(path("run").c_str(), path("link").c_str()), 0);
+  EXPECT_TRUE(same_file(path("run"), path("run/")));
+  EXPECT_TRUE(same_file(path("run"), path("run/../run")));
+  EXPECT_TRUE(same_file(path("link"), path("run")));
+  EXPECT_FALSE(same_file(path("f"), path("g")));  // equal contents, two files
+  EXPECT_FALSE(same_file(path("run"), dir_));
+  EXPECT_FALSE(same_file(path("none"), path("none")));
+}
+
 TEST_F(FilesTest, MakeDirectoriesCreatesParentsAndAcceptsExisting) {
   make_directories(path("a/b//c/"));
   EXPECT_TRUE(is_directory(path("a/b/c")));

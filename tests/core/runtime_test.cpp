@@ -68,6 +68,20 @@ TEST(Runtime, FirstErrorReachesEveryRank) {
   EXPECT_EQ(first, "bad input on rank 1");
 }
 
+// Over a group (here the odd and the even ranks), the group's own lowest failing rank: the
+// ranks of one group never see the other's message.
+TEST(Runtime, FirstErrorOfAGroupIsThatGroupsLowest) {
+  Runtime& rt = runtime();
+  MPI_Comm half;
+  ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, rt.rank() % 2, rt.rank(), &half), MPI_SUCCESS);
+  // Every rank but world rank 0 and 1 fails: the evens get rank 2's, the odds rank 3's.
+  const std::string mine = rt.rank() >= 2 ? cat("bad input on rank ", rt.rank()) : "";
+  const std::string first = rt.first_error(mine, half);
+  const int lowest = rt.rank() % 2 + 2;
+  EXPECT_EQ(first, lowest < rt.world_size() ? cat("bad input on rank ", lowest) : "");
+  MPI_Comm_free(&half);
+}
+
 TEST(Runtime, FirstFailureCarriesThatRanksCode) {
   Runtime& rt = runtime();
   EXPECT_EQ(rt.first_failure({}).code, 0);

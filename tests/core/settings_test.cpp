@@ -171,6 +171,29 @@ TEST(Settings, ResolvedTextRoundTrips) {
   }
 }
 
+// What a resumed launch reports: every key whose value differs from the stored settings',
+// read back from their TOML, in schema order, with the new value's origin; a value merely
+// set again from another place is no change.
+TEST(Settings, ChangesSinceNameEachChangedKeyBothValuesAndTheOrigin) {
+  Settings saved;
+  saved.set_from_assignment("train.token_budget=16384");
+  saved.set_from_assignment("train.lr=0.001");
+  saved.set_from_assignment("data.path=a.h5");
+  Settings stored;
+  merge_settings(saved.to_toml(), "checkpoint", stored);
+  Settings now;
+  now.set("train.token_budget", std::int64_t{8192}, "--set");
+  now.set("train.lr", 0.001, "run.toml");
+  now.set("train.token_budget", std::int64_t{8192}, "--set");
+  EXPECT_EQ(now.changes_since(stored),
+            "data.path \"a.h5\" -> unset (default); train.token_budget 16384 -> 8192 (--set)");
+  now.set("data.path", std::string("a.h5"), "--set");
+  now.set("train.token_budget", std::int64_t{16384}, "--set");
+  EXPECT_EQ(now.changes_since(stored), "");
+  now.set_from_assignment("train.token_budget=auto");
+  EXPECT_EQ(now.changes_since(stored), "train.token_budget 16384 -> \"auto\" (--set)");
+}
+
 TEST(Settings, SetTrimsSpacesAroundKeyAndValue) {
   Settings s;
   s.set_from_assignment("train.lr = 7e-4");

@@ -306,6 +306,70 @@ TEST_F(CheckpointTest, AFreshStartIsRefusedWhereARunsCheckpointsAre) {
   remove_tree(other);
 }
 
+// Continuing another run's checkpoint where a run's checkpoints are would mix the two as a
+// fresh start would; the run's own checkpoints, however named, are taken.
+TEST_F(CheckpointTest, AResumeFromAnotherRunIsRefusedWhereARunsCheckpointsAre) {
+  const std::string other = temp_ + "/other";
+  {
+    CheckpointWriter writer(dir(), 0);
+    writer.save(sample_state(300));
+    CheckpointWriter elsewhere(other, 0);
+    elsewhere.save(sample_state(40));
+  }
+  for (const std::string& resume : {other, other + "/step-00000040.h5"}) {
+    const std::string message = config_error_of([&] { CheckpointReader::resolve_resume(dir(), resume); });
+    EXPECT_NE(message.find(cat("--resume ", resume, " continues ", other, "/step-00000040.h5, but ", dir(),
+                               " already holds the checkpoints of another run (the latest: ", dir(),
+                               "/step-00000300.h5): continue it under another checkpoint.run")),
+              std::string::npos)
+        << message;
+  }
+  for (const std::string& own : {dir() + "/step-00000300.h5", temp_ + "/./run/step-00000300.h5", dir() + "/"})
+    EXPECT_EQ(file_name(CheckpointReader::resolve_resume(dir(), own).value_or("")), "step-00000300.h5") << own;
+  // Into a run directory without checkpoints, another run's checkpoint is where a run starts.
+  EXPECT_EQ(CheckpointReader::resolve_resume(temp_ + "/new", other), other + "/step-00000040.h5");
+}
+
+// What --resume auto falls back to: the newest complete checkpoint below a step, skipping
+// incomplete files.
+TEST_F(CheckpointTest, NewestBeforeAStepSkipsIncompleteFiles) {
+  {
+    CheckpointWriter writer(dir(), 0);
+    for (std::int64_t step : {3, 6, 9}) writer.save(sample_state(step));
+  }
+  std::ofstream(dir() + "/step-00000007.h5") << "cut short";
+  EXPECT_EQ(CheckpointReader::newest_before(dir(), 9), dir() + "/step-00000006.h5");
+  EXPECT_EQ(CheckpointReader::newest_before(dir(), 10), dir() + "/step-00000009.h5");
+  EXPECT_EQ(CheckpointReader::newest_before(dir(), 4), dir() + "/step-00000003.h5");
+  EXPECT_FALSE(CheckpointReader::newest_before(dir(), 3));
+}
+
+// A resume from step 3 of a run directory holding steps 6 and 9 abandons them: they move into
+// a folder of their own (a second such resume gets another), `latest` names step 3, and the
+// checkpoints saved next are pruned among the resumed run's alone.
+TEST_F(CheckpointTest, AResumeFromAnEarlierStepSetsTheLaterCheckpointsAside) {
+  const std::string resumed = dir() + "/step-00000003.h5";
+  {
+    CheckpointWriter writer(dir(), 0);
+    for (std::int64_t step : {3, 6, 9}) writer.save(sample_state(step));
+  }
+  CheckpointWriter writer(dir(), 2);
+  const std::string aside = dir() + "/superseded-after-step-00000003";
+  EXPECT_EQ(writer.set_aside_after(3, resumed), aside);
+  EXPECT_EQ(list_directory(aside), (std::vector<std::string>{"step-00000006.h5", "step-00000009.h5"}));
+  expect_same_state(sample_state(9), CheckpointReader::load(aside + "/step-00000009.h5", {}));
+  EXPECT_EQ(CheckpointReader::find_latest(dir()), resumed);
+  EXPECT_EQ(writer.set_aside_after(3, resumed), "");  // nothing later now
+  for (std::int64_t step : {4, 5}) writer.save(sample_state(step));
+  writer.wait();
+  std::vector<std::string> names;
+  for (const auto& path : CheckpointReader::list(dir())) names.push_back(file_name(path));
+  EXPECT_EQ(names, (std::vector<std::string>{"step-00000004.h5", "step-00000005.h5"}));
+  EXPECT_EQ(writer.set_aside_after(3, resumed), aside + "-2");
+  EXPECT_EQ(list_directory(aside + "-2"), (std::vector<std::string>{"step-00000004.h5", "step-00000005.h5"}));
+  EXPECT_EQ(list_directory(aside).size(), 2u);
+}
+
 TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   CheckpointState state = sample_state(5);
   {
@@ -318,6 +382,13 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   missing.tensors["model/layers.0.mlp.gate_proj.weights"] = {{3, 4}, at::kFloat};
   std::string message = config_error_of([&] { CheckpointReader::load(path, missing); });
   EXPECT_NE(message.find("has no tensor 'model/layers.0.mlp.gate_proj.weights'"), std::string::npos) << message;
+  // Another model's file is no damage: --resume auto must not pass over it to an older one.
+  try {
+    CheckpointReader::load(path, missing);
+  } catch (const CheckpointDamaged& e) {
+    ADD_FAILURE() << "a mismatch taken for damage: " << e.what();
+  } catch (const ConfigError&) {
+  }
   EXPECT_NE(message.find("did you mean 'model/layers.0.mlp.gate_proj.weight'"), std::string::npos) << message;
   EXPECT_NE(message.find(path), std::string::npos) << message;
 
@@ -358,6 +429,7 @@ TEST_F(CheckpointTest, ValidationErrorsNameWhatIsWrong) {
   std::ofstream(dir() + "/garbage.h5") << "not hdf5 at all";
   message = config_error_of([&] { CheckpointReader::load(dir() + "/garbage.h5", {}); });
   EXPECT_NE(message.find("garbage.h5 is truncated or corrupt"), std::string::npos) << message;
+  EXPECT_THROW(CheckpointReader::load(dir() + "/garbage.h5", {}), CheckpointDamaged);
 }
 
 // HDF5 checks its own structures only: a flipped bit in a tensor's bytes (a bad disk, a
@@ -386,6 +458,8 @@ TEST_F(CheckpointTest, TensorBytesChangedOnDiskAreRefused) {
                          "checksum written with it: name another checkpoint"),
             std::string::npos)
       << message;
+  // The kind of refusal --resume auto passes over to an older checkpoint.
+  EXPECT_THROW(CheckpointReader::load(path, {}), CheckpointDamaged);
 }
 
 TEST_F(CheckpointTest, FileWithoutCompletionMarkerIsRefused) {

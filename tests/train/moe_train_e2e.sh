@@ -5,11 +5,14 @@
 #                                      their global count: np 2 and 4 = one process on masked data
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted (weights, and the losses
 #                                      of metrics.jsonl, whose curve the resumed launch continues);
-#                                      resumed at half the token_budget trains every sample piece
-#                                      once, none skipped; resumed again from an earlier checkpoint,
-#                                      the report reads the launches as one run, the steps trained
-#                                      twice counted as repeated; resumed past its length, a launch
-#                                      says that it trains nothing
+#                                      resumed again from an earlier checkpoint, the report reads the
+#                                      launches as one run, the steps trained twice counted as
+#                                      repeated, and the checkpoint past the resumed one is moved
+#                                      aside; with the newest checkpoint damaged, --resume auto falls
+#                                      back to the one before (and stops, saying so, where there is
+#                                      none); resumed past its length, a launch says that it trains
+#                                      nothing; resumed at half the token_budget it trains every sample
+#                                      piece once, none skipped, and says which settings changed
 #   moe_train_e2e.sh BIN_DIR tensorboard  log.tensorboard: a run and its resume each add an event file
 #                                      in <run>/tensorboard/, the resumed one's steps continuing the
 #                                      first's, train/loss = metrics.jsonl's loss, phase shares per step
@@ -186,6 +189,44 @@ lines = {l.get("class"): l.get("points").split() for l in ET.parse(sys.argv[1]).
 assert sorted(lines) == ["loss", "tokens-per-second"], sorted(lines)
 assert all(len(points) == 6 for points in lines.values()), lines
 PY
+  # That resume from step 3 abandoned launch 2's step-6 checkpoint: it was moved aside, so
+  # that the new step 6 neither mixes with it nor loses to it in pruning, and `latest` names
+  # the new one.
+  aside="$work/split/superseded-after-step-00000003"
+  grep -qF "abandons 1 later checkpoint of $work/split (step-00000006.h5): moved to $aside," "$work/split.log" ||
+    { cat "$work/split.log"; echo "no word of the abandoned step-6 checkpoint"; exit 1; }
+  [[ -f $aside/step-00000006.h5 && -f $work/split/step-00000006.h5 &&
+     $(cat "$work/split/latest") == step-00000006.h5 ]] ||
+    { ls -R "$work/split"; echo "the abandoned checkpoint was not moved aside"; exit 1; }
+  # A damaged newest checkpoint (64 bytes flipped mid-file: tensor data, so only the checksums
+  # tell): --resume auto falls back to the one before it, trains the same steps again and
+  # moves the damaged file aside. Where no older checkpoint is left, the resume stops with the fix.
+  damage() {
+    python3 - "$1" <<'PY'
+import os, sys
+path = sys.argv[1]
+middle = os.path.getsize(path) // 2
+with open(path, "r+b") as f:
+    f.seek(middle)
+    data = f.read(64)
+    f.seek(middle)
+    f.write(bytes(b ^ 0xFF for b in data))
+PY
+  }
+  damage "$work/split/step-00000006.h5"
+  train 2 split "${common[@]}" --set train.max_steps=6 --resume auto
+  for line in "step-00000006.h5 is corrupt: " "--resume auto falls back to $work/split/step-00000003.h5" \
+    "moved to $aside-2,"; do
+    grep -qF -- "$line" "$work/split.log" || { cat "$work/split.log"; echo "log lacks: $line"; exit 1; }
+  done
+  "$bin/checkpoint_diff" "$(latest straight)" "$(latest split)" 0
+  train 2 lone "${common[@]}" --set train.max_steps=3
+  damage "$(latest lone)"
+  if train 2 lone "${common[@]}" --set train.max_steps=6 --resume auto; then
+    echo "a resume whose only checkpoint is damaged was not stopped"; exit 1
+  fi
+  grep -qF "$work/lone holds no older complete checkpoint to fall back to" "$work/lone.log" ||
+    { echo "the failed resume does not say why"; exit 1; }
   # The same launch once more, after the run ended: it says that it trains nothing.
   train 2 split "${common[@]}" --set train.max_steps=5 --resume auto
   nothing="step-00000006.h5 is at step 6, [0-9]* tokens, where the run's length (.*) is reached: "
@@ -195,6 +236,9 @@ PY
   tokens=$(grep -Eo 'done: [0-9]+ steps, [0-9]+ tokens' "$work/straight.log" | awk '{print $4}')
   train 2 half "${common[@]}" --set train.max_steps=3
   train 2 half "${common[@]}" --set train.token_budget=128 --set train.max_tokens="$tokens" --resume auto
+  changed="settings changed since $work/half/step-00000003.h5: train.token_budget 256 -> 128 (--set); "
+  changed+="train.max_steps 3 -> 0 (default); train.max_tokens 0 -> $tokens (--set)"
+  grep -qF "$changed" "$work/half.log" || { cat "$work/half.log"; echo "no line of the settings changed"; exit 1; }
   python3 - "$work/straight" "$work/half" <<'PY'
 import sys, glob
 def pieces(run):

@@ -22,6 +22,10 @@ bool file_exists(const std::string& path);
 bool is_directory(const std::string& path);
 bool is_regular_file(const std::string& path);
 
+// Whether both paths exist and name the same file or directory (one device and inode: "run"
+// and "./run/" alike, or a symbolic link and its target).
+bool same_file(const std::string& a, const std::string& b);
+
 std::uint64_t file_size(const std::string& path);
 
 // mkdir -p: creates `path` and its missing parents; an existing directory is fine.

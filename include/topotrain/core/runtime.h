@@ -49,12 +49,13 @@ class Runtime {
     int code = 0;
     std::string message;
   };
-  // Collective: the outcome of the lowest rank whose code is non-zero, on every rank, or
-  // code 0 when no rank failed. Lets every rank leave together with one message.
-  Outcome first_failure(const Outcome& mine) const;
+  // Collective over `comm` (every rank, or a role group): the outcome of its lowest rank whose
+  // code is non-zero, on every rank of it, or code 0 when no rank failed. Lets every rank leave
+  // together with one message.
+  Outcome first_failure(const Outcome& mine, MPI_Comm comm = MPI_COMM_WORLD) const;
   // first_failure for bad input: the message of the lowest rank whose `local_error` is
   // non-empty, or "" when no rank has one.
-  std::string first_error(const std::string& local_error) const;
+  std::string first_error(const std::string& local_error, MPI_Comm comm = MPI_COMM_WORLD) const;
 
   // Collective: true on every rank when SIGINT/SIGTERM reached any rank.
   bool agree_stop() const;

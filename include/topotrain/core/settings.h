@@ -95,6 +95,11 @@ class Settings {
   // where they came from. Printed once at start and stored in every checkpoint.
   std::string to_toml() const;
 
+  // The keys whose values differ from `earlier`'s, in schema order, as "train.lr 0.001 ->
+  // 0.0005 (--set)" joined by "; " (an unset value reads "unset"); "" when none does. How a
+  // resumed launch shows what it changed of the settings its checkpoint was saved with.
+  std::string changes_since(const Settings& earlier) const;
+
  private:
   struct Entry {
     SettingValue value;

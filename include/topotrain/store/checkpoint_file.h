@@ -19,17 +19,26 @@
 
 #include <string>
 
+#include "topotrain/core/error.h"
 #include "topotrain/store/checkpoint_state.h"
 
 namespace topotrain {
+
+// A checkpoint whose bytes cannot be read back as written: HDF5 cannot read it, or a tensor's
+// data does not match its CRC-32C. Unlike the other refusals (another model, a missing tensor),
+// another checkpoint of the same run may well load, which --resume auto tries.
+class CheckpointDamaged : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
 
 // Writes `state` (host tensors) to `path` and flushes it; the completion marker is the
 // last thing written. Does not fsync or rename: CheckpointWriter does that.
 void write_checkpoint_file(const std::string& path, const CheckpointState& state);
 
 // Reads and validates a checkpoint; throws ConfigError naming the file and what is
-// wrong: truncated or corrupt, incomplete, another model, a missing tensor, a shape or
-// dtype mismatch. Only tensors whose names start with `tensor_prefix` are read ("model/":
+// wrong: truncated or corrupt (CheckpointDamaged), incomplete, another model, a missing
+// tensor, a shape or dtype mismatch. Only tensors whose names start with `tensor_prefix` are read ("model/":
 // the weights without the optimizer state).
 CheckpointState read_checkpoint_file(const std::string& path, const CheckpointExpectations& expectations,
                                      const std::string& tensor_prefix = "");

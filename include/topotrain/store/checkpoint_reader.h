@@ -1,6 +1,7 @@
 // Finding and loading checkpoints for a resume.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,8 +19,13 @@ class CheckpointReader {
   // What --resume asks for: "" (no resume: a fresh start, refused with ConfigError where
   // run_dir already holds a complete checkpoint), "auto" (find_latest, or start fresh with a
   // log line saying so), a checkpoint file, which must exist, or a run directory (its
-  // latest, as checkpoint_at). ConfigError otherwise.
+  // latest, as checkpoint_at). A file or directory outside run_dir is refused, as a fresh
+  // start is, where run_dir holds a complete checkpoint. ConfigError otherwise.
   static std::optional<std::string> resolve_resume(const std::string& run_dir, const std::string& resume);
+
+  // The newest complete checkpoint of run_dir below `step`: where --resume auto goes when the
+  // one at `step` is damaged.
+  static std::optional<std::string> newest_before(const std::string& run_dir, std::int64_t step);
 
   // The checkpoint a path names where a model's weights are asked for (model.weights,
   // topotrain-export): a *.h5 file as is, or a run directory (one holding `latest`,

@@ -24,6 +24,10 @@
 // `latest` only names such files, so a process killed at any moment leaves the previous
 // checkpoint resumable.
 //
+// One run per directory: a resume from an earlier step than the directory's newest checkpoint
+// moves the later ones aside (set_aside_after), so that pruning, which keeps the highest steps,
+// and `latest` see only the resumed run's.
+//
 // One writer per run directory (one rank writes; others pass their state to it).
 #pragma once
 
@@ -70,6 +74,15 @@ class CheckpointWriter {
   std::int64_t writing_step() const { return writing_step_; }
   // Waits for the write in flight; throws its error (once).
   void wait();
+
+  // For a run resumed from `resumed`, the checkpoint of `step`, before its first save: moves
+  // run_dir's checkpoint files of later steps (a line of steps the resume abandons, or files
+  // that could not be read) into a new folder run_dir/superseded-after-step-<step>[-N],
+  // points `latest` at `resumed` when that lies in run_dir, and logs a warning naming them
+  // and the folder. Otherwise pruning would delete this run's checkpoints in favour of those
+  // higher steps, and a resume whose `latest` is lost would take them. Returns the folder;
+  // empty when nothing was later.
+  std::string set_aside_after(std::int64_t step, const std::string& resumed);
 
   static std::string file_name(std::int64_t step);  // "step-00000100.h5"
   const std::string& run_dir() const { return run_dir_; }
