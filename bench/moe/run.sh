@@ -270,7 +270,7 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
     printf '{"name": "%s", "label": "%s", "group": "%s", "kind": "%s", "order": %d}\n' "$name" "$label" \
       "$gpus-$ga-$shape" "$kind" "$user_order" >"$users/$name.config.json"
     { echo "### $label: topotrain-report --skip $skip"; echo '```'
-      "$bin/topotrain-report" "$work/runs/$name" --skip "$skip" 2>&1 | head -30
+      "$bin/topotrain-report" "$work/runs/$name" --skip "$skip" 2>&1 | head -40
       grep -E 'checkpoint (snapshots|of step|.* written)' "$work/$name.user.log" | sed 's/^.*\] //' | tail -4
       echo '```'; } >>"$reports"
   else

@@ -1,6 +1,7 @@
 // topotrain-report RUN_DIR: where the time of every step went, per role, from the run's
 // timings.h5: every launch of a resumed run stitched into one (run_stitch.h), or the one
-// --launch names; a resumed run also gets one line per launch. Then the throughput model's
+// --launch names, with each role's slowest steps and what they ran over in; a resumed run
+// also gets one line per launch. Then the throughput model's
 // advice (store/topology_advice.h): for a DFlash run the fastest splits of its ranks between
 // targets and drafters, written as a topology file with --recommend-topology; for moe_train
 // what more grad_accum would gain. Optionally an SVG chart of the same steps and a
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   std::string plot_path;
   std::string topology_path;
   long long skip = 0;
+  long long slowest = 3;
   std::string launch = "all";
   app.add_option("run", run, "run directory (holding timings.h5) or a timings .h5 file")->required();
   app.add_option("--trace", trace_path,
@@ -52,6 +54,11 @@ int main(int argc, char** argv) {
                  "the topology is read from the run's newest checkpoint)");
   app.add_option("--skip", skip, "leave out each rank's first N steps of every launch (warm-up)")
       ->check(topotrain::at_least(0));
+  app.add_option("--slowest", slowest,
+                 topotrain::cat("name each role's N slowest steps more than ", topotrain::kSlowStepMargin * 100,
+                                "% over its p50 step, with the phases that ran over"))
+      ->check(topotrain::at_least(0))
+      ->capture_default_str();
   app.add_option("--launch", launch,
                  "a resumed run's launches to analyse: all (stitched into one run), last, or a launch number")
       ->capture_default_str();
@@ -96,7 +103,8 @@ int main(int argc, char** argv) {
       throw ConfigError(cat("--skip ", skip, " leaves out all ", steps.size(), " recorded steps of ", path,
                             " (it drops each rank's first ", skip, " steps of every launch); pass a smaller --skip"));
     }
-    std::fputs(topotrain::format_report(topotrain::analyse_timings(stitched)).c_str(), stdout);
+    const auto report = topotrain::analyse_timings(stitched, static_cast<std::size_t>(slowest));
+    std::fputs(topotrain::format_report(report).c_str(), stdout);
     const topotrain::TopologyAdvice advice = topotrain::advise_topology(stitched);
     std::fputs(topotrain::format_topology_advice(advice, 3).c_str(), stdout);
     std::fputs(topotrain::format_accumulation_advice(topotrain::advise_accumulation(stitched)).c_str(), stdout);

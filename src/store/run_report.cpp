@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
 #include "topotrain/store/phase.h"
 
 namespace topotrain {
@@ -70,6 +71,43 @@ void name_bottleneck(RunReport& report) {
   report.bottleneck_phase = top->name;
 }
 
+// Of a role's `rows`, the slowest `count` steps more than kSlowStepMargin over its p50
+// wall, each at its slowest rank, with what they spent over each phase's p50 (`role`'s
+// statistics, computed from the same rows).
+std::vector<RoleReport::SlowStep> slowest_steps(const StitchedRun& run, const std::vector<const StitchedRow*>& rows,
+                                                const RoleReport& role, std::size_t count) {
+  auto wall = [&](const StitchedRow* row) { return run.value(*row, &StepColumns::wall); };
+  std::map<std::pair<std::size_t, std::int64_t>, const StitchedRow*> by_step;
+  for (const StitchedRow* row : rows) {
+    const StitchedRow*& kept = by_step[{row->launch, row->step}];
+    if (!kept || wall(row) > wall(kept)) kept = row;
+  }
+  std::vector<const StitchedRow*> slow;
+  for (const auto& [key, row] : by_step)
+    if (wall(row) > (1 + kSlowStepMargin) * role.wall.p50) slow.push_back(row);
+  std::stable_sort(slow.begin(), slow.end(),
+                   [&](const StitchedRow* a, const StitchedRow* b) { return wall(a) > wall(b); });
+  if (slow.size() > count) slow.resize(count);
+  std::vector<RoleReport::SlowStep> steps;
+  for (const StitchedRow* row : slow) {
+    RoleReport::SlowStep step;
+    step.step = row->step;
+    step.launch = run.launches[row->launch].launch;
+    step.rank = run.rank_of(*row);
+    step.wall = wall(row);
+    for (std::size_t p = 0; p <= kPhaseCount; ++p) {
+      const double seconds = p < kPhaseCount ? run.phase_seconds(*row, p) : run.value(*row, &StepColumns::other);
+      const double over = seconds - role.phases[p].p50;
+      if (over > 0.01 * role.wall.p50) step.excess.emplace_back(role.phases[p].name, over);
+    }
+    std::stable_sort(step.excess.begin(), step.excess.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    step.beside_write = run.value(*row, &StepColumns::checkpoint_writing, StepMetrics::kUnset) == 1;
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
 }  // namespace
 
 const PhaseStats& RoleReport::phase(const std::string& name) const {
@@ -86,7 +124,7 @@ double percentile(std::vector<double> values, double p) {
   return values[std::min(index, values.size() - 1)];
 }
 
-RunReport analyse_timings(const StitchedRun& run) {
+RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
   RunReport report;
   report.path = run.path;
   for (const TimingsData& data : run.launches) {
@@ -135,6 +173,7 @@ RunReport analyse_timings(const StitchedRun& run) {
     role.role = role_name;
     std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
     std::vector<double> walls, queue, overlaps, comm_overlaps, beside_write, no_write;
+    std::vector<const StitchedRow*> role_rows;
     // A launch's tokens/s (summed over its ranks) and MFU (their mean) are combined over
     // the launches weighted by each launch's time (its ranks' mean summed wall).
     double weighted_rate = 0, rate_time = 0, weighted_mfu = 0, mfu_time = 0;
@@ -156,6 +195,7 @@ RunReport analyse_timings(const StitchedRun& run) {
           role.last_step = any_row ? std::max(role.last_step, row->step) : row->step;
           any_row = true;
           ++role.rows;
+          role_rows.push_back(row);
           for (std::size_t p = 0; p < kPhaseCount; ++p) phase_values[p].push_back(run.phase_seconds(*row, p));
           phase_values[kPhaseCount].push_back(run.value(*row, &StepColumns::other));
           const double wall = run.value(*row, &StepColumns::wall);
@@ -222,6 +262,7 @@ RunReport analyse_timings(const StitchedRun& run) {
       role.p50_beside_write = percentile(beside_write, 50);
       role.p50_no_write = percentile(no_write, 50);
     }
+    role.slowest = slowest_steps(run, role_rows, role, slowest_count);
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
   name_bottleneck(report);
@@ -303,6 +344,20 @@ std::string format_report(const RunReport& report) {
                     role.rows_beside_write, role.rows, role.p50_beside_write * 1e3, role.p50_no_write * 1e3,
                     100 * (role.p50_beside_write / role.p50_no_write - 1));
       out += line;
+    }
+    if (!role.slowest.empty())
+      out += cat("  slowest steps, over the p50 step (", fixed_point(role.wall.p50 * 1e3, 1),
+                 " ms) and each phase's p50:\n");
+    for (const RoleReport::SlowStep& slow : role.slowest) {
+      std::string where;
+      if (stitched) where += cat("launch ", slow.launch);
+      if (role.ranks.size() > 1) where += cat(where.empty() ? "" : ", ", "rank ", slow.rank);
+      std::string over;
+      for (std::size_t i = 0; i < slow.excess.size() && i < 3; ++i)
+        over += cat(i ? ", " : ": ", slow.excess[i].first, " +", fixed_point(slow.excess[i].second * 1e3, 1), " ms");
+      out += cat("    step ", slow.step, where.empty() ? "" : " (" + where + ")", " ", fixed_point(slow.wall * 1e3, 1),
+                 " ms, +", fixed_point((slow.wall / role.wall.p50 - 1) * 100, 0), "%", over,
+                 slow.beside_write ? "; a checkpoint write in flight" : "", "\n");
     }
   }
   out += "\nbottleneck: " + report.bottleneck + "\n";

@@ -257,6 +257,51 @@ TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
   remove_tree(dir);
 }
 
+// Two ranks of 100 ms steps (forward 60, backward 30, other 10). Step 7 runs over in forward,
+// by 50 ms on rank 1 and 20 on rank 0; step 12 on rank 0 waits 40 ms on a checkpoint and
+// 5 more untimed, beside a write; step 15 takes 104 ms, within the margin.
+TEST(ReportSlowestSteps, EachSlowStepOnceAtItsSlowestRankWithThePhasesThatRanOver) {
+  const std::string dir = make_temp_directory("topotrain-report-slowest-");
+  const std::string path = join_path(dir, kTimingsFileName);
+  {
+    TimingsTables t(create_timings_file(path, 2, "trainer,trainer"));
+    t.ranks.append({0, 0, 0, -1, 1, 0, 0, -1});
+    std::vector<double> rows;
+    for (int step = 1; step <= 20; ++step) {
+      for (int rank = 0; rank < 2; ++rank) {
+        double forward = 0.060, checkpoint = 0, other = 0.010;
+        if (step == 7) forward += rank == 1 ? 0.050 : 0.020;
+        if (step == 12 && rank == 0) checkpoint = 0.040, other += 0.005;
+        if (step == 15) other += 0.004;
+        const double wall = forward + 0.030 + checkpoint + other;
+        append_step_row(rows, {{"step", step}, {"rank", rank}, {"start", step * 0.2}, {"wall", wall},
+                               {"forward", forward}, {"backward", 0.030}, {"checkpoint", checkpoint},
+                               {"other", other}, {"tokens", 100}, {"checkpoint_writing", step == 12 ? 1 : 0}});
+      }
+    }
+    t.steps.append(rows);
+  }
+  const StitchedRun run = stitch_launches({read_timings(path)}, 0);
+  const RoleReport role = analyse_timings(run).roles.at(0);
+  ASSERT_EQ(role.slowest.size(), 2u);
+  EXPECT_EQ(role.slowest[0].step, 7);
+  EXPECT_EQ(role.slowest[0].rank, 1);
+  EXPECT_NEAR(role.slowest[0].wall, 0.150, 1e-12);
+  ASSERT_EQ(role.slowest[0].excess.size(), 1u);
+  EXPECT_EQ(role.slowest[0].excess[0].first, "forward");
+  EXPECT_NEAR(role.slowest[0].excess[0].second, 0.050, 1e-12);
+  const std::string text = format_report(analyse_timings(run));
+  EXPECT_NE(text.find("  slowest steps, over the p50 step (100.0 ms) and each phase's p50:\n"
+                      "    step 7 (rank 1) 150.0 ms, +50%: forward +50.0 ms\n"
+                      "    step 12 (rank 0) 145.0 ms, +45%: checkpoint +40.0 ms, other +5.0 ms; a checkpoint write "
+                      "in flight\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(analyse_timings(run, 1).roles.at(0).slowest.size(), 1u);
+  EXPECT_EQ(format_report(analyse_timings(run, 0)).find("slowest steps"), std::string::npos);
+  remove_tree(dir);
+}
+
 TEST_F(ReportTest, SkipLeavesOutEachRanksFirstSteps) {
   RunReport report = analyse_timings(stitch_launches({data_}, 3));
   const RoleReport& drafter = report.roles[1];

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "topotrain/store/phase_timer.h"
@@ -56,8 +57,27 @@ struct RoleReport {
   double p50_beside_write = -1;
   double p50_no_write = -1;
 
+  // A step that took longer than the role's typical one: where a run loses time to a few
+  // steps (a checkpoint's, a resume's first), the mean says how much, and these say which
+  // steps and in what.
+  struct SlowStep {
+    std::int64_t step = 0;
+    int launch = 0;  // its launch number
+    int rank = 0;    // the rank that took longest over it
+    double wall = 0;
+    // Each phase (and "other") that took more than 1% of the p50 wall over that phase's p50,
+    // as (name, seconds over), the most first.
+    std::vector<std::pair<std::string, double>> excess;
+    bool beside_write = false;  // it ended with a checkpoint write in flight
+  };
+  // Slowest first: each step once (its slowest rank's row), only those whose wall exceeds
+  // the role's p50 wall by more than kSlowStepMargin, at most as many as asked for.
+  std::vector<SlowStep> slowest;
+
   const PhaseStats& phase(const std::string& name) const;
 };
+
+constexpr double kSlowStepMargin = 0.05;  // of the p50 wall
 
 struct RunReport {
   std::string path;
@@ -71,7 +91,8 @@ struct RunReport {
   std::string bottleneck_phase;  // the slowest role's largest phase that is not a wait
 };
 
-RunReport analyse_timings(const StitchedRun& run);
+// `slowest_steps`: how many of each role's slowest steps to name (RoleReport::slowest).
+RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_steps = 3);
 
 // The text topotrain-report prints.
 std::string format_report(const RunReport& report);
