@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Which part of the HF Qwen3Moe reference shape makes the step after a checkpoint snapshot run
+# its forward until the snapshot's device-to-host copy ends. On an H200 (RESULTS.md,
+# "2026-12-05") the reference shape's step 101 took +65-69 ms, all in its forward, which ended
+# when the 0.11 s copy did; moe-500m's forward does not wait. One GPU, grad_accum 1,
+# 16384-token micro-batches, checkpoint.every_steps = 10 with the other settings at their
+# defaults, STEPS (default 45) steps, one run per variant, each changing one thing:
+#   reference        bench/moe/reference_shape.py's config.json on ~4K-token documents
+#   untied           tie_word_embeddings = false
+#   head_dim 128     8 heads of 128, 2 KV heads (moe-500m's head size; same q/k/v widths)
+#   top-2            num_experts_per_tok = 2
+#   2K documents     the reference config on ~2K-token documents (moe-500m's data)
+#   moe-500m         the preset on ~2K-token documents (the control: no wait), and on ~4K ones
+# Per run, from its timings.h5: the forward p50 (ms) of the steps after SKIP (default 5) that
+# follow no snapshot, the forward and the checkpoint phase of each step that follows one
+# (11, 21, ...), and topotrain-report's slowest steps. The variant whose steps after a snapshot
+# lose their long forward names the cause. Table in $OUT/snapshot_forward.md (default $OUT: a
+# new temporary folder), logs, reports and timings beside it. SMOKE=1 runs a tiny config on one
+# CPU rank, as a check of the script (no transformers needed).
+#   SKIP_BUILD=1 bash bench/moe/snapshot_forward_probe.sh   (from the project root)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT" || exit 1
+steps=${STEPS:-45} skip=${SKIP:-5} python=${PYTHON:-python3}
+work=$(mktemp -d "${TMPDIR:-/tmp}/snapshot-probe.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+if [[ ${SMOKE:-0} == 1 ]]; then
+  budget=256 devices='"cpu"' preset=tiny-moe steps=25
+  data_args=(--tokens 200000 --vocab 512) long=300 short=150
+  # A tiny Qwen3Moe config.json with the fields model.config reads.
+  "$python" - "$work/base.json" <<'PY' || exit 1
+import json, sys
+json.dump({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+           "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 4,
+           "tie_word_embeddings": True, "max_position_embeddings": 4096}, open(sys.argv[1], "w"))
+PY
+else
+  budget=16384 devices='[0]' preset=moe-500m
+  data_args=(--tokens 8000000) long=4096 short=2048
+  "$python" bench/moe/reference_shape.py "$work/reference" >/dev/null || exit 1
+  cp "$work/reference/config.json" "$work/base.json"
+fi
+if [[ ${SKIP_BUILD:-0} != 1 ]]; then
+  launch/build.sh >"$OUT/probe-build.log" 2>&1 || { tail -40 "$OUT/probe-build.log"; exit 1; }
+fi
+# shellcheck source=/dev/null
+source launch/env.sh
+printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = %s\n' \
+  "$devices" >"$work/one.toml"
+"$python" bench/moe/make_dataset.py "$work/long.h5" "${data_args[@]}" --mean-len "$long" >/dev/null || exit 1
+"$python" bench/moe/make_dataset.py "$work/short.h5" "${data_args[@]}" --mean-len "$short" >/dev/null || exit 1
+
+variant() {  # NAME JSON_CHANGES: the base config.json with JSON_CHANGES' keys replaced
+  "$python" - "$work/base.json" "$work/$1.json" "$2" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config.update(json.loads(sys.argv[3]))
+json.dump(config, open(sys.argv[2], "w"), indent=2)
+PY
+}
+variant reference '{}'
+variant untied '{"tie_word_embeddings": false}'
+if [[ ${SMOKE:-0} == 1 ]]; then
+  head=32 && variant wide '{"head_dim": 32, "num_attention_heads": 2, "num_key_value_heads": 1}'
+else
+  head=128 && variant wide '{"head_dim": 128, "num_attention_heads": 8, "num_key_value_heads": 2}'
+fi
+variant top2 '{"num_experts_per_tok": 2}'
+
+table=$OUT/snapshot_forward.md
+{ echo "| variant | forward p50 ms (no snapshot before) | forward ms after a snapshot | checkpoint ms after a snapshot |"
+  echo "|---|---|---|---|"; } >"$table"
+
+probe() {  # NAME LABEL DATA MODEL_SETTING
+  local name=$1 label=$2 data=$3 model=$4
+  rm -rf "$work/runs"
+  if ! timeout 400 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \
+       "$BUILD_DIR/bin/moe_train" "$work/one.toml" --set "$model" --set "data.path=$work/$data.h5" \
+       --set "train.token_budget=$budget" --set "train.max_steps=$steps" --set checkpoint.every_steps=10 \
+       --set "checkpoint.dir=$work/runs" --set checkpoint.run=r >"$OUT/$name.log" 2>&1; then
+    echo "| $label | failed: see $name.log | | |" >>"$table"
+    return
+  fi
+  cp "$work/runs/r/timings.h5" "$OUT/$name.timings.h5"
+  "$BUILD_DIR/bin/topotrain-report" "$work/runs/r" --skip "$skip" --slowest 6 >"$OUT/$name.report.txt" 2>&1
+  "$python" - "$OUT/$name.timings.h5" "$skip" "$label" >>"$table" <<'PY'
+import statistics, sys
+import h5py
+sys.path.insert(0, "bench/moe")
+from summarize import read_table
+path, skip, label = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+with h5py.File(path, "r") as f:
+    rows, col = read_table(f, "steps")
+phase = {int(r[col["step"]]): (1e3 * float(r[col["forward"]]), 1e3 * float(r[col["checkpoint"]])) for r in rows}
+last = max(phase)
+after = [s for s in sorted(phase) if s > 10 and (s - 1) % 10 == 0 and s < last]
+plain = [phase[s][0] for s in sorted(phase) if s > skip and s not in after and s < last]
+print(f"| {label} | {statistics.median(plain):.1f} | {', '.join(f'{s}: {phase[s][0]:.1f}' for s in after)} | "
+      f"{', '.join(f'{phase[s][1]:.1f}' for s in after)} |")
+PY
+}
+
+probe reference "reference, ~$long-token documents" long "model.config=$work/reference.json"
+probe untied "untied" long "model.config=$work/untied.json"
+probe wide "head_dim $head" long "model.config=$work/wide.json"
+probe top2 "top-2" long "model.config=$work/top2.json"
+probe reference-short "reference, ~$short-token documents" short "model.config=$work/reference.json"
+probe preset-short "$preset, ~$short-token documents" short "model.preset=$preset"
+probe preset-long "$preset, ~$long-token documents" long "model.preset=$preset"
+cat "$table"
