@@ -21,11 +21,8 @@
 # check of the script. Each run's timings.h5 is kept in $OUT as NAME.timings.h5 (per-step phases).
 #   SKIP_BUILD=1 bash bench/moe/checkpoint_interference.sh   (from the project root)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 1
-export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT" || exit 1
+# shellcheck source=bench/moe/one_gpu_setup.sh
+source "$(dirname "$0")/one_gpu_setup.sh"
 steps=${STEPS:-60} skip=${SKIP:-5} rounds=${ROUNDS:-2} python=${PYTHON:-python3}
 if [[ ${SMOKE:-0} == 1 ]]; then
   preset=tiny-moe budget=256 load_mb=100 devices='"cpu"' steps=25 rounds=1
@@ -34,16 +31,13 @@ else
   preset=moe-500m budget=16384 load_mb=5700 devices='[0]'
   data_args=(--tokens 8000000 --mean-len 2048)
 fi
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  launch/build.sh >"$OUT/interference-build.log" 2>&1 || { tail -40 "$OUT/interference-build.log"; exit 1; }
-fi
+build_unless_skipped interference
 # shellcheck source=/dev/null
 source launch/env.sh
 shm=$(mktemp -d /dev/shm/ckpt-bench.XXXXXX) disk=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-bench.XXXXXX")
 background=
 trap '[[ -n $background ]] && kill "$background" 2>/dev/null; rm -rf "$shm" "$disk"' EXIT
-printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = %s\n' \
-  "$devices" >"$shm/one.toml"
+one_rank_topology "$shm/one.toml" "$devices"
 "$python" bench/moe/make_dataset.py "$shm/docs.h5" "${data_args[@]}" >/dev/null || exit 1
 
 table=$OUT/interference.md

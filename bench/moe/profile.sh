@@ -17,22 +17,16 @@
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 1
-export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT" || exit 1
+# shellcheck source=bench/moe/one_gpu_setup.sh
+source "$(dirname "$0")/one_gpu_setup.sh"
 steps=${PROFILE_STEPS:-50}
 shapes=${SHAPES:-"reference moe-500m"}
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  launch/build.sh >"$OUT/profile-build.log" 2>&1 || { tail -40 "$OUT/profile-build.log"; exit 1; }
-fi
+build_unless_skipped profile
 # shellcheck source=/dev/null
 source launch/env.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = [0]\n' \
-  >"$work/one.toml"
+one_rank_topology "$work/one.toml" '[0]'
 for shape in $shapes; do
   if [[ $shape == reference ]]; then
     python3 bench/moe/make_dataset.py "$work/docs4k.h5" --tokens 4000000 --mean-len 4096 >/dev/null || exit 1

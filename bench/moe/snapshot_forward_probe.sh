@@ -19,11 +19,8 @@
 # CPU rank, as a check of the script (no transformers needed).
 #   SKIP_BUILD=1 bash bench/moe/snapshot_forward_probe.sh   (from the project root)
 set -uo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root" || exit 1
-export BUILD_DIR=${BUILD_DIR:-$root/build-gpu}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT" || exit 1
+# shellcheck source=bench/moe/one_gpu_setup.sh
+source "$(dirname "$0")/one_gpu_setup.sh"
 steps=${STEPS:-45} skip=${SKIP:-5} python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/snapshot-probe.XXXXXX")
 trap 'rm -rf "$work"' EXIT
@@ -44,13 +41,10 @@ else
   "$python" bench/moe/reference_shape.py "$work/reference" >/dev/null || exit 1
   cp "$work/reference/config.json" "$work/base.json"
 fi
-if [[ ${SKIP_BUILD:-0} != 1 ]]; then
-  launch/build.sh >"$OUT/probe-build.log" 2>&1 || { tail -40 "$OUT/probe-build.log"; exit 1; }
-fi
+build_unless_skipped probe
 # shellcheck source=/dev/null
 source launch/env.sh
-printf '[topology]\nname = "one"\ninterconnect = "nvlink"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = %s\n' \
-  "$devices" >"$work/one.toml"
+one_rank_topology "$work/one.toml" "$devices"
 "$python" bench/moe/make_dataset.py "$work/long.h5" "${data_args[@]}" --mean-len "$long" >/dev/null || exit 1
 "$python" bench/moe/make_dataset.py "$work/short.h5" "${data_args[@]}" --mean-len "$short" >/dev/null || exit 1
 
