@@ -11,6 +11,13 @@
 #   top-2            num_experts_per_tok = 2
 #   2K documents     the reference config on ~2K-token documents (moe-500m's data)
 #   moe-500m         the preset on ~2K-token documents (the control: no wait), and on ~4K ones
+#   eager loading    the reference with CUDA_MODULE_LOADING=EAGER
+# A lead, not a finding: the reference's ~4K-token documents run cuDNN once per document window
+# (attention.h), whose plan for a window size not seen before brings new kernels; under CUDA's
+# lazy module loading (the default) loading a kernel may wait for the device's other work, here
+# the copy. moe-500m's ~2K-token documents run FlashAttention varlen. Then the steps after a
+# snapshot that meet a new window size would wait and the others not, the ~2K-token variant
+# would not wait, and eager loading would not either.
 # Per run, from its timings.h5: the forward p50 (ms) of the steps after SKIP (default 5) that
 # follow no snapshot, the forward and the checkpoint phase of each step that follows one
 # (11, 21, ...), and topotrain-report's slowest steps. The variant whose steps after a snapshot
@@ -66,14 +73,16 @@ fi
 variant top2 '{"num_experts_per_tok": 2}'
 
 table=$OUT/snapshot_forward.md
-{ echo "| variant | forward p50 ms (no snapshot before) | forward ms after a snapshot | checkpoint ms after a snapshot |"
+{ printf '| variant | forward p50 ms (no snapshot before) | forward ms after a snapshot |'
+  echo " checkpoint ms after a snapshot |"
   echo "|---|---|---|---|"; } >"$table"
 
-probe() {  # NAME LABEL DATA MODEL_SETTING
+probe() {  # NAME LABEL DATA MODEL_SETTING [NAME=VALUE...]: the last, moe_train's environment
   local name=$1 label=$2 data=$3 model=$4
+  shift 4
   rm -rf "$work/runs"
   if ! timeout 400 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \
-       "$BUILD_DIR/bin/moe_train" "$work/one.toml" --set "$model" --set "data.path=$work/$data.h5" \
+       env "$@" "$BUILD_DIR/bin/moe_train" "$work/one.toml" --set "$model" --set "data.path=$work/$data.h5" \
        --set "train.token_budget=$budget" --set "train.max_steps=$steps" --set checkpoint.every_steps=10 \
        --set "checkpoint.dir=$work/runs" --set checkpoint.run=r >"$OUT/$name.log" 2>&1; then
     echo "| $label | failed: see $name.log | | |" >>"$table"
@@ -105,4 +114,5 @@ probe top2 "top-2" long "model.config=$work/top2.json"
 probe reference-short "reference, ~$short-token documents" short "model.config=$work/reference.json"
 probe preset-short "$preset, ~$short-token documents" short "model.preset=$preset"
 probe preset-long "$preset, ~$long-token documents" long "model.preset=$preset"
+probe eager "reference, CUDA_MODULE_LOADING=EAGER" long "model.config=$work/reference.json" CUDA_MODULE_LOADING=EAGER
 cat "$table"
