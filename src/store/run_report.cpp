@@ -72,29 +72,40 @@ void name_bottleneck(RunReport& report) {
 }
 
 // Of a role's `rows`, the slowest `count` steps more than kSlowStepMargin over its p50
-// wall, each at its slowest rank, with what they spent over each phase's p50 (`role`'s
-// statistics, computed from the same rows).
+// wall (a step's wall: its slowest rank's), each told from the row of the rank that waited
+// least in it: where ranks meet in a collective, the others' excess is waiting for that one.
+// With what it spent over each phase's p50 (`role`'s statistics, from the same rows).
 std::vector<RoleReport::SlowStep> slowest_steps(const StitchedRun& run, const std::vector<const StitchedRow*>& rows,
                                                 const RoleReport& role, std::size_t count) {
   auto wall = [&](const StitchedRow* row) { return run.value(*row, &StepColumns::wall); };
-  std::map<std::pair<std::size_t, std::int64_t>, const StitchedRow*> by_step;
+  auto busy = [&](const StitchedRow* row) {
+    double waited = 0;
+    for (std::size_t p = 0; p < kPhaseCount; ++p)
+      if (is_wait_phase(static_cast<Phase>(p))) waited += run.phase_seconds(*row, p);
+    return wall(row) - waited;
+  };
+  struct Step {
+    const StitchedRow* row = nullptr;  // the rank that waited least
+    double wall = 0;
+  };
+  std::map<std::pair<std::size_t, std::int64_t>, Step> by_step;
   for (const StitchedRow* row : rows) {
-    const StitchedRow*& kept = by_step[{row->launch, row->step}];
-    if (!kept || wall(row) > wall(kept)) kept = row;
+    Step& kept = by_step[{row->launch, row->step}];
+    if (!kept.row || busy(row) > busy(kept.row)) kept.row = row;
+    kept.wall = std::max(kept.wall, wall(row));
   }
-  std::vector<const StitchedRow*> slow;
-  for (const auto& [key, row] : by_step)
-    if (wall(row) > (1 + kSlowStepMargin) * role.wall.p50) slow.push_back(row);
-  std::stable_sort(slow.begin(), slow.end(),
-                   [&](const StitchedRow* a, const StitchedRow* b) { return wall(a) > wall(b); });
+  std::vector<Step> slow;
+  for (const auto& [key, step] : by_step)
+    if (step.wall > (1 + kSlowStepMargin) * role.wall.p50) slow.push_back(step);
+  std::stable_sort(slow.begin(), slow.end(), [](const Step& a, const Step& b) { return a.wall > b.wall; });
   if (slow.size() > count) slow.resize(count);
   std::vector<RoleReport::SlowStep> steps;
-  for (const StitchedRow* row : slow) {
+  for (const auto& [row, step_wall] : slow) {
     RoleReport::SlowStep step;
     step.step = row->step;
     step.launch = run.launches[row->launch].launch;
     step.rank = run.rank_of(*row);
-    step.wall = wall(row);
+    step.wall = step_wall;
     for (std::size_t p = 0; p <= kPhaseCount; ++p) {
       const double seconds = p < kPhaseCount ? run.phase_seconds(*row, p) : run.value(*row, &StepColumns::other);
       const double over = seconds - role.phases[p].p50;

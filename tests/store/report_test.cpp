@@ -258,8 +258,9 @@ TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
 }
 
 // Two ranks of 100 ms steps (forward 60, backward 30, other 10). Step 7 runs over in forward,
-// by 50 ms on rank 1 and 20 on rank 0; step 12 on rank 0 waits 40 ms on a checkpoint and
-// 5 more untimed, beside a write; step 15 takes 104 ms, within the margin.
+// by 50 ms on rank 1 and 20 on rank 0, which then waits 30 ms for rank 1 in comm_wait: both
+// take 150 ms, and rank 1 is the one to tell it from. Step 12 on rank 0 waits 40 ms on a
+// checkpoint and 5 more untimed, beside a write; step 15 takes 104 ms, within the margin.
 TEST(ReportSlowestSteps, EachSlowStepOnceAtItsSlowestRankWithThePhasesThatRanOver) {
   const std::string dir = make_temp_directory("topotrain-report-slowest-");
   const std::string path = join_path(dir, kTimingsFileName);
@@ -269,14 +270,15 @@ TEST(ReportSlowestSteps, EachSlowStepOnceAtItsSlowestRankWithThePhasesThatRanOve
     std::vector<double> rows;
     for (int step = 1; step <= 20; ++step) {
       for (int rank = 0; rank < 2; ++rank) {
-        double forward = 0.060, checkpoint = 0, other = 0.010;
-        if (step == 7) forward += rank == 1 ? 0.050 : 0.020;
+        double forward = 0.060, comm_wait = 0, checkpoint = 0, other = 0.010;
+        if (step == 7) forward += rank == 1 ? 0.050 : 0.020, comm_wait = rank == 1 ? 0 : 0.030;
         if (step == 12 && rank == 0) checkpoint = 0.040, other += 0.005;
         if (step == 15) other += 0.004;
-        const double wall = forward + 0.030 + checkpoint + other;
+        const double wall = forward + 0.030 + comm_wait + checkpoint + other;
         append_step_row(rows, {{"step", step}, {"rank", rank}, {"start", step * 0.2}, {"wall", wall},
-                               {"forward", forward}, {"backward", 0.030}, {"checkpoint", checkpoint},
-                               {"other", other}, {"tokens", 100}, {"checkpoint_writing", step == 12 ? 1 : 0}});
+                               {"forward", forward}, {"backward", 0.030}, {"comm_wait", comm_wait},
+                               {"checkpoint", checkpoint}, {"other", other}, {"tokens", 100},
+                               {"checkpoint_writing", step == 12 ? 1 : 0}});
       }
     }
     t.steps.append(rows);

@@ -63,15 +63,15 @@ struct RoleReport {
   struct SlowStep {
     std::int64_t step = 0;
     int launch = 0;  // its launch number
-    int rank = 0;    // the rank that took longest over it
-    double wall = 0;
-    // Each phase (and "other") that took more than 1% of the p50 wall over that phase's p50,
-    // as (name, seconds over), the most first.
+    int rank = 0;    // the rank that waited least in it (data, comm, queue): the others' cause
+    double wall = 0;  // its slowest rank's
+    // Of `rank`'s row, each phase (and "other") that took more than 1% of the p50 wall over
+    // that phase's p50, as (name, seconds over), the most first.
     std::vector<std::pair<std::string, double>> excess;
     bool beside_write = false;  // it ended with a checkpoint write in flight
   };
-  // Slowest first: each step once (its slowest rank's row), only those whose wall exceeds
-  // the role's p50 wall by more than kSlowStepMargin, at most as many as asked for.
+  // Slowest first: each step once, only those whose wall exceeds the role's p50 wall by more
+  // than kSlowStepMargin, at most as many as asked for.
   std::vector<SlowStep> slowest;
 
   const PhaseStats& phase(const std::string& name) const;
