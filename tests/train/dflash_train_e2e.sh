@@ -22,7 +22,10 @@
 #   dflash_train_e2e.sh BIN_DIR union    2 targets -> 2 data-parallel drafters equal 2 targets -> 1
 #                                        drafter taking one batch of each per step (grad_accum 2,
 #                                        fan_in round_robin): same weights after 6 steps; and that
-#                                        run stopped after 3 steps and resumed equals it uninterrupted
+#                                        run stopped after 3 steps and resumed equals it uninterrupted;
+#                                        with the newest checkpoint damaged, --resume auto takes both
+#                                        drafters back to the one before, and they train to the same
+#                                        weights
 #   dflash_train_e2e.sh BIN_DIR weights  targets load a tiny-dense target that moe_train trained
 #                                        (model.weights = its run directory); a tiny-moe one is refused
 #   dflash_train_e2e.sh BIN_DIR end      at the end of the data every batch sent is trained (a last
@@ -207,6 +210,15 @@ union)
     { cat "$work/resumed.log"; exit 1; }
   FAN_IN=round_robin train 2 resumed "${rr[@]}" --resume auto || { cat "$work/resumed.log"; exit 1; }
   "$bin/checkpoint_diff" "$work/one/step-00000006.h5" "$work/resumed/step-00000006.h5" 0 model/
+  # The two drafters' newest checkpoint damaged: --resume auto takes both back to step 3 alike
+  # (an agreement of the drafters' group, without the targets), and steps 4..6 come out the same.
+  cp "$work/two/step-00000006.h5" "$work/two-step6.h5"
+  python3 "$(dirname "$0")/flip_bytes.py" "$work/two/step-00000006.h5"
+  timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${steps[@]}" \
+    --set checkpoint.run=two --resume auto > "$work/two.log" 2>&1 || { cat "$work/two.log"; exit 1; }
+  grep -qF -- "--resume auto falls back to $work/two/step-00000003.h5" "$work/two.log" ||
+    { cat "$work/two.log"; echo "no fallback past the damaged checkpoint"; exit 1; }
+  "$bin/checkpoint_diff" "$work/two-step6.h5" "$work/two/step-00000006.h5" 1e-6 model/
   ;;
 weights)
   printf '[topology]\nname = "one"\ninterconnect = "cpu"\n[[roles]]\nrole = "trainer"\nranks = [0]\ndevices = "cpu"\n' \

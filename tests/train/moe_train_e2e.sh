@@ -198,22 +198,10 @@ PY
   [[ -f $aside/step-00000006.h5 && -f $work/split/step-00000006.h5 &&
      $(cat "$work/split/latest") == step-00000006.h5 ]] ||
     { ls -R "$work/split"; echo "the abandoned checkpoint was not moved aside"; exit 1; }
-  # A damaged newest checkpoint (64 bytes flipped mid-file: tensor data, so only the checksums
-  # tell): --resume auto falls back to the one before it, trains the same steps again and
-  # moves the damaged file aside. Where no older checkpoint is left, the resume stops with the fix.
-  damage() {
-    python3 - "$1" <<'PY'
-import os, sys
-path = sys.argv[1]
-middle = os.path.getsize(path) // 2
-with open(path, "r+b") as f:
-    f.seek(middle)
-    data = f.read(64)
-    f.seek(middle)
-    f.write(bytes(b ^ 0xFF for b in data))
-PY
-  }
-  damage "$work/split/step-00000006.h5"
+  # A damaged newest checkpoint: --resume auto falls back to the one before it, trains the same
+  # steps again and moves the damaged file aside. Where no older checkpoint is left, the resume
+  # stops with the fix.
+  python3 "$(dirname "$0")/flip_bytes.py" "$work/split/step-00000006.h5"
   train 2 split "${common[@]}" --set train.max_steps=6 --resume auto
   for line in "step-00000006.h5 is corrupt: " "--resume auto falls back to $work/split/step-00000003.h5" \
     "moved to $aside-2,"; do
@@ -221,7 +209,7 @@ PY
   done
   "$bin/checkpoint_diff" "$(latest straight)" "$(latest split)" 0
   train 2 lone "${common[@]}" --set train.max_steps=3
-  damage "$(latest lone)"
+  python3 "$(dirname "$0")/flip_bytes.py" "$(latest lone)"
   if train 2 lone "${common[@]}" --set train.max_steps=6 --resume auto; then
     echo "a resume whose only checkpoint is damaged was not stopped"; exit 1
   fi
