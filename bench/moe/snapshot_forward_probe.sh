@@ -18,9 +18,12 @@
 # the copy. moe-500m's ~2K-token documents run FlashAttention varlen. Then the steps after a
 # snapshot that meet a new window size would wait and the others not, the ~2K-token variant
 # would not wait, and eager loading would not either.
-# Per run, from its timings.h5: the forward p50 (ms) of the steps after SKIP (default 5) that
-# follow no snapshot, the forward and the checkpoint phase of each step that follows one
-# (11, 21, ...), and topotrain-report's slowest steps. The variant whose steps after a snapshot
+# Per run, from its timings.h5 and log: the forward p50 (ms) of the steps after SKIP (default 5)
+# that follow no snapshot, and the forward and checkpoint phase of each step that follows a
+# snapshot taken (the log's written checkpoints: one that falls due during a write is deferred);
+# topotrain-report's slowest steps beside it. The reference runs LONG_STEPS (default 150) steps,
+# the others STEPS: if new window sizes are the cause, its late snapshots (by then it has met
+# most sizes) leave their next step's forward as it is. The variant whose steps after a snapshot
 # lose their long forward names the cause. Table in $OUT/snapshot_forward.md (default $OUT: a
 # new temporary folder), logs, reports and timings beside it. SMOKE=1 runs a tiny config on one
 # CPU rank, as a check of the script (no transformers needed).
@@ -28,11 +31,11 @@
 set -uo pipefail
 # shellcheck source=bench/moe/one_gpu_setup.sh
 source "$(dirname "$0")/one_gpu_setup.sh"
-steps=${STEPS:-45} skip=${SKIP:-5} python=${PYTHON:-python3}
+steps=${STEPS:-45} long_steps=${LONG_STEPS:-150} skip=${SKIP:-5} python=${PYTHON:-python3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/snapshot-probe.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 if [[ ${SMOKE:-0} == 1 ]]; then
-  budget=256 devices='"cpu"' preset=tiny-moe steps=25
+  budget=256 devices='"cpu"' preset=tiny-moe steps=25 long_steps=45
   data_args=(--tokens 200000 --vocab 512) long=300 short=150
   # A tiny Qwen3Moe config.json with the fields model.config reads.
   "$python" - "$work/base.json" <<'PY' || exit 1
@@ -77,42 +80,45 @@ table=$OUT/snapshot_forward.md
   echo " checkpoint ms after a snapshot |"
   echo "|---|---|---|---|"; } >"$table"
 
-probe() {  # NAME LABEL DATA MODEL_SETTING [NAME=VALUE...]: the last, moe_train's environment
-  local name=$1 label=$2 data=$3 model=$4
-  shift 4
+probe() {  # NAME LABEL DATA MODEL_SETTING STEPS [NAME=VALUE...]: the last, moe_train's environment
+  local name=$1 label=$2 data=$3 model=$4 run_steps=$5
+  shift 5
   rm -rf "$work/runs"
   if ! timeout 400 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \
        env "$@" "$BUILD_DIR/bin/moe_train" "$work/one.toml" --set "$model" --set "data.path=$work/$data.h5" \
-       --set "train.token_budget=$budget" --set "train.max_steps=$steps" --set checkpoint.every_steps=10 \
+       --set "train.token_budget=$budget" --set "train.max_steps=$run_steps" --set checkpoint.every_steps=10 \
        --set "checkpoint.dir=$work/runs" --set checkpoint.run=r >"$OUT/$name.log" 2>&1; then
     echo "| $label | failed: see $name.log | | |" >>"$table"
     return
   fi
   cp "$work/runs/r/timings.h5" "$OUT/$name.timings.h5"
   "$BUILD_DIR/bin/topotrain-report" "$work/runs/r" --skip "$skip" --slowest 6 >"$OUT/$name.report.txt" 2>&1
-  "$python" - "$OUT/$name.timings.h5" "$skip" "$label" >>"$table" <<'PY'
-import statistics, sys
+  "$python" - "$OUT/$name.timings.h5" "$OUT/$name.log" "$skip" "$label" >>"$table" <<'PY'
+import re, statistics, sys
 import h5py
 sys.path.insert(0, "bench/moe")
 from summarize import read_table
-path, skip, label = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, log, skip, label = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 with h5py.File(path, "r") as f:
     rows, col = read_table(f, "steps")
 phase = {int(r[col["step"]]): (1e3 * float(r[col["forward"]]), 1e3 * float(r[col["checkpoint"]])) for r in rows}
 last = max(phase)
-after = [s for s in sorted(phase) if s > 10 and (s - 1) % 10 == 0 and s < last]
+# The steps after the snapshots taken: a checkpoint that falls due during a write is deferred.
+saved = {int(m) for m in re.findall(r"step-(\d+)\.h5 written", open(log).read())}
+after = [s + 1 for s in sorted(saved) if s + 1 < last]
 plain = [phase[s][0] for s in sorted(phase) if s > skip and s not in after and s < last]
 print(f"| {label} | {statistics.median(plain):.1f} | {', '.join(f'{s}: {phase[s][0]:.1f}' for s in after)} | "
       f"{', '.join(f'{phase[s][1]:.1f}' for s in after)} |")
 PY
 }
 
-probe reference "reference, ~$long-token documents" long "model.config=$work/reference.json"
-probe untied "untied" long "model.config=$work/untied.json"
-probe wide "head_dim $head" long "model.config=$work/wide.json"
-probe top2 "top-2" long "model.config=$work/top2.json"
-probe reference-short "reference, ~$short-token documents" short "model.config=$work/reference.json"
-probe preset-short "$preset, ~$short-token documents" short "model.preset=$preset"
-probe preset-long "$preset, ~$long-token documents" long "model.preset=$preset"
-probe eager "reference, CUDA_MODULE_LOADING=EAGER" long "model.config=$work/reference.json" CUDA_MODULE_LOADING=EAGER
+probe reference "reference, ~$long-token documents" long "model.config=$work/reference.json" "$long_steps"
+probe untied "untied" long "model.config=$work/untied.json" "$steps"
+probe wide "head_dim $head" long "model.config=$work/wide.json" "$steps"
+probe top2 "top-2" long "model.config=$work/top2.json" "$steps"
+probe reference-short "reference, ~$short-token documents" short "model.config=$work/reference.json" "$steps"
+probe preset-short "$preset, ~$short-token documents" short "model.preset=$preset" "$steps"
+probe preset-long "$preset, ~$long-token documents" long "model.preset=$preset" "$steps"
+probe eager "reference, CUDA_MODULE_LOADING=EAGER" long "model.config=$work/reference.json" "$steps" \
+  CUDA_MODULE_LOADING=EAGER
 cat "$table"
