@@ -77,6 +77,7 @@ void name_bottleneck(RunReport& report) {
 // With what it spent over each phase's p50 (`role`'s statistics, from the same rows).
 std::vector<RoleReport::SlowStep> slowest_steps(const StitchedRun& run, const std::vector<const StitchedRow*>& rows,
                                                 const RoleReport& role, std::size_t count) {
+  if (role.wall.p50 <= 0) return {};  // no typical step to be slower than
   auto wall = [&](const StitchedRow* row) { return run.value(*row, &StepColumns::wall); };
   auto busy = [&](const StitchedRow* row) {
     double waited = 0;
