@@ -1,11 +1,11 @@
 // topotrain-report RUN_DIR: where the time of every step went, per role, from the run's
 // timings.h5: every launch of a resumed run stitched into one (run_stitch.h), or the one
 // --launch names, with each role's slowest steps and what they ran over in; a resumed run
-// also gets one line per launch. Then the throughput model's
-// advice (store/topology_advice.h): for a DFlash run the fastest splits of its ranks between
-// targets and drafters, written as a topology file with --recommend-topology; for moe_train
-// what more grad_accum would gain. Optionally an SVG chart of the same steps and a
-// Chrome/Perfetto trace (of one launch: each has its own clock).
+// also gets one line per launch. Then the throughput model's advice (store/topology_advice.h):
+// for a DFlash run the fastest splits of its ranks between targets and drafters, written as a
+// topology file with --recommend-topology; for moe_train what more grad_accum would gain.
+// Optionally: the run set step by step against another (--compare, store/run_comparison.h), an
+// SVG chart of the same steps and a Chrome/Perfetto trace (of one launch: each has its own clock).
 // Exit status (tool_cli.h): 0 done, 2 bad arguments (also a --skip that leaves no step), 1 any
 // other failure.
 #include <cstdio>
@@ -21,6 +21,7 @@
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/chrome_trace.h"
 #include "topotrain/store/run_chart_svg.h"
+#include "topotrain/store/run_comparison.h"
 #include "topotrain/store/run_report.h"
 #include "topotrain/store/timings_file.h"
 #include "topotrain/store/topology_advice.h"
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   long long skip = 0;
   long long slowest = 3;
   std::string launch = "all";
+  std::string compare;
   app.add_option("run", run, "run directory (holding timings.h5) or a timings .h5 file")->required();
   app.add_option("--trace", trace_path,
                  "write a Chrome/Perfetto trace (JSON) of the newest launch, or of --launch N, here");
@@ -59,16 +61,23 @@ int main(int argc, char** argv) {
                                 "% over its p50 step, with the phases that ran over"))
       ->check(topotrain::at_least(0))
       ->capture_default_str();
+  app.add_option("--compare", compare,
+                 "another run (directory or timings .h5) of the same steps: this run's time against it per role, "
+                 "by phase, and the --slowest N steps that differ most, in what");
   app.add_option("--launch", launch,
                  "a resumed run's launches to analyse: all (stitched into one run), last, or a launch number")
       ->capture_default_str();
   return topotrain::run_tool(app, argc, argv, [&] {
     using topotrain::ConfigError;
     using topotrain::cat;
-    const std::string path =
-        topotrain::is_directory(run) ? topotrain::join_path(run, topotrain::kTimingsFileName) : run;
-    if (!topotrain::file_exists(path))
-      throw ConfigError(path + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
+    auto timings_path = [](const std::string& given) {
+      const std::string file =
+          topotrain::is_directory(given) ? topotrain::join_path(given, topotrain::kTimingsFileName) : given;
+      if (!topotrain::file_exists(file))
+        throw ConfigError(file + " does not exist; pass a run directory of a topotrain job (checkpoint.dir/<run>)");
+      return file;
+    };
+    const std::string path = timings_path(run);
     const std::vector<topotrain::TimingsData> launches = topotrain::read_timing_launches(path);
     const topotrain::TimingsData* chosen = nullptr;  // null: all, stitched
     if (launch == "last") {
@@ -108,6 +117,13 @@ int main(int argc, char** argv) {
     const topotrain::TopologyAdvice advice = topotrain::advise_topology(stitched);
     std::fputs(topotrain::format_topology_advice(advice, 3).c_str(), stdout);
     std::fputs(topotrain::format_accumulation_advice(topotrain::advise_accumulation(stitched)).c_str(), stdout);
+    if (!compare.empty()) {
+      const std::string other_path = timings_path(compare);
+      const topotrain::StitchedRun other =
+          topotrain::stitch_launches(topotrain::read_timing_launches(other_path), skip);
+      const auto roles = topotrain::compare_runs(stitched, other, static_cast<std::size_t>(slowest));
+      std::fputs(topotrain::format_comparison(roles, other_path).c_str(), stdout);
+    }
     if (!topology_path.empty()) {
       if (!advice.applicable)
         throw ConfigError("--recommend-topology: " + path + " is " + advice.reason +

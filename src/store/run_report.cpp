@@ -71,50 +71,31 @@ void name_bottleneck(RunReport& report) {
   report.bottleneck_phase = top->name;
 }
 
-// Of a role's `rows`, the slowest `count` steps more than kSlowStepMargin over its p50
-// wall (a step's wall: its slowest rank's), each told from the row of the rank that waited
-// least in it: where ranks meet in a collective, the others' excess is waiting for that one.
-// With what it spent over each phase's p50 (`role`'s statistics, from the same rows).
-std::vector<RoleReport::SlowStep> slowest_steps(const StitchedRun& run, const std::vector<const StitchedRow*>& rows,
-                                                const RoleReport& role, std::size_t count) {
+// Of `role`'s steps in `run`, the slowest `count` more than kSlowStepMargin over its p50 wall
+// (role_steps' time and row), with what they spent over each phase's p50 (`role`'s statistics,
+// from the same rows).
+std::vector<RoleReport::SlowStep> slowest_steps(const StitchedRun& run, const RoleReport& role, std::size_t count) {
   if (role.wall.p50 <= 0) return {};  // no typical step to be slower than
-  auto wall = [&](const StitchedRow* row) { return run.value(*row, &StepColumns::wall); };
-  auto busy = [&](const StitchedRow* row) {
-    double waited = 0;
-    for (std::size_t p = 0; p < kPhaseCount; ++p)
-      if (is_wait_phase(static_cast<Phase>(p))) waited += run.phase_seconds(*row, p);
-    return wall(row) - waited;
-  };
-  struct Step {
-    const StitchedRow* row = nullptr;  // the rank that waited least
-    double wall = 0;
-  };
-  std::map<std::pair<std::size_t, std::int64_t>, Step> by_step;
-  for (const StitchedRow* row : rows) {
-    Step& kept = by_step[{row->launch, row->step}];
-    if (!kept.row || busy(row) > busy(kept.row)) kept.row = row;
-    kept.wall = std::max(kept.wall, wall(row));
-  }
-  std::vector<Step> slow;
-  for (const auto& [key, step] : by_step)
+  std::vector<RoleStep> slow;
+  for (const auto& [number, step] : role_steps(run, role.role))
     if (step.wall > (1 + kSlowStepMargin) * role.wall.p50) slow.push_back(step);
-  std::stable_sort(slow.begin(), slow.end(), [](const Step& a, const Step& b) { return a.wall > b.wall; });
+  std::stable_sort(slow.begin(), slow.end(), [](const RoleStep& a, const RoleStep& b) { return a.wall > b.wall; });
   if (slow.size() > count) slow.resize(count);
   std::vector<RoleReport::SlowStep> steps;
-  for (const auto& [row, step_wall] : slow) {
+  for (const RoleStep& slow_step : slow) {
+    const StitchedRow& row = *slow_step.row;
     RoleReport::SlowStep step;
-    step.step = row->step;
-    step.launch = run.launches[row->launch].launch;
-    step.rank = run.rank_of(*row);
-    step.wall = step_wall;
+    step.step = row.step;
+    step.launch = run.launches[row.launch].launch;
+    step.rank = run.rank_of(row);
+    step.wall = slow_step.wall;
     for (std::size_t p = 0; p <= kPhaseCount; ++p) {
-      const double seconds = p < kPhaseCount ? run.phase_seconds(*row, p) : run.value(*row, &StepColumns::other);
-      const double over = seconds - role.phases[p].p50;
+      const double over = run.phase_or_other(row, p) - role.phases[p].p50;
       if (over > 0.01 * role.wall.p50) step.excess.emplace_back(role.phases[p].name, over);
     }
     std::stable_sort(step.excess.begin(), step.excess.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
-    step.beside_write = run.value(*row, &StepColumns::checkpoint_writing, StepMetrics::kUnset) == 1;
+    step.beside_write = run.value(row, &StepColumns::checkpoint_writing, StepMetrics::kUnset) == 1;
     steps.push_back(std::move(step));
   }
   return steps;
@@ -185,7 +166,6 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
     role.role = role_name;
     std::vector<std::vector<double>> phase_values(kPhaseCount + 1);
     std::vector<double> walls, queue, overlaps, comm_overlaps, beside_write, no_write;
-    std::vector<const StitchedRow*> role_rows;
     // A launch's tokens/s (summed over its ranks) and MFU (their mean) are combined over
     // the launches weighted by each launch's time (its ranks' mean summed wall).
     double weighted_rate = 0, rate_time = 0, weighted_mfu = 0, mfu_time = 0;
@@ -207,7 +187,6 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
           role.last_step = any_row ? std::max(role.last_step, row->step) : row->step;
           any_row = true;
           ++role.rows;
-          role_rows.push_back(row);
           for (std::size_t p = 0; p < kPhaseCount; ++p) phase_values[p].push_back(run.phase_seconds(*row, p));
           phase_values[kPhaseCount].push_back(run.value(*row, &StepColumns::other));
           const double wall = run.value(*row, &StepColumns::wall);
@@ -274,7 +253,7 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
       role.p50_beside_write = percentile(beside_write, 50);
       role.p50_no_write = percentile(no_write, 50);
     }
-    role.slowest = slowest_steps(run, role_rows, role, slowest_count);
+    role.slowest = slowest_steps(run, role, slowest_count);
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
   name_bottleneck(report);

@@ -60,6 +60,27 @@ double StitchedRun::phase_seconds(const StitchedRow& row, std::size_t phase) con
   return c >= 0 ? launches[row.launch].steps.at(row.row, c) : 0;
 }
 
+double StitchedRun::phase_or_other(const StitchedRow& row, std::size_t phase) const {
+  return phase < kPhaseCount ? phase_seconds(row, phase) : value(row, &StepColumns::other);
+}
+
+std::map<std::int64_t, RoleStep> role_steps(const StitchedRun& run, const std::string& role) {
+  auto busy = [&](const StitchedRow& row) {
+    double waited = 0;
+    for (std::size_t p = 0; p < kPhaseCount; ++p)
+      if (is_wait_phase(static_cast<Phase>(p))) waited += run.phase_seconds(row, p);
+    return run.value(row, &StepColumns::wall) - waited;
+  };
+  std::map<std::int64_t, RoleStep> steps;
+  for (const StitchedRow& row : run.rows) {
+    if (run.role_of(row) != role) continue;
+    RoleStep& step = steps[row.step];
+    if (!step.row || busy(row) > busy(*step.row)) step.row = &row;
+    step.wall = std::max(step.wall, run.value(row, &StepColumns::wall));
+  }
+  return steps;
+}
+
 bool StitchedRun::is_training(const std::string& role) const {
   const std::size_t i = role_index(roles, role);
   return i < roles.size() && training_roles[i];

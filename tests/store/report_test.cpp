@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <set>
@@ -18,6 +19,7 @@
 #include "topotrain/store/phase.h"
 #include "topotrain/store/phase_timer.h"
 #include "topotrain/store/run_chart_svg.h"
+#include "topotrain/store/run_comparison.h"
 #include "topotrain/store/run_report.h"
 #include "topotrain/store/step_curves_svg.h"
 #include "topotrain/store/timings_file.h"
@@ -257,33 +259,45 @@ TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
   remove_tree(dir);
 }
 
-// Two ranks of 100 ms steps (forward 60, backward 30, other 10). Step 7 runs over in forward,
-// by 50 ms on rank 1 and 20 on rank 0, which then waits 30 ms for rank 1 in comm_wait: both
-// take 150 ms, and rank 1 is the one to tell it from. Step 12 on rank 0 waits 40 ms on a
-// checkpoint and 5 more untimed, beside a write; step 15 takes 104 ms, within the margin.
-TEST(ReportSlowestSteps, EachSlowStepOnceAtItsSlowestRankWithThePhasesThatRanOver) {
-  const std::string dir = make_temp_directory("topotrain-report-slowest-");
+// The phases of one synthetic step of one rank, in seconds ("wall" is their sum).
+using StepPhases = std::map<std::string, double>;
+
+// A timings.h5 of one trainer role on two ranks, steps 1..20 of 100 ms (forward 60, backward 30,
+// other 10), each as `adjust` changes it.
+std::string write_two_rank_run(const std::string& dir, const std::function<void(int, int, StepPhases&)>& adjust) {
+  make_directories(dir);
   const std::string path = join_path(dir, kTimingsFileName);
-  {
-    TimingsTables t(create_timings_file(path, 2, "trainer,trainer"));
-    t.ranks.append({0, 0, 0, -1, 1, 0, 0, -1});
-    std::vector<double> rows;
-    for (int step = 1; step <= 20; ++step) {
-      for (int rank = 0; rank < 2; ++rank) {
-        double forward = 0.060, comm_wait = 0, checkpoint = 0, other = 0.010;
-        if (step == 7) forward += rank == 1 ? 0.050 : 0.020, comm_wait = rank == 1 ? 0 : 0.030;
-        if (step == 12 && rank == 0) checkpoint = 0.040, other += 0.005;
-        if (step == 15) other += 0.004;
-        const double wall = forward + 0.030 + comm_wait + checkpoint + other;
-        append_step_row(rows, {{"step", step}, {"rank", rank}, {"start", step * 0.2}, {"wall", wall},
-                               {"forward", forward}, {"backward", 0.030}, {"comm_wait", comm_wait},
-                               {"checkpoint", checkpoint}, {"other", other}, {"tokens", 100},
-                               {"checkpoint_writing", step == 12 ? 1 : 0}});
-      }
+  TimingsTables t(create_timings_file(path, 2, "trainer,trainer"));
+  t.ranks.append({0, 0, 0, -1, 1, 0, 0, -1});
+  std::vector<double> rows;
+  for (int step = 1; step <= 20; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      StepPhases values = {{"forward", 0.060}, {"backward", 0.030}, {"other", 0.010}};
+      adjust(step, rank, values);
+      double wall = 0;
+      for (const auto& [name, seconds] : values) wall += name == "checkpoint_writing" ? 0 : seconds;
+      values.insert({{"step", step}, {"rank", rank}, {"start", step * 0.2}, {"wall", wall}, {"tokens", 100}});
+      append_step_row(rows, values);
     }
-    t.steps.append(rows);
   }
-  const StitchedRun run = stitch_launches({read_timings(path)}, 0);
+  t.steps.append(rows);
+  return path;
+}
+
+// Step 7 runs over in forward, by 50 ms on rank 1 and 20 on rank 0, which then waits 30 ms for
+// rank 1 in comm_wait: both take 150 ms, and rank 1 is the one to tell it from. Step 12 on rank 0
+// waits 40 ms on a checkpoint and 5 more untimed, beside a write; step 15 takes 104 ms, within
+// the margin.
+void slow_steps(int step, int rank, StepPhases& values) {
+  if (step == 7) values["forward"] += rank == 1 ? 0.050 : 0.020, values["comm_wait"] = rank == 1 ? 0 : 0.030;
+  if (step == 12 && rank == 0) values["checkpoint"] = 0.040, values["other"] += 0.005;
+  if (step == 15) values["other"] += 0.004;
+  values["checkpoint_writing"] = step == 12 ? 1 : 0;
+}
+
+TEST(ReportSlowestSteps, EachSlowStepOnceAtTheRankThatWaitedLeastWithThePhasesThatRanOver) {
+  const std::string dir = make_temp_directory("topotrain-report-slowest-");
+  const StitchedRun run = stitch_launches({read_timings(write_two_rank_run(dir, slow_steps))}, 0);
   const RoleReport role = analyse_timings(run).roles.at(0);
   ASSERT_EQ(role.slowest.size(), 2u);
   EXPECT_EQ(role.slowest[0].step, 7);
@@ -301,6 +315,44 @@ TEST(ReportSlowestSteps, EachSlowStepOnceAtItsSlowestRankWithThePhasesThatRanOve
       << text;
   EXPECT_EQ(analyse_timings(run, 1).roles.at(0).slowest.size(), 1u);
   EXPECT_EQ(format_report(analyse_timings(run, 0)).find("slowest steps"), std::string::npos);
+  remove_tree(dir);
+}
+
+// The run above against one whose every step takes 100 ms: 2.099 s of 20 common steps against
+// 2.000 (step 7 +50 ms, step 12 +45 ms, step 15 +4 ms), by phase and by step, each step told from
+// the rank that waited least, in both runs; step 15's 4 ms is 4% of a step and listed, the
+// others' 0 ms are not.
+TEST(ReportComparison, StepByStepAgainstAnotherRunWithThePhasesThatDiffer) {
+  const std::string dir = make_temp_directory("topotrain-report-compare-");
+  const StitchedRun slow = stitch_launches({read_timings(write_two_rank_run(dir + "/slow", slow_steps))}, 0);
+  const auto unchanged = [](int, int, StepPhases&) {};
+  const StitchedRun plain = stitch_launches({read_timings(write_two_rank_run(dir + "/plain", unchanged))}, 0);
+  const std::vector<RoleComparison> roles = compare_runs(slow, plain, 3);
+  ASSERT_EQ(roles.size(), 1u);
+  const RoleComparison& role = roles[0];
+  EXPECT_EQ(role.steps, 20u);
+  EXPECT_NEAR(role.wall, 2.099, 1e-9);
+  EXPECT_NEAR(role.other_wall, 2.000, 1e-9);
+  ASSERT_EQ(role.most_different.size(), 3u);
+  EXPECT_EQ(role.most_different[0].step, 7);
+  EXPECT_EQ(role.most_different[1].step, 12);
+  EXPECT_EQ(role.most_different[2].step, 15);
+  const std::string text = format_comparison(roles, "plain");
+  EXPECT_NEAR((role.wall / role.other_wall - 1) * 100, 4.95, 1e-9);
+  EXPECT_NE(text.find("role trainer: 20 steps in both (1..20), 2.099 s against 2.000 s (+"), std::string::npos) << text;
+  EXPECT_NE(text.find("%)\n"
+                      "  by phase: forward +50.0 ms, checkpoint +40.0 ms, other +9.0 ms\n"
+                      "  steps that differ most:\n"
+                      "    step 7 150.0 ms against 100.0 ms (+50.0 ms): forward +50.0 ms\n"
+                      "    step 12 145.0 ms against 100.0 ms (+45.0 ms): checkpoint +40.0 ms, other +5.0 ms\n"
+                      "    step 15 104.0 ms against 100.0 ms (+4.0 ms): other +4.0 ms\n"),
+            std::string::npos)
+      << text;
+  // Reversed, the differences change sign; a run of no common step compares nothing.
+  EXPECT_NE(format_comparison(compare_runs(plain, slow, 1), "slow").find("(-50.0 ms): forward -50.0 ms"),
+            std::string::npos);
+  const StitchedRun none = stitch_launches({read_timings(write_two_rank_run(dir + "/none", unchanged))}, 20);
+  EXPECT_TRUE(compare_runs(slow, none, 3).empty());
   remove_tree(dir);
 }
 

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,9 +65,21 @@ struct StitchedRun {
   // A column of the row's launch; `absent` where that launch lacks it.
   double value(const StitchedRow& row, int StepColumns::*column, double absent = 0) const;
   double phase_seconds(const StitchedRow& row, std::size_t phase) const;  // 0 where absent
+  // phase_seconds, and for phase == kPhaseCount the row's `other`.
+  double phase_or_other(const StitchedRow& row, std::size_t phase) const;
   bool is_training(const std::string& role) const;
   std::int64_t repeated_steps() const;  // sum over `repeated`: step runs whose work was lost
 };
+
+// One step of a role as the report tells it: its time is its slowest rank's wall; its phases are
+// those of the rank that waited least in it (data_wait, comm_wait, queue_wait), since where ranks
+// meet in a collective the others' extra time is waiting for that one.
+struct RoleStep {
+  const StitchedRow* row = nullptr;  // the rank that waited least
+  double wall = 0;
+};
+// Every step of `role` in `run`, by step number (unique within a role: run_stitch's rules).
+std::map<std::int64_t, RoleStep> role_steps(const StitchedRun& run, const std::string& role);
 
 // Throws std::runtime_error naming the file for a row whose rank the launch does not have.
 StitchedRun stitch_launches(std::vector<TimingsData> launches, std::int64_t skip_steps);
