@@ -18,7 +18,9 @@
 # counted that wait in the optimizer phase), its optimizer mean and p50, and its "beside a
 # checkpoint write" line; the write times from the log. Tables and logs go to $OUT (default: a
 # new temporary folder). SMOKE=1 runs it all on one CPU rank with tiny-moe and small files, as a
-# check of the script. Each run's timings.h5 is kept in $OUT as NAME.timings.h5 (per-step phases).
+# check of the script. Each run's timings.h5 is kept in $OUT as NAME.timings.h5 (per-step phases),
+# and each every-10 run is set against its round's idealised one step by step in
+# NAME.compare.txt (topotrain-report --compare).
 #   SKIP_BUILD=1 bash bench/moe/checkpoint_interference.sh   (from the project root)
 set -uo pipefail
 # shellcheck source=bench/moe/one_gpu_setup.sh
@@ -72,6 +74,11 @@ measure() {  # NAME LABEL KIND DIR [dd]
         "$python" -c 'import json, sys; print(round(json.load(sys.stdin)["tokens_per_s"]))')
   report=$("$BUILD_DIR/bin/topotrain-report" "$dir/runs/r" --skip "$skip" 2>&1)
   echo "$report" >"$OUT/$name.report.txt"
+  # Step by step against this round's idealised run (run first): where the checkpoints' time goes.
+  if [[ $kind == every10 ]]; then
+    "$BUILD_DIR/bin/topotrain-report" "$dir/runs/r" --skip "$skip" --compare "$OUT/ideal-$round.timings.h5" \
+      >"$OUT/$name.compare.txt" 2>&1
+  fi
   checkpoint=$(awk '$1 == "checkpoint" {print $3; exit}' <<<"$report")
   optimizer=$(awk '$1 == "optimizer" {printf "%s / %s", $3, $4; exit}' <<<"$report")
   beside=$(grep -o 'p50 [0-9.]* ms against [0-9.]* ms without ([^;]*' <<<"$report" | sed 's/^p50 //; s/ without (/, /')
@@ -84,11 +91,11 @@ measure() {  # NAME LABEL KIND DIR [dd]
   rm -rf "$dir/runs"
 }
 
-for (( r = 1; r <= rounds; ++r )); do
-  measure "ideal-$r" "idealised ($r)" idealised "$shm"
-  measure "every10-shm-$r" "every10 into /dev/shm ($r)" every10 "$shm"
-  measure "ideal-dd-$r" "idealised + dd into /dev/shm ($r)" idealised "$shm" dd
-  measure "every10-disk-$r" "every10 into ${TMPDIR:-/tmp} ($r)" every10 "$disk"
+for (( round = 1; round <= rounds; ++round )); do
+  measure "ideal-$round" "idealised ($round)" idealised "$shm"
+  measure "every10-shm-$round" "every10 into /dev/shm ($round)" every10 "$shm"
+  measure "ideal-dd-$round" "idealised + dd into /dev/shm ($round)" idealised "$shm" dd
+  measure "every10-disk-$round" "every10 into ${TMPDIR:-/tmp} ($round)" every10 "$disk"
 done
 
 reference=$(printf '%s\n' "${ideal_tps[@]}" | awk '{s += $1; n++} END {if (n) print s / n}')

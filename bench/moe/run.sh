@@ -271,6 +271,12 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
       "$gpus-$ga-$shape" "$kind" "$user_order" >"$users/$name.config.json"
     { echo "### $label: topotrain-report --skip $skip"; echo '```'
       "$bin/topotrain-report" "$work/runs/$name" --skip "$skip" 2>&1 | head -40
+      # Step by step against its group's idealised row (run first): which steps the defaults lose time in.
+      local ideal=${name%-*}-ideal
+      if [[ $kind != idealised && -f $work/runs/$ideal/timings.h5 ]]; then
+        "$bin/topotrain-report" "$work/runs/$name" --skip "$skip" --compare "$work/runs/$ideal" 2>&1 |
+          sed -n '/^against /,$p'
+      fi
       grep -E 'checkpoint (snapshots|of step|.* written)' "$work/$name.user.log" | sed 's/^.*\] //' | tail -4
       echo '```'; } >>"$reports"
   else
