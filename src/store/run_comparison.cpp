@@ -11,13 +11,11 @@
 namespace topotrain {
 namespace {
 
-std::string phase_name_or_other(std::size_t phase) { return phase < kPhaseCount ? phase_names()[phase] : "other"; }
-
 // Those of `seconds` (per phase, then other) beyond `threshold` either way, the largest first.
 PhaseDifferences largest(const std::vector<double>& seconds, double threshold) {
   PhaseDifferences differences;
   for (std::size_t p = 0; p < seconds.size(); ++p)
-    if (std::fabs(seconds[p]) > threshold) differences.emplace_back(phase_name_or_other(p), seconds[p]);
+    if (std::fabs(seconds[p]) > threshold) differences.emplace_back(phase_or_other_name(p), seconds[p]);
   std::stable_sort(differences.begin(), differences.end(),
                    [](const auto& a, const auto& b) { return std::fabs(a.second) > std::fabs(b.second); });
   return differences;

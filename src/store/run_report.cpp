@@ -187,8 +187,7 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
           role.last_step = any_row ? std::max(role.last_step, row->step) : row->step;
           any_row = true;
           ++role.rows;
-          for (std::size_t p = 0; p < kPhaseCount; ++p) phase_values[p].push_back(run.phase_seconds(*row, p));
-          phase_values[kPhaseCount].push_back(run.value(*row, &StepColumns::other));
+          for (std::size_t p = 0; p <= kPhaseCount; ++p) phase_values[p].push_back(run.phase_or_other(*row, p));
           const double wall = run.value(*row, &StepColumns::wall);
           walls.push_back(wall);
           const double writing = run.value(*row, &StepColumns::checkpoint_writing, StepMetrics::kUnset);
@@ -234,7 +233,7 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
     role.overlap = stats_of("overlap", overlaps, wall_total);
     role.comm_overlap = stats_of("comm_overlap", comm_overlaps, wall_total);
     for (std::size_t p = 0; p <= kPhaseCount; ++p) {
-      role.phases.push_back(stats_of(p < kPhaseCount ? phase_names()[p] : "other", phase_values[p], wall_total));
+      role.phases.push_back(stats_of(phase_or_other_name(p), phase_values[p], wall_total));
       if (p < kPhaseCount && is_comm_phase(static_cast<Phase>(p))) role.comm_share += role.phases.back().share;
       if (p < kPhaseCount && is_wait_phase(static_cast<Phase>(p))) role.wait_share += role.phases.back().share;
     }

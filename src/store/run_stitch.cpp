@@ -64,6 +64,8 @@ double StitchedRun::phase_or_other(const StitchedRow& row, std::size_t phase) co
   return phase < kPhaseCount ? phase_seconds(row, phase) : value(row, &StepColumns::other);
 }
 
+const char* phase_or_other_name(std::size_t phase) { return phase < kPhaseCount ? phase_names()[phase] : "other"; }
+
 std::map<std::int64_t, RoleStep> role_steps(const StitchedRun& run, const std::string& role) {
   auto busy = [&](const StitchedRow& row) {
     double waited = 0;

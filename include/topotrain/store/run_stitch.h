@@ -65,11 +65,14 @@ struct StitchedRun {
   // A column of the row's launch; `absent` where that launch lacks it.
   double value(const StitchedRow& row, int StepColumns::*column, double absent = 0) const;
   double phase_seconds(const StitchedRow& row, std::size_t phase) const;  // 0 where absent
-  // phase_seconds, and for phase == kPhaseCount the row's `other`.
+  // phase_seconds, and for phase == kPhaseCount the row's `other` (phase_or_other_name).
   double phase_or_other(const StitchedRow& row, std::size_t phase) const;
   bool is_training(const std::string& role) const;
   std::int64_t repeated_steps() const;  // sum over `repeated`: step runs whose work was lost
 };
+
+// The name of StitchedRun::phase_or_other's `phase`: a phase's, or "other".
+const char* phase_or_other_name(std::size_t phase);
 
 // One step of a role as the report tells it: its time is its slowest rank's wall; its phases are
 // those of the rank that waited least in it (data_wait, comm_wait, queue_wait), since where ranks
