@@ -36,6 +36,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/snapshot-probe.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 if [[ ${SMOKE:-0} == 1 ]]; then
   budget=256 devices='"cpu"' preset=tiny-moe steps=25 long_steps=45
+  head=32 wide='{"head_dim": 32, "num_attention_heads": 2, "num_key_value_heads": 1}'
   data_args=(--tokens 200000 --vocab 512) long=300 short=150
   # A tiny Qwen3Moe config.json with the fields model.config reads.
   "$python" - "$work/base.json" <<'PY' || exit 1
@@ -47,6 +48,7 @@ json.dump({"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], 
 PY
 else
   budget=16384 devices='[0]' preset=moe-500m
+  head=128 wide='{"head_dim": 128, "num_attention_heads": 8, "num_key_value_heads": 2}'
   data_args=(--tokens 8000000) long=4096 short=2048
   "$python" bench/moe/reference_shape.py "$work/reference" >/dev/null || exit 1
   cp "$work/reference/config.json" "$work/base.json"
@@ -68,11 +70,7 @@ PY
 }
 variant reference '{}'
 variant untied '{"tie_word_embeddings": false}'
-if [[ ${SMOKE:-0} == 1 ]]; then
-  head=32 && variant wide '{"head_dim": 32, "num_attention_heads": 2, "num_key_value_heads": 1}'
-else
-  head=128 && variant wide '{"head_dim": 128, "num_attention_heads": 8, "num_key_value_heads": 2}'
-fi
+variant wide "$wide"
 variant top2 '{"num_experts_per_tok": 2}'
 
 table=$OUT/snapshot_forward.md
