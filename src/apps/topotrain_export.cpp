@@ -1,14 +1,17 @@
 // topotrain-export RUN_DIR|CHECKPOINT OUT_DIR: a trained Qwen3 / Qwen3-MoE checkpoint as a
-// Hugging Face model directory (train/hf_export.h does the work).
-// Exit status: 0 written, 2 bad input (a missing path, no complete checkpoint, a drafter or
-// config-less checkpoint, a non-empty OUT_DIR without --force), 1 any other failure.
+// Hugging Face model directory, a DFlash drafter's as the DFlash folder serving stacks load
+// (train/hf_export.h does the work).
+// Exit status: 0 written, 2 bad input (a missing path, no complete checkpoint, a config-less
+// checkpoint, a drafter no serving stack could run, a non-empty OUT_DIR without --force), 1
+// any other failure.
 #include <cstdio>
 
 #include "tool_cli.h"
 #include "topotrain/train/hf_export.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"topotrain-export: write a topotrain checkpoint as a Hugging Face model (config.json + safetensors)",
+  CLI::App app{"topotrain-export: write a topotrain checkpoint as a Hugging Face model (config.json + safetensors); "
+               "a dflash_train drafter's as a DFlash drafter folder",
                "topotrain-export"};
   topotrain::HfExportOptions options;
   std::string dtype = "bf16";

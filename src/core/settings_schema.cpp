@@ -52,6 +52,10 @@ const std::vector<SettingSpec>& setting_specs() {
        "dflash_train"},
       {"model.mask_token_id", T::integer, std::int64_t{-1}, between(-1, kIntMax),
        "dflash: token whose embedding fills the block's slots 1..B-1 (-1: the vocabulary's last id)", "dflash_train"},
+      {"model.draft_weights", T::string, kUnset, any(),
+       "dflash: start the drafter from a drafter folder (topotrain-export), checkpoint or run directory; its "
+       "draft_layers, block_size, taps and mask_token_id apply (a setting that differs is refused)",
+       "dflash_train"},
       // [data]
       {"data.path", T::string, kUnset, any(),
        "HDF5 token dataset (topotrain-prepare); unset: the built-in demo corpus"},

@@ -24,6 +24,19 @@ void read_field(const json& doc, const char* key, T& out, const std::string& sou
   }
 }
 
+// A token-id key of HF's config.json: absent or null, one id, or a list of ids.
+std::vector<int64_t> token_ids(const json& doc, const char* key, const std::string& source) {
+  std::vector<int64_t> ids;
+  const auto it = doc.find(key);
+  if (it != doc.end() && it->is_array()) {
+    read_field(doc, key, ids, source);
+  } else if (it != doc.end() && !it->is_null()) {
+    ids.emplace_back();
+    read_field(doc, key, ids.back(), source);
+  }
+  return ids;
+}
+
 void refuse_if(bool unsupported, const std::string& source, const std::string& what) {
   if (unsupported) {
     throw ConfigError(cat(source, ": ", what, " is not supported by topotrain's Qwen3 model"));
@@ -92,6 +105,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     throw ConfigError(cat(source, ": not valid JSON (", e.what(), ")"));
   }
   if (!doc.is_object()) throw ConfigError(cat(source, ": expected a JSON object"));
+  if (doc.contains("dflash_config"))
+    throw ConfigError(cat(source, " is the config of a DFlash drafter (it has dflash_config), not of a Qwen3 model: "
+                          "name the drafter's folder where a drafter is asked for (dflash_train's "
+                          "model.draft_weights) and its target's config or weights where the model is"));
   std::string model_type;
   read_field(doc, "model_type", model_type, source);
   if (!model_type.empty() && model_type != "qwen3" && model_type != "qwen3_moe") {
@@ -115,6 +132,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   read_field(doc, "tie_word_embeddings", c.tie_word_embeddings, source);
   read_field(doc, "max_position_embeddings", c.max_position_embeddings, source);
   read_field(doc, "initializer_range", c.initializer_range, source);
+  if (const auto bos = token_ids(doc, "bos_token_id", source); !bos.empty()) c.bos_token_id = bos.front();
+  c.eos_token_ids = token_ids(doc, "eos_token_id", source);
   if (model_type == "qwen3_moe" || doc.contains("num_experts") || doc.contains("num_local_experts")) {
     // transformers 5 maps num_experts onto num_local_experts and saves it under that name.
     read_field(doc, "num_local_experts", c.num_experts, source);
@@ -181,6 +200,9 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
       {"dtype", dtype},
       {"torch_dtype", dtype},
   };
+  if (bos_token_id) doc["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() == 1) doc["eos_token_id"] = eos_token_ids[0];
+  if (eos_token_ids.size() > 1) doc["eos_token_id"] = eos_token_ids;
   if (is_moe()) {
     doc["num_experts"] = num_experts;
     doc["num_experts_per_tok"] = num_experts_per_tok;
@@ -193,13 +215,14 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
   return doc.dump(2);
 }
 
-void ModelConfig::write_json_file(const std::string& path, const std::string& dtype) const {
-  std::ofstream out(path);
-  out << to_json_text(dtype) << "\n";
-  if (!out) throw std::runtime_error(cat("cannot write model config '", path, "'"));
+bool ModelConfig::same_model(const ModelConfig& other) const {
+  auto weights_only = [](ModelConfig c) {
+    c.bos_token_id.reset();
+    c.eos_token_ids.clear();
+    return c.to_json_text();
+  };
+  return weights_only(*this) == weights_only(other);
 }
-
-bool ModelConfig::same_model(const ModelConfig& other) const { return to_json_text() == other.to_json_text(); }
 
 std::vector<std::string> ModelConfig::preset_names() {
   return {"moe-500m", "qwen3-0.6b", "qwen3-8b", "tiny-dense", "tiny-moe"};

@@ -32,6 +32,12 @@ std::vector<int64_t> default_taps(int64_t num_target_layers, int64_t num_draft_l
   return taps;
 }
 
+std::string taps_text(const std::vector<int64_t>& taps) {
+  std::string text;
+  for (const int64_t layer : taps) text += (text.empty() ? "" : ",") + std::to_string(layer);
+  return text;
+}
+
 std::vector<int64_t> DFlashConfig::resolved_taps() const {
   return taps.empty() ? default_taps(target.num_hidden_layers, num_draft_layers) : taps;
 }
@@ -75,6 +81,24 @@ ModelConfig DFlashConfig::layer_config() const {
   c.num_experts = 0, c.num_experts_per_tok = 0, c.moe_intermediate_size = 0;
   c.mlp_only_layers.clear();
   return c;
+}
+
+void DFlashConfig::check_target(const ModelConfig& model) const {
+  auto same = [&](const char* key, auto trained, auto other) {
+    if (trained == other) return;
+    throw ConfigError(cat(source, " is a drafter for a target of ", key, " ", trained, ", but ", model.source, " has ",
+                          key, " ", other, ": a drafter runs only against a target of the shape it was trained "
+                          "with; use the target it was trained against (or one fine-tuned from it)"));
+  };
+  same("vocab_size", target.vocab_size, model.vocab_size);
+  same("hidden_size", target.hidden_size, model.hidden_size);
+  same("num_hidden_layers", target.num_hidden_layers, model.num_hidden_layers);
+  same("num_attention_heads", target.num_attention_heads, model.num_attention_heads);
+  same("num_key_value_heads", target.num_key_value_heads, model.num_key_value_heads);
+  same("head_dim", target.head_dim, model.head_dim);
+  same("intermediate_size", target.intermediate_size, model.intermediate_size);
+  same("rms_norm_eps", target.rms_norm_eps, model.rms_norm_eps);
+  same("rope_theta", target.rope_theta, model.rope_theta);
 }
 
 int64_t count_drafter_parameters(const DFlashConfig& config) {

@@ -184,7 +184,9 @@ DFlashStepOutput DFlashDrafterImpl::forward(const DFlashBatch& batch, const DFla
   }
   auto ce = linear_cross_entropy(normed, target_lm_head.to(compute_dtype_), labels, options);
   out.loss_sum = ce.loss;
-  out.slot_correct.index_add_(0, host_int64(rows.slot, device), ce.argmax.eq(labels).to(torch::kInt64));
+  out.label_slots = host_int64(rows.slot, device);
+  out.labels = labels;
+  out.slot_correct.index_add_(0, out.label_slots, ce.argmax.eq(labels).to(torch::kInt64));
   return out;
 }
 

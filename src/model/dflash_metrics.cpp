@@ -27,6 +27,28 @@ double acceptance_length(const std::vector<double>& accuracy) {
   return tau;
 }
 
+TrivialDrafterCounts::TrivialDrafterCounts(int64_t block_size, int64_t vocab_size)
+    : block_size_(block_size), vocab_size_(vocab_size) {
+  if (block_size < 2 || vocab_size < 1)
+    throw std::invalid_argument(cat("TrivialDrafterCounts: block size ", block_size, " and vocabulary ", vocab_size,
+                                    " (need >= 2 and >= 1)"));
+}
+
+void TrivialDrafterCounts::add(const torch::Tensor& slots, const torch::Tensor& labels) {
+  if (slots.numel() == 0) return;
+  if (!counts_.defined())
+    counts_ = torch::zeros({block_size_ * vocab_size_}, torch::TensorOptions().dtype(torch::kInt64).device(labels.device()));
+  counts_.index_add_(0, slots * vocab_size_ + labels, torch::ones_like(labels));
+}
+
+torch::Tensor TrivialDrafterCounts::correct() const {
+  if (!counts_.defined()) return torch::zeros({2 * block_size_}, torch::kInt64);
+  const torch::Tensor per_slot = counts_.view({block_size_, vocab_size_});
+  const torch::Tensor mode = per_slot.sum(0).argmax();
+  return torch::cat({per_slot.index_select(1, mode.reshape({1})).reshape({block_size_}),
+                     std::get<0>(per_slot.max(1))});
+}
+
 double dflash_step_flops(const DFlashConfig& config, const DFlashBlocks& blocks, int64_t tokens) {
   const ModelConfig c = config.layer_config();
   const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.num_attention_heads * c.head_dim);

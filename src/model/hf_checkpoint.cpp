@@ -1,6 +1,8 @@
 #include "topotrain/model/hf_checkpoint.h"
 
+#include <fstream>
 #include <set>
+#include <stdexcept>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
@@ -43,9 +45,8 @@ NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model) {
   return to_hf_layout(parameters);
 }
 
-void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
+void load_hf_tensors(const std::string& path, const NamedTensors& views, const std::set<std::string>& ignored) {
   const SafetensorsCheckpoint checkpoint(path);
-  const NamedTensors views = hf_tensor_views(model);
   std::set<std::string> expected;
   for (const auto& [name, view] : views) {
     expected.insert(name);
@@ -66,8 +67,7 @@ void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
     }
   }
   for (const auto& name : checkpoint.names()) {
-    const bool tied_head = name == "lm_head.weight" && model.config().tie_word_embeddings;
-    if (expected.count(name) == 0 && !tied_head) {
+    if (expected.count(name) == 0 && ignored.count(name) == 0) {
       throw ConfigError(cat(checkpoint.file_of(name), ": unexpected tensor '", name,
                             "' that the model has no parameter for; was it saved for a different model config?"));
     }
@@ -79,19 +79,37 @@ void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
   }
 }
 
-std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
-                                            torch::ScalarType dtype, int64_t max_shard_bytes) {
-  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16) {
-    throw std::invalid_argument(cat("save_hf_checkpoint: dtype ", dtype, " is neither float32 nor bfloat16"));
-  }
+std::string hf_dtype_name(torch::ScalarType dtype) {
+  if (dtype == torch::kFloat32) return "float32";
+  if (dtype == torch::kBFloat16) return "bfloat16";
+  throw std::invalid_argument(cat("HF export: dtype ", dtype, " is neither float32 nor bfloat16"));
+}
+
+std::vector<std::string> save_hf_tensors(const std::string& directory, const NamedTensors& views,
+                                         const std::string& config_json, torch::ScalarType dtype,
+                                         int64_t max_shard_bytes) {
+  hf_dtype_name(dtype);  // refuses any other dtype before a file is written
   NamedTensors tensors;
-  for (const auto& [name, view] : hf_tensor_views(model)) {
-    tensors.emplace_back(name, view.detach().to(torch::kCPU, dtype).contiguous());
-  }
+  for (const auto& [name, view] : views) tensors.emplace_back(name, view.detach().to(torch::kCPU, dtype).contiguous());
   std::vector<std::string> written = write_safetensors_checkpoint(directory, tensors, max_shard_bytes);
   written.push_back(join_path(directory, "config.json"));
-  model.config().write_json_file(written.back(), dtype == torch::kFloat32 ? "float32" : "bfloat16");
+  std::ofstream out(written.back());
+  out << config_json << "\n";
+  if (!out) throw std::runtime_error(cat("cannot write ", written.back()));
   return written;
+}
+
+void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
+  // HF ties lm_head to the embedding the same way, so a tied model's file may hold it.
+  std::set<std::string> ignored;
+  if (model.config().tie_word_embeddings) ignored.insert("lm_head.weight");
+  load_hf_tensors(path, hf_tensor_views(model), ignored);
+}
+
+std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+                                            torch::ScalarType dtype, int64_t max_shard_bytes) {
+  return save_hf_tensors(directory, hf_tensor_views(model), model.config().to_json_text(hf_dtype_name(dtype)), dtype,
+                         max_shard_bytes);
 }
 
 }  // namespace topotrain::model

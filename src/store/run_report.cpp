@@ -117,6 +117,39 @@ double percentile(std::vector<double> values, double p) {
   return values[std::min(index, values.size() - 1)];
 }
 
+// RoleReport::draft_quality of `role`: its rows that recorded a tau, in run order, each
+// launch's columns looked up by name (a launch from before the trivial drafters has none).
+RoleReport::DraftQuality draft_quality_of(const StitchedRun& run, const std::string& role) {
+  const char* names[6] = {"tau", "tau_mode", "tau_slot_mode", "eval_tau", "eval_tau_mode", "eval_tau_slot_mode"};
+  std::vector<std::array<double, 3>> steps;  // per drafter step: its three taus, over the role's ranks
+  RoleReport::DraftQuality quality;
+  std::int64_t last_step = -1;
+  for (const StitchedRow& row : run.rows) {
+    const TimingsData& data = run.launches[row.launch];
+    if (data.roles[static_cast<std::size_t>(run.rank_of(row))] != role) continue;
+    std::array<int, 6> columns{};
+    for (std::size_t i = 0; i < 6; ++i) columns[i] = data.steps.column(names[i]);
+    if (columns[0] < 0 || columns[1] < 0 || columns[2] < 0) continue;  // not a drafter's row, or an older file
+    auto at = [&](std::size_t i) { return columns[i] < 0 ? StepMetrics::kUnset : data.steps.at(row.row, columns[i]); };
+    if (!std::isfinite(at(0))) continue;
+    // Every drafter of a step logs the agreed values: one entry per step.
+    if (row.step != last_step) steps.push_back({at(0), at(1), at(2)});
+    last_step = row.step;
+    if (std::isfinite(at(3)) && std::isfinite(at(4)) && std::isfinite(at(5))) {
+      quality.eval_step = row.step;
+      quality.eval_tau = at(3), quality.eval_tau_mode = at(4), quality.eval_tau_slot_mode = at(5);
+    }
+  }
+  const std::size_t first = steps.size() > kDraftQualitySteps ? steps.size() - kDraftQualitySteps : 0;
+  quality.steps = steps.size() - first;
+  for (std::size_t i = first; i < steps.size(); ++i) {
+    quality.tau += steps[i][0] / static_cast<double>(quality.steps);
+    quality.tau_mode += steps[i][1] / static_cast<double>(quality.steps);
+    quality.tau_slot_mode += steps[i][2] / static_cast<double>(quality.steps);
+  }
+  return quality;
+}
+
 RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
   RunReport report;
   report.path = run.path;
@@ -253,6 +286,7 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
       role.p50_no_write = percentile(no_write, 50);
     }
     role.slowest = slowest_steps(run, role, slowest_count);
+    role.draft_quality = draft_quality_of(run, role_name);
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
   name_bottleneck(report);
@@ -327,6 +361,17 @@ std::string format_report(const RunReport& report) {
       out += line;
     }
     out += "\n";
+    if (const RoleReport::DraftQuality& q = role.draft_quality; q.steps > 0) {
+      std::snprintf(line, sizeof line, "  draft quality: tau %.2f over the last %zu steps (trivial drafters on the same "
+                    "slots: mode %.2f, slot-mode %.2f)", q.tau, q.steps, q.tau_mode, q.tau_slot_mode);
+      out += line;
+      if (q.eval_step >= 0) {
+        std::snprintf(line, sizeof line, "; held-out after step %lld: tau %.2f (mode %.2f, slot-mode %.2f)",
+                      static_cast<long long>(q.eval_step), q.eval_tau, q.eval_tau_mode, q.eval_tau_slot_mode);
+        out += line;
+      }
+      out += "; teacher-forced, topotrain-speculate measures decoding\n";
+    }
     if (role.p50_no_write > 0) {
       std::snprintf(line, sizeof line,
                     "  beside a checkpoint write: %zu of %zu rank-steps, p50 %.3f ms against %.3f ms without "

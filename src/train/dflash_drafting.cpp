@@ -24,6 +24,7 @@
 #include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/stream_cursor.h"
+#include "topotrain/train/trained_models.h"
 #include "topotrain/train/training_checkpoint.h"
 #include "topotrain/train/training_session.h"
 
@@ -67,20 +68,28 @@ struct BatchFates {
 // A step's sums on this drafter, as the agreement adds them: valid-slot weight, tokens,
 // loss sum, model FLOPs (which vary with the anchors drawn), this drafter's streams whose
 // data has ended after the step (counted with held-out documents only: their sum tells the
-// run's last step), then per block slot the correct drafts and the valid slots. Draft
+// run's last step), then per block slot the correct drafts, the valid slots and the two
+// trivial drafters' correct drafts (model::TrivialDrafterCounts). Draft
 // quality is thus every drafter's, read with the loss in the agreement's one wait for the
 // device.
 struct DraftSums {
+  explicit DraftSums(const model::DFlashConfig& config)
+      : slot_valid(static_cast<std::size_t>(config.block_size), 0),
+        trivial(config.block_size, config.target.vocab_size) {}
+
   double weight = 0, tokens = 0, flops = 0, ended_streams = 0;
   torch::Tensor loss, slot_correct;  // on the device
   std::vector<std::int64_t> slot_valid;
+  // Each drafter's own trivial drafters: summed over drafters, each counts with hindsight on
+  // its own slots, at least what one pair chosen over all drafters' slots would score.
+  model::TrivialDrafterCounts trivial;
 
   std::vector<torch::Tensor> agreed() const {
     const std::int64_t slots = static_cast<std::int64_t>(slot_valid.size());
     auto host = [](double v) { return torch::tensor(v, torch::kFloat64); };
     return {host(weight), host(tokens), loss, host(flops), host(ended_streams),
             slot_correct.defined() ? slot_correct : torch::zeros({slots}, torch::kInt64),
-            torch::tensor(slot_valid, torch::kInt64)};
+            torch::tensor(slot_valid, torch::kInt64), trivial.correct()};
   }
 };
 constexpr std::size_t kEndedStreamsSum = 4;
@@ -106,10 +115,13 @@ StepReport step_report(const comm::StepAgreement& all, const DraftSums& sums, do
   report.flops = all.sums[3];
   report.starved_seconds = waited;
   const std::size_t slots = sums.slot_valid.size();
-  for (std::size_t k = 0; k < slots; ++k) {
-    report.slot_correct.push_back(static_cast<std::int64_t>(all.sums[kFirstSlotSum + k]));
-    report.slot_valid.push_back(static_cast<std::int64_t>(all.sums[kFirstSlotSum + slots + k]));
-  }
+  auto slot_sums = [&](std::size_t run) {  // the run-th [B] run of sums after kFirstSlotSum
+    std::vector<std::int64_t> counts;
+    for (std::size_t k = 0; k < slots; ++k)
+      counts.push_back(static_cast<std::int64_t>(all.sums[kFirstSlotSum + run * slots + k]));
+    return counts;
+  };
+  report.draft = DraftQuality{slot_sums(0), slot_sums(1), slot_sums(2), slot_sums(3)};
   return report;
 }
 
@@ -194,6 +206,13 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   // The first drafter prints the drafters' news (progress, checkpoints): the run's log too.
   if (runtime.role_rank() == 0 && me_ != 0) log_run_to_file(config_.run_dir);
   drafter_->load_target_tensors(*target);
+  // Fine-tuning: every drafter starts from the same weights (the session's broadcast would
+  // make them so anyway); a resume then overwrites them with its checkpoint's.
+  try {
+    if (!config_.draft_weights.empty()) load_drafter_weights(config_.draft_weights, *drafter_);
+  } catch (const ConfigError& e) {
+    throw ConfigError(cat("model.draft_weights: ", e.what()));
+  }
   drafter_->to(device_);
   drafter_->set_compute_dtype(compute_dtype(config_.dtype, device_));
   for (int t : topology_.targets_of(me_)) my_streams_.push_back(stream_of(topology_, t).index);
@@ -223,7 +242,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   }
   SessionSpec spec;
   spec.parameters = named_parameters_of(*drafter_);
-  spec.model_name = kDFlashDrafterModel;
+  spec.drafter = drafter_.get();
   spec.length = training_length(config_.length, train_tokens);
   // The drafters' line, printed by the first of them; each step reports its FLOPs.
   spec.progress = progress_config_from(spec.length, runtime.role_size(), device_, 0);
@@ -255,16 +274,17 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                           " targets: resume with the number of targets the checkpoint was trained with"));
   if (measured_) session_->state().measured_budget = {measured_->budget, measured_->bytes_per_token()};
   send_stream_starts(topology_, me_, session_->state().streams, token_budget_);
-  std::string taps;  // as model.taps writes them
-  for (const std::int64_t layer : dflash_.resolved_taps()) taps += (taps.empty() ? "" : ",") + std::to_string(layer);
   if (session_->lead())
     log_info_here(cat("drafter: ", model::count_drafter_parameters(dflash_), " trainable parameters, ",
                       dflash_.num_draft_layers, " layers, block ", dflash_.block_size, ", taps of target layers ",
-                      taps, ", loss ", model::to_string(dflash_.loss), ", ",
+                      model::taps_text(dflash_.resolved_taps()), ", loss ", model::to_string(dflash_.loss), ", ",
                       config_.step.grad_accum, " batch(es) per step taken ",
                       topology_.links.fan_in == FanIn::round_robin ? "round-robin" : "as they arrive", ", attention ",
                       model::to_string(drafter_->attention_options().backend), "; training ",
-                      session_->length().describe()));
+                      session_->length().describe(),
+                      config_.draft_weights.empty() || !session_->resumed_from().empty()
+                          ? std::string()
+                          : cat("; starting from the drafter ", config_.draft_weights)));
   session_->start(pipeline_timing_config(config_, device_));
   open_link();
 }
@@ -391,12 +411,12 @@ void Drafting::train_micro_batch(const comm::PackedHiddenBatch& in, const Stream
   sums.flops += model::dflash_step_flops(dflash_, blocks, in.tokens());
   sums.slot_correct = sums.slot_correct.defined() ? sums.slot_correct + out.slot_correct : out.slot_correct;
   for (std::size_t k = 0; k < sums.slot_valid.size(); ++k) sums.slot_valid[k] += out.slot_valid[k];
+  if (out.labels.defined()) sums.trivial.add(out.label_slots, out.labels);
 }
 
 std::optional<std::int64_t> Drafting::train_streams() {
   TrainingSession& session = *session_;
   TrainingState& state = session.state();
-  const std::size_t slots = static_cast<std::size_t>(dflash_.block_size);
   std::optional<std::int64_t> restart;
   while (true) {
     session.begin_step();
@@ -414,8 +434,7 @@ std::optional<std::int64_t> Drafting::train_streams() {
                      "token_budget ", *restart));
       break;
     }
-    DraftSums sums;
-    sums.slot_valid.assign(slots, 0);
+    DraftSums sums(dflash_);
     std::vector<StreamCursor> cursors;
     for (std::size_t m = 0; m < rounds; ++m) {
       if (m < inputs.size()) {
@@ -452,17 +471,15 @@ std::optional<std::int64_t> Drafting::train_streams() {
     StepMetrics metrics = row_of(sums.tokens);
     metrics.queue_depth = static_cast<double>(receiver_->queue_size());
     metrics.flops = sums.flops;
-    metrics.extra[0] = model::acceptance_length(model::slot_accuracy(report.slot_correct, report.slot_valid));
     // The last step: the length reached, a stop agreed, or no stream has data left.
     const bool last = session.done() || all.stop ||
                       all.sums[kEndedStreamsSum] >= static_cast<double>(target_count(topology_));
     if (held_out_ && held_out_due(config_.cadences.eval_every, state.step, last)) {
       const HeldOutDraftQuality quality = evaluate_held_out();
       report.eval_loss = quality.loss();
-      report.eval_slot_correct = quality.slot_correct;
-      report.eval_slot_valid = quality.slot_valid;
-      metrics.extra[1] = quality.tau();
+      report.eval_draft = quality.draft;
     }
+    set_draft_quality(metrics, report.draft, report.eval_draft);
     session.end_step(report, metrics);
   }
   // Whatever is still in flight was never trained on: ask the targets to end their
@@ -485,7 +502,7 @@ HeldOutDraftQuality Drafting::evaluate_held_out() {
   // The held-out pass over a link of its own: it ends when every target has closed.
   send_held_out_starts(topology_, me_, token_budget_);
   open_link();
-  HeldOutDraftSums sums(dflash_.block_size);
+  HeldOutDraftSums sums(dflash_.block_size, dflash_.target.vocab_size);
   std::map<int, std::uint64_t> received;  // per target: its held-out batches so far
   while (auto in = receiver_->next()) {
     const std::uint64_t stream = stream_of(topology_, in->sender).index;
@@ -506,11 +523,8 @@ HeldOutDraftQuality Drafting::evaluate_held_out() {
   open_link();
   const HeldOutDraftQuality quality = sums.agree(context_.runtime.role_comm());
   if (session_->lead()) {
-    std::string accuracy;
-    const std::vector<double> acc = quality.accuracy();
-    for (std::size_t k = 0; k < acc.size(); ++k) accuracy += cat(" acc@", k + 1, " ", fixed_point(acc[k], 3));
-    log_info_here(cat("held-out draft quality after step ", session_->state().step, ": tau ",
-                      fixed_point(quality.tau(), 3), " |", accuracy, " | loss ", fixed_point(quality.loss(), 4),
+    log_info_here(cat("held-out draft quality after step ", session_->state().step, ": ",
+                      quality.draft.summary(/*all_slots=*/true), " | loss ", fixed_point(quality.loss(), 4),
                       " over ", quality.anchors, " anchors (", quality.tokens, " tokens) of ", held_out_documents_,
                       " documents, in ",
                       fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),

@@ -15,15 +15,25 @@ comm::LinkConfig link_config(const Topology& topology, const Device& device) {
 
 TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device) {
   TimingLogConfig config = timing_log_config(run.cadences, device);
-  config.extra_fields = {"tau", "eval_tau"};
+  config.extra_fields = kPipelineExtraFields;
   return config;
 }
 
 StepMetrics row_of(double tokens) {
   StepMetrics metrics;
   metrics.tokens = tokens;
-  metrics.extra = {StepMetrics::kUnset, StepMetrics::kUnset};
+  metrics.extra.assign(kPipelineExtraFields.size(), StepMetrics::kUnset);
   return metrics;
+}
+
+void set_draft_quality(StepMetrics& metrics, const DraftQuality& draft, const DraftQuality& eval_draft) {
+  const DraftQuality* sources[2] = {&draft, &eval_draft};
+  for (std::size_t s = 0; s < 2; ++s) {
+    if (sources[s]->empty()) continue;
+    metrics.extra[3 * s] = sources[s]->tau();
+    metrics.extra[3 * s + 1] = sources[s]->mode_tau();
+    metrics.extra[3 * s + 2] = sources[s]->slot_mode_tau();
+  }
 }
 
 double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device) {

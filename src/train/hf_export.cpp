@@ -5,10 +5,12 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/model/dflash_hf.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/trained_models.h"
 #include "topotrain/train/training_checkpoint.h"
 
 namespace topotrain {
@@ -37,6 +39,24 @@ void prepare_out_dir(const std::string& out_dir, bool force) {
   make_directories(out_dir);
 }
 
+// A drafter that serving stacks could not run as it was trained: its mask token must be a
+// row of the target's embedding, and target_layer_ids[i] is read as HF's hidden_states[i + 1],
+// whose last entry HF returns after the final norm, unlike the tap the drafter trained on.
+void check_servable(const std::string& checkpoint, const model::DFlashConfig& drafter) {
+  const model::ModelConfig& target = drafter.target;
+  if (drafter.mask_token_id < 0 || drafter.mask_token_id >= target.vocab_size)
+    throw ConfigError(cat("checkpoint ", checkpoint, ": the drafter's mask_token_id ", drafter.mask_token_id,
+                          " is outside its target's vocabulary [0, ", target.vocab_size, ") (", target.source,
+                          "): serving stacks embed the mask token with the target's embedding and refuse it; train "
+                          "the drafter with model.mask_token_id set to an id of the vocabulary"));
+  for (const std::int64_t tap : drafter.resolved_taps())
+    if (tap == target.num_hidden_layers - 1)
+      throw ConfigError(cat("checkpoint ", checkpoint, ": the drafter taps the target's last layer (", tap,
+                            "), whose output serving stacks read as HF's hidden_states[", tap + 1,
+                            "], which HF returns after the final norm, unlike the tap the drafter trained on: train "
+                            "it with model.taps below ", tap));
+}
+
 }  // namespace
 
 HfExportResult export_hf(const HfExportOptions& options) {
@@ -48,43 +68,49 @@ HfExportResult export_hf(const HfExportOptions& options) {
   if (!checkpoint)
     throw ConfigError(cat(options.source, " is neither a topotrain checkpoint (step-*.h5) nor a run directory "
                           "holding one"));
-  const CheckpointState header = CheckpointReader::load_header(*checkpoint);
-  if (header.model_identity.rfind(cat(kDFlashDrafterModel, "/"), 0) == 0)
-    throw ConfigError(cat("checkpoint ", *checkpoint, " holds a DFlash drafter (model '", kDFlashDrafterModel,
-                          "'), which is not a Qwen3 model; topotrain-export writes Qwen3 and Qwen3-MoE models (the "
-                          "target a drafter was trained against is exported from its own moe_train run)"));
-  const auto config = stored_model_config(*checkpoint, header);
-  if (!config)
-    throw ConfigError(cat("checkpoint ", *checkpoint, " (model '", header.model_identity,
-                          "') stores no model config: it was written by a topotrain older than checkpoints that "
-                          "carry their config.json; resume its run for one step with this topotrain "
-                          "(--resume PATH) to write a checkpoint that does"));
   if (options.dtype != torch::kBFloat16 && options.dtype != torch::kFloat32)
     throw ConfigError(cat("export dtype ", options.dtype, ": use bf16 or fp32"));
   if (!(options.max_shard_gib > 0))
     throw ConfigError(cat("--max-shard-gb ", options.max_shard_gib, ": must be positive"));
-  prepare_out_dir(options.out_dir, options.force);
-
-  // Built, then overwritten, so that the checkpoint's tensors are checked against exactly
-  // the parameters the stored config implies.
-  model::Qwen3CausalLM model(*config);
-  load_model_tensors(*checkpoint, named_parameters_of(*model));
   const auto max_shard_bytes = static_cast<std::int64_t>(options.max_shard_gib * kGiB);
-
+  const CheckpointState header = CheckpointReader::load_header(*checkpoint);
   HfExportResult result;
   result.checkpoint = *checkpoint;
   result.step = header.step;
-  result.config = *config;
   result.dtype = options.dtype;
-  for (const std::string& path : model::save_hf_checkpoint(*model, options.out_dir, options.dtype, max_shard_bytes))
-    result.files.emplace_back(path, file_size(path));
+  std::vector<std::string> written;
+  // Each model is built, then overwritten, so that the checkpoint's tensors are checked
+  // against exactly the parameters its stored config implies.
+  if (holds_drafter(header)) {
+    const model::DFlashConfig config = drafter_config_at(*checkpoint);
+    check_servable(*checkpoint, config);
+    prepare_out_dir(options.out_dir, options.force);
+    model::DFlashDrafter drafter(config);
+    if (!load_drafter_tensors(*checkpoint, *drafter))
+      throw ConfigError(cat("checkpoint ", *checkpoint, " stores its drafter's settings but not its final norm "
+                            "(frozen/target_norm): it is damaged; export another checkpoint of the run"));
+    written = model::save_dflash_hf(*drafter, options.out_dir, options.dtype, max_shard_bytes);
+    result.config = config.target;
+    result.drafter = config;
+  } else {
+    result.config = target_config_at(*checkpoint);
+    prepare_out_dir(options.out_dir, options.force);
+    model::Qwen3CausalLM model(result.config);
+    load_model_tensors(*checkpoint, named_parameters_of(*model));
+    written = model::save_hf_checkpoint(*model, options.out_dir, options.dtype, max_shard_bytes);
+  }
+  for (const std::string& path : written) result.files.emplace_back(path, file_size(path));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
 std::string describe(const HfExportResult& result) {
-  std::string text = cat("exported ", result.checkpoint, " (step ", result.step, ", ", result.config.source, ", ",
-                         result.config.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM", ") as ",
+  const model::DFlashConfig* drafter = result.drafter ? &*result.drafter : nullptr;
+  const std::string what =
+      drafter ? cat(model::kDFlashArchitecture, ": ", drafter->num_draft_layers, " layers, block ", drafter->block_size,
+                    ", for a target of ", result.config.num_hidden_layers, " layers trained as ", result.config.source)
+              : cat(result.config.source, ", ", result.config.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM");
+  std::string text = cat("exported ", result.checkpoint, " (step ", result.step, ", ", what, ") as ",
                          result.dtype == torch::kFloat32 ? "fp32" : "bf16", ":\n");
   std::uint64_t total = 0;
   char line[64];
@@ -94,7 +120,18 @@ std::string describe(const HfExportResult& result) {
     total += bytes;
   }
   std::snprintf(line, sizeof(line), "%.3f GiB in %.1f s", static_cast<double>(total) / kGiB, result.seconds);
-  return text + cat(result.files.size(), " files, ", line, "\n");
+  text += cat(result.files.size(), " files, ", line, "\n");
+  if (!drafter) return text;
+  const std::vector<std::int64_t> taps = drafter->resolved_taps();
+  std::string read;  // what the reference reads for each tap
+  for (const std::int64_t tap : taps) read += cat(read.empty() ? "" : ", ", "hidden_states[", tap + 1, "]");
+  return text + cat("mask token: id ", drafter->mask_token_id, " (dflash_config.mask_token_id), the token of the "
+                    "drafter's block slots 1..", drafter->block_size - 1, ". A serving stack that looks the mask "
+                    "token up in the target's tokenizer instead (the DFlash reference code adds the text \"<|MASK|>\" "
+                    "as an added token) must find it at id ", drafter->mask_token_id, ".\n",
+                    "target_layer_ids: [", model::taps_text(taps), "] (model.taps): the drafter reads the outputs of "
+                    "the target's decoder layers ", model::taps_text(taps), " (0-based; HF's ", read,
+                    "); serve it beside the target it was trained against.\n");
 }
 
 }  // namespace topotrain

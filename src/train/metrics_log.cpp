@@ -14,7 +14,8 @@ const std::vector<std::string> kMetricsKeys = {
     "step",        "time",         "launch",        "tokens",      "tokens_total", "loss",
     "lr",          "grad_norm",    "step_seconds",  "tokens_per_s", "memory_bytes", "collectives",
     "skipped",     "mfu",          "aux_loss",      "peak_expert_load", "starved_seconds", "tau",
-    "draft_accuracy", "eval_loss", "eval_tau",     "eval_draft_accuracy"};
+    "draft_accuracy", "tau_mode",  "tau_slot_mode", "eval_loss", "eval_tau", "eval_draft_accuracy",
+    "eval_tau_mode", "eval_tau_slot_mode"};
 
 namespace {
 

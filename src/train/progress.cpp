@@ -5,19 +5,8 @@
 #include <cstdio>
 
 #include "topotrain/core/process_memory.h"
-#include "topotrain/model/dflash_metrics.h"
 
 namespace topotrain {
-namespace {
-
-// Adds `counts` into `sums` element-wise, growing `sums` to fit.
-void accumulate(std::vector<std::int64_t>& sums, const std::vector<std::int64_t>& counts) {
-  if (sums.size() < counts.size()) sums.resize(counts.size(), 0);
-  for (std::size_t i = 0; i < counts.size(); ++i) sums[i] += counts[i];
-}
-
-}  // namespace
-
 double ProgressConfig::flops_of(const StepReport& report) const {
   return report.flops > 0 ? report.flops : static_cast<double>(report.tokens) * flops_per_token;
 }
@@ -46,8 +35,7 @@ void ProgressMeter::record(const StepReport& report, std::int64_t tokens_done) {
   window_weight_ += report.loss_weight;
   window_aux_ += report.aux_loss.value_or(0);
   window_load_ += report.peak_expert_load.value_or(0);
-  accumulate(window_correct_, report.slot_correct);
-  accumulate(window_valid_, report.slot_valid);
+  window_draft_.add(report.draft);
 }
 
 std::string ProgressMeter::line() {
@@ -63,11 +51,7 @@ std::string ProgressMeter::line() {
                          window_weight_ > 0 ? window_loss_ / window_weight_ : 0.0));
   if (last_.aux_loss) add(out, std::snprintf(buffer, sizeof buffer, " aux %.4f", window_aux_ / steps));
   if (last_.peak_expert_load) add(out, std::snprintf(buffer, sizeof buffer, " load %.2f", window_load_ / steps));
-  if (!window_valid_.empty()) {
-    const std::vector<double> accuracy = model::slot_accuracy(window_correct_, window_valid_);
-    add(out, std::snprintf(buffer, sizeof buffer, " | tau %.2f | acc@1 %.3f", model::acceptance_length(accuracy),
-                           accuracy.empty() ? 0.0 : accuracy[0]));
-  }
+  if (!window_draft_.empty()) out += " | " + window_draft_.summary();
   add(out, std::snprintf(buffer, sizeof buffer, " | lr %.2e | gnorm %.3g | %.1f Ktok/s (%.1f per %s)", last_.lr,
                          last_.grad_norm, rate / 1e3, rate / 1e3 / config_.ranks, config_.cpu ? "rank" : "GPU"));
   if (const std::optional<double> mfu = config_.mfu(window_flops_, seconds))
@@ -93,8 +77,7 @@ std::string ProgressMeter::line() {
   window_tokens_ = 0;
   window_seconds_ = window_comm_ = window_flops_ = window_starved_ = 0;
   window_loss_ = window_weight_ = window_aux_ = window_load_ = 0;
-  window_correct_.clear();
-  window_valid_.clear();
+  window_draft_ = DraftQuality{};
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/store/checkpoint_reader.h"
+#include "topotrain/train/trained_models.h"
 #include "topotrain/train/training_checkpoint.h"
 
 #ifndef TOPOTRAIN_DEMO_DATASET
@@ -31,6 +32,41 @@ std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
     // reported by load_model_weights, collectively (see above)
   }
   return std::nullopt;
+}
+
+// model.draft_weights: the drafter's layers, block size, taps and mask token are those of the
+// drafter it names, which a setting may repeat but not contradict, and that drafter's target
+// must have the shape of this run's.
+void adopt_draft_weights(const Settings& settings, model::DFlashConfig& config) {
+  const std::string& path = settings.string("model.draft_weights");
+  const std::string named = cat("model.draft_weights = \"", path, "\" (", settings.origin("model.draft_weights"), ")");
+  model::DFlashConfig trained;
+  std::vector<std::int64_t> trained_taps;
+  try {
+    trained = drafter_config_at(path);
+    trained.check_target(config.target);
+    trained_taps = trained.resolved_taps();
+  } catch (const ConfigError& e) {
+    throw ConfigError(cat(named, ": ", e.what()));
+  }
+  // A key set to a value (even its default) must agree; one left at its default takes the drafter's.
+  auto adopt = [&](const char* key, auto& mine, const auto& theirs, const std::string& mine_text,
+                   const std::string& theirs_text) {
+    if (settings.origin(key) != "default" && mine != theirs)
+      throw ConfigError(cat(key, " = ", mine_text, " (", settings.origin(key), ") but ", named, " holds a drafter of ",
+                            key, " ", theirs_text, ": leave ", key, " unset to take the drafter's, or leave "
+                            "model.draft_weights unset to start a drafter afresh"));
+    mine = theirs;
+  };
+  auto number = [](std::int64_t n) { return std::to_string(n); };
+  adopt("model.draft_layers", config.num_draft_layers, trained.num_draft_layers, number(config.num_draft_layers),
+        number(trained.num_draft_layers));
+  adopt("model.block_size", config.block_size, trained.block_size, number(config.block_size),
+        number(trained.block_size));
+  adopt("model.taps", config.taps, trained_taps, cat('"', model::taps_text(config.taps), '"'),
+        cat('"', model::taps_text(trained_taps), '"'));
+  adopt("model.mask_token_id", config.mask_token_id, trained.mask_token_id, number(config.mask_token_id),
+        number(trained.mask_token_id));
 }
 
 model::DFlashConfig dflash_config_from(const Settings& settings, const model::ModelConfig& target) {
@@ -65,6 +101,7 @@ model::DFlashConfig dflash_config_from(const Settings& settings, const model::Mo
   config.gamma = settings.real("train.gamma");
   config.max_anchors = settings.integer("train.anchors");
   config.loss = model::parse_dflash_loss(settings.string("train.loss"), "train.loss");
+  if (settings.has("model.draft_weights")) adopt_draft_weights(settings, config);
   config.validate();
   return config;
 }
@@ -154,7 +191,10 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   RunConfig config;
   config.run_dir = run_directory(run);
   config.model = model_config_from(s);
-  if (job == "dflash_train") config.dflash = dflash_config_from(s, config.model);
+  if (job == "dflash_train") {
+    config.dflash = dflash_config_from(s, config.model);
+    if (s.has("model.draft_weights")) config.draft_weights = s.string("model.draft_weights");
+  }
   if (s.has("model.weights")) config.weights = s.string("model.weights");
   config.dtype = dtype_from(s);
 

@@ -10,12 +10,10 @@
 #include "topotrain/core/log.h"
 #include "topotrain/core/process_memory.h"
 #include "topotrain/data/held_out_split.h"
-#include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/crc32c.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
-#include "topotrain/train/training_checkpoint.h"
+#include "topotrain/train/trained_models.h"
 
 namespace topotrain {
 namespace {
@@ -54,30 +52,12 @@ TimingLogConfig timing_log_config(const Cadences& cadences, const torch::Device&
   return config;
 }
 
-namespace {
-
-void load_weights_file(model::Qwen3CausalLMImpl& model, const std::string& path) {
-  const auto checkpoint = CheckpointReader::checkpoint_at(path);
-  if (!checkpoint) {
-    model::load_hf_checkpoint(model, path);
-    return;
-  }
-  const auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint));
-  if (stored && !stored->same_model(model.config()))
-    throw ConfigError(cat("checkpoint ", *checkpoint, " holds a model trained as ", stored->source,
-                          ", but this run builds ", model.config().source, ": leave model.preset and model.config "
-                          "unset to build the checkpoint's model, or set them to the model it holds"));
-  load_model_tensors(*checkpoint, named_parameters_of(model));
-}
-
-}  // namespace
-
 void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model) {
   if (weights.empty()) return;
   const auto started = std::chrono::steady_clock::now();
   std::string error;
   try {
-    load_weights_file(model, weights);
+    load_target_weights(weights, model);
   } catch (const ConfigError& e) {
     error = e.what();
   }

@@ -1,6 +1,6 @@
 #include "topotrain/train/step_values.h"
 
-#include "topotrain/model/dflash_metrics.h"
+#include "topotrain/core/error.h"
 
 namespace topotrain {
 
@@ -24,16 +24,16 @@ std::vector<StepValue> step_values(const StepReport& report, std::int64_t tokens
   if (report.peak_expert_load) values.push_back({"peak_expert_load", *report.peak_expert_load});
   if (report.starved_seconds) values.push_back({"starved_seconds", *report.starved_seconds});
   if (report.eval_loss) values.push_back({"eval_loss", *report.eval_loss});
-  if (!report.slot_valid.empty()) {
-    const std::vector<double> accuracy = model::slot_accuracy(report.slot_correct, report.slot_valid);
-    values.push_back({"tau", model::acceptance_length(accuracy)});
-    values.push_back({"draft_accuracy", accuracy});
-  }
-  if (!report.eval_slot_valid.empty()) {
-    const std::vector<double> accuracy = model::slot_accuracy(report.eval_slot_correct, report.eval_slot_valid);
-    values.push_back({"eval_tau", model::acceptance_length(accuracy)});
-    values.push_back({"eval_draft_accuracy", accuracy});
-  }
+  // Each drafter value beside the trivial drafters' on the same slots (draft_quality.h).
+  auto add_draft = [&](const char* prefix, const DraftQuality& draft) {
+    if (draft.empty()) return;
+    values.push_back({cat(prefix, "tau"), draft.tau()});
+    values.push_back({cat(prefix, "draft_accuracy"), draft.accuracy()});
+    values.push_back({cat(prefix, "tau_mode"), draft.mode_tau()});
+    values.push_back({cat(prefix, "tau_slot_mode"), draft.slot_mode_tau()});
+  };
+  add_draft("", report.draft);
+  add_draft("eval_", report.eval_draft);
   return values;
 }
 

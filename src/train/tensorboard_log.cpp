@@ -28,8 +28,12 @@ const std::vector<std::pair<std::string, std::string>> kValueTags = {
     {"collectives", "perf/collectives"},
     {"starved_seconds", "perf/starved_seconds"},
     {"tau", "draft/tau"},
+    {"tau_mode", "draft/tau_mode"},
+    {"tau_slot_mode", "draft/tau_slot_mode"},
     {"eval_loss", "eval/loss"},
     {"eval_tau", "eval/tau"},
+    {"eval_tau_mode", "eval/tau_mode"},
+    {"eval_tau_slot_mode", "eval/tau_slot_mode"},
     {"draft_accuracy", "draft/accuracy"},            // per slot: draft/accuracy/<slot>
     {"eval_draft_accuracy", "eval/draft_accuracy"},  // per slot: eval/draft_accuracy/<slot>
 };

@@ -9,19 +9,29 @@
 namespace topotrain {
 namespace {
 
+// A drafter's final norm: the target's, frozen, so a tensor of the checkpoint that no
+// resume expects.
+constexpr const char* kFrozenNorm = "frozen/target_norm";
+
 std::map<std::string, at::Tensor> model_tensors(const NamedParameters& parameters) {
   std::map<std::string, at::Tensor> out;
   for (const auto& [name, p] : parameters) out["model/" + name] = p.detach();
   return out;
 }
 
-}  // namespace
+void store_model_config(CheckpointState& checkpoint, const model::ModelConfig& model) {
+  checkpoint.model_config_json = model.to_json_text();
+  checkpoint.model_config_source = model.source;
+}
 
+// The tensors a checkpoint holds: "model/<name>" and "optim/<AdamW state name>".
 std::map<std::string, at::Tensor> checkpoint_tensors(const NamedParameters& parameters, const AdamW& optimizer) {
   std::map<std::string, at::Tensor> tensors = model_tensors(parameters);
   for (const auto& [name, t] : optimizer.state()) tensors["optim/" + name] = t;
   return tensors;
 }
+
+}  // namespace
 
 CheckpointState snapshot(const RunFile& run, const std::string& model_name, const NamedParameters& parameters,
                          const AdamW& optimizer, const TrainingState& state) {
@@ -61,15 +71,60 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
 CheckpointState snapshot(const RunFile& run, const model::ModelConfig& model, const NamedParameters& parameters,
                          const AdamW& optimizer, const TrainingState& state) {
   CheckpointState checkpoint = snapshot(run, model.source, parameters, optimizer, state);
-  checkpoint.model_config_json = model.to_json_text();
-  checkpoint.model_config_source = model.source;
+  store_model_config(checkpoint, model);
   return checkpoint;
+}
+
+CheckpointState snapshot(const RunFile& run, const model::DFlashDrafterImpl& drafter,
+                         const NamedParameters& parameters, const AdamW& optimizer, const TrainingState& state) {
+  const model::DFlashConfig& config = drafter.config();
+  CheckpointState checkpoint = snapshot(run, kDFlashDrafterModel, parameters, optimizer, state);
+  store_model_config(checkpoint, config.target);
+  checkpoint.tensors[kFrozenNorm] = drafter.target_norm.detach();
+  checkpoint.ints["dflash_draft_layers"] = config.num_draft_layers;
+  checkpoint.ints["dflash_block_size"] = config.block_size;
+  checkpoint.ints["dflash_mask_token_id"] = config.mask_token_id;
+  checkpoint.ints["dflash_max_anchors"] = config.max_anchors;
+  const std::vector<std::int64_t> taps = config.resolved_taps();
+  checkpoint.ints["dflash_taps"] = static_cast<std::int64_t>(taps.size());
+  for (std::size_t i = 0; i < taps.size(); ++i) checkpoint.ints[cat("dflash_tap", i)] = taps[i];
+  checkpoint.reals["dflash_gamma"] = config.gamma;
+  checkpoint.texts["dflash_loss"] = model::to_string(config.loss);
+  return checkpoint;
+}
+
+bool holds_drafter(const CheckpointState& header) {
+  return header.model_identity.rfind(cat(kDFlashDrafterModel, "/"), 0) == 0;
 }
 
 std::optional<model::ModelConfig> stored_model_config(const std::string& path, const CheckpointState& header) {
   if (header.model_config_json.empty()) return std::nullopt;
   model::ModelConfig config = model::ModelConfig::from_json_text(header.model_config_json, cat(path, ": model_config"));
   config.source = header.model_config_source;
+  return config;
+}
+
+std::optional<model::DFlashConfig> stored_drafter_config(const std::string& path, const CheckpointState& header) {
+  const std::optional<model::ModelConfig> target = stored_model_config(path, header);
+  if (!holds_drafter(header) || !target || header.ints.count("dflash_block_size") == 0) return std::nullopt;
+  auto find = [&](const auto& values, const std::string& key) {
+    const auto it = values.find(key);
+    if (it == values.end())
+      throw ConfigError(cat("checkpoint ", path, " lacks '", key, "' of its drafter's DFlash settings: it is damaged; "
+                            "name another checkpoint of the run"));
+    return it->second;
+  };
+  model::DFlashConfig config;
+  config.source = cat("checkpoint ", path);
+  config.target = *target;
+  config.num_draft_layers = find(header.ints, "dflash_draft_layers");
+  config.block_size = find(header.ints, "dflash_block_size");
+  config.mask_token_id = find(header.ints, "dflash_mask_token_id");
+  config.max_anchors = find(header.ints, "dflash_max_anchors");
+  const std::int64_t taps = find(header.ints, "dflash_taps");
+  for (std::int64_t i = 0; i < taps; ++i) config.taps.push_back(find(header.ints, cat("dflash_tap", i)));
+  config.gamma = find(header.reals, "dflash_gamma");
+  config.loss = model::parse_dflash_loss(find(header.texts, "dflash_loss"), cat("checkpoint ", path, ": dflash_loss"));
   return config;
 }
 
@@ -82,13 +137,24 @@ void load_model_tensors(const std::string& path, const NamedParameters& paramete
   for (const auto& [name, p] : parameters) p.copy_(checkpoint.tensors.at("model/" + name));
 }
 
+bool load_drafter_tensors(const std::string& path, model::DFlashDrafterImpl& drafter) {
+  load_model_tensors(path, named_parameters_of(drafter));
+  const CheckpointState frozen = CheckpointReader::load(path, CheckpointExpectations{}, "frozen/");
+  const auto norm = frozen.tensors.find(kFrozenNorm);
+  if (norm == frozen.tensors.end()) return false;
+  if (norm->second.sizes() != drafter.target_norm.sizes())
+    throw ConfigError(cat("checkpoint ", path, ": tensor '", kFrozenNorm, "' has shape ", norm->second.sizes(),
+                          " but the drafter's final norm has ", drafter.target_norm.sizes(), "; it is damaged"));
+  torch::NoGradGuard no_grad;
+  drafter.target_norm.copy_(norm->second);
+  return true;
+}
+
 CheckpointExpectations expectations_for(const std::string& model_name, const NamedParameters& parameters,
                                         const AdamW& optimizer) {
   CheckpointExpectations expectations;
-  auto tensors = model_tensors(parameters);
-  expectations.model_identity = model_identity(model_name, tensors);
-  for (const auto& [name, t] : optimizer.state()) tensors["optim/" + name] = t;
-  expectations.expect_like(tensors);
+  expectations.model_identity = model_identity(model_name, model_tensors(parameters));
+  expectations.expect_like(checkpoint_tensors(parameters, optimizer));
   return expectations;
 }
 

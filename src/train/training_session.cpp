@@ -76,7 +76,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   backend_->time_collectives(true);  // their device time is comm_wait's on CUDA
   for (auto& [name, p] : spec_.parameters) backend_->broadcast(p.data(), 0);
   optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
-  const std::string model_name = spec_.model ? spec_.model->source : spec_.model_name;
+  const std::string model_name = spec_.model ? spec_.model->source : kDFlashDrafterModel;
   // Every rank resumes from the lead's checkpoint, or all start fresh.
   if (auto resumed = load_resume_checkpoint(runtime_, config_.run_dir, context.options.resume,
                                             expectations_for(model_name, spec_.parameters, *optimizer_))) {
@@ -108,7 +108,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
     metrics_ = std::make_unique<MetricsLog>(config_.run_dir);
     if (config_.cadences.tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(config_.run_dir);
     if (config_.cadences.checkpoint_every >= 0) {
-      const std::int64_t bytes = writer_->reserve(checkpoint_tensors(spec_.parameters, *optimizer_));
+      const std::int64_t bytes = writer_->reserve(checkpoint_of(state_).tensors);
       log_info_here(cat("checkpoint snapshots: ", fixed_point(static_cast<double>(bytes) / (1 << 30), 2), " GiB of ",
                         writer_->buffers_pinned() ? "pinned host memory, copied while the next step runs"
                         : device_.is_cuda()        ? "pageable host memory (checkpoint.pinned = false): each copy "
@@ -376,11 +376,14 @@ void TrainingSession::discard_step() {
   profiled_.reset();
 }
 
+CheckpointState TrainingSession::checkpoint_of(const TrainingState& saved) const {
+  return spec_.model ? snapshot(context_.run, *spec_.model, spec_.parameters, *optimizer_, saved)
+                     : snapshot(context_.run, *spec_.drafter, spec_.parameters, *optimizer_, saved);
+}
+
 void TrainingSession::save_checkpoint() {
   const TrainingState saved = spec_.checkpoint_state ? spec_.checkpoint_state(state_) : state_;
-  if (writer_)
-    writer_->save(spec_.model ? snapshot(context_.run, *spec_.model, spec_.parameters, *optimizer_, saved)
-                              : snapshot(context_.run, spec_.model_name, spec_.parameters, *optimizer_, saved));
+  if (writer_) writer_->save(checkpoint_of(saved));
   saved_step_ = state_.step;
   checkpoint_due_ = 0;
 }

@@ -109,6 +109,12 @@ TEST_F(DFlashDrafterTest, WeightedCrossEntropyAndMetricsMatchTheDefinition) {
   EXPECT_NEAR(out.weight_sum, (1 + e2) + (1 + e) + (1 + e + e2), 1e-12);
   EXPECT_EQ(out.slot_valid, (std::vector<int64_t>{0, 3, 2, 2}));
   EXPECT_EQ(out.num_blocks, 3);
+  // What the trivial drafters count: each valid slot and the token at anchor + slot.
+  const auto tokens = batch.packed.tokens;
+  auto token = [&](int64_t row) { return tokens[row].item<int64_t>(); };
+  EXPECT_TRUE(torch::equal(out.label_slots, torch::tensor({1, 3, 1, 2, 1, 2, 3}, torch::kInt64)));
+  EXPECT_TRUE(torch::equal(out.labels, torch::tensor({token(3), token(5), token(8), token(9), token(12), token(13),
+                                                      token(14)}, torch::kInt64)));
 
   auto ref = reference_loss(*d, batch, blocks);
   EXPECT_NEAR(out.loss_sum.item<double>(), ref.loss_sum.item<double>(), 1e-4);

@@ -10,7 +10,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/train/dflash_held_out.h"
@@ -53,8 +55,11 @@ mdl::DFlashBlocks blocks_of(const mdl::DFlashConfig& c, const mdl::DFlashBatch& 
 }
 
 // The statistics of one batch from dense logits of every block slot.
+// The labels of every scored slot, per slot: what the trivial drafters choose from.
+using SlotLabels = std::vector<std::map<int64_t, int64_t>>;
+
 void add_reference(mdl::DFlashDrafterImpl& d, const mdl::DFlashBatch& batch, const mdl::DFlashBlocks& blocks,
-                   HeldOutDraftQuality& r) {
+                   HeldOutDraftQuality& r, SlotLabels& labels) {
   torch::NoGradGuard no_grad;
   const auto& c = d.config();
   auto normed = mdl::rms_norm(d.forward_blocks(batch, blocks), d.target_norm, c.target.rms_norm_eps);
@@ -72,8 +77,9 @@ void add_reference(mdl::DFlashDrafterImpl& d, const mdl::DFlashBatch& batch, con
       auto row = log_probs[i * B + k];
       r.loss_sum -= w * row[label].item<double>();
       r.weight += w;
-      r.slot_valid[k] += 1;
-      r.slot_correct[k] += row.argmax().item<int64_t>() == label;
+      r.draft.valid[k] += 1;
+      r.draft.correct[k] += row.argmax().item<int64_t>() == label;
+      labels[k][label] += 1;
     }
   r.anchors += blocks.num_blocks();
 }
@@ -93,7 +99,7 @@ TEST(HeldOutDraftSums, AgreedCountsEqualAnIndependentComputationOverEveryBatch) 
   torch::manual_seed(11);  // the global generator's next draws, which evaluating must leave alone
   const at::Tensor expected_next = torch::rand({4});
   torch::manual_seed(11);
-  HeldOutDraftSums sums(config.block_size);
+  HeldOutDraftSums sums(config.block_size, config.target.vocab_size);
   for (int i = rank; i < kBatches; i += world) {
     const mdl::DFlashBatch batch = batch_of(config, i);
     sums.add(*drafter, batch, blocks_of(config, batch, i));
@@ -102,17 +108,37 @@ TEST(HeldOutDraftSums, AgreedCountsEqualAnIndependentComputationOverEveryBatch) 
   for (const auto& p : drafter->parameters()) EXPECT_FALSE(p.grad().defined()) << "evaluating formed a gradient";
   const HeldOutDraftQuality agreed = sums.agree(MPI_COMM_WORLD);
 
+  const std::size_t B = static_cast<std::size_t>(config.block_size);
   HeldOutDraftQuality reference;
-  reference.slot_correct.assign(config.block_size, 0);
-  reference.slot_valid.assign(config.block_size, 0);
+  for (auto* counts : {&reference.draft.correct, &reference.draft.valid, &reference.draft.mode_correct,
+                       &reference.draft.slot_mode_correct})
+    counts->assign(B, 0);
   std::int64_t tokens = 0;
-  for (int i = 0; i < kBatches; ++i) {
-    const mdl::DFlashBatch batch = batch_of(config, i);
-    add_reference(*drafter, batch, blocks_of(config, batch, i), reference);
-    tokens += batch.taps.size(0);
+  for (int r = 0; r < world; ++r) {
+    // The trivial drafters of each rank choose on that rank's own held-out slots.
+    SlotLabels labels(B);
+    for (int i = r; i < kBatches; i += world) {
+      const mdl::DFlashBatch batch = batch_of(config, i);
+      add_reference(*drafter, batch, blocks_of(config, batch, i), reference, labels);
+      tokens += batch.taps.size(0);
+    }
+    std::map<int64_t, int64_t> all;
+    for (const auto& slot : labels)
+      for (const auto& [label, n] : slot) all[label] += n;
+    int64_t mode = -1, most = 0;
+    for (const auto& [label, n] : all)
+      if (n > most) mode = label, most = n;
+    for (std::size_t k = 0; k < B; ++k) {
+      int64_t best = 0;
+      for (const auto& [label, n] : labels[k]) best = std::max(best, n);
+      reference.draft.slot_mode_correct[k] += best;
+      if (labels[k].count(mode)) reference.draft.mode_correct[k] += labels[k].at(mode);
+    }
   }
-  EXPECT_EQ(agreed.slot_correct, reference.slot_correct);
-  EXPECT_EQ(agreed.slot_valid, reference.slot_valid);
+  EXPECT_EQ(agreed.draft.correct, reference.draft.correct);
+  EXPECT_EQ(agreed.draft.valid, reference.draft.valid);
+  EXPECT_EQ(agreed.draft.mode_correct, reference.draft.mode_correct);
+  EXPECT_EQ(agreed.draft.slot_mode_correct, reference.draft.slot_mode_correct);
   EXPECT_EQ(agreed.batches, kBatches);
   EXPECT_EQ(agreed.anchors, reference.anchors);
   EXPECT_EQ(agreed.tokens, tokens);
@@ -121,15 +147,15 @@ TEST(HeldOutDraftSums, AgreedCountsEqualAnIndependentComputationOverEveryBatch) 
   EXPECT_NEAR(agreed.loss(), reference.loss_sum / reference.weight, 1e-4);
   // Some drafts right and some wrong, so that tau tests more than its bounds.
   std::int64_t correct = 0, valid = 0;
-  for (int k = 1; k < config.block_size; ++k) correct += agreed.slot_correct[k], valid += agreed.slot_valid[k];
+  for (int k = 1; k < config.block_size; ++k) correct += agreed.draft.correct[k], valid += agreed.draft.valid[k];
   EXPECT_GT(correct, 0);
   EXPECT_LT(correct, valid);
   double tau = 1, prefix = 1;
   for (int k = 1; k < config.block_size; ++k) {
-    const double acc = static_cast<double>(reference.slot_correct[k]) / static_cast<double>(reference.slot_valid[k]);
-    EXPECT_DOUBLE_EQ(agreed.accuracy()[k - 1], acc);
+    const double acc = static_cast<double>(reference.draft.correct[k]) / static_cast<double>(reference.draft.valid[k]);
+    EXPECT_DOUBLE_EQ(agreed.draft.accuracy()[k - 1], acc);
     prefix *= acc;
     tau += prefix;
   }
-  EXPECT_DOUBLE_EQ(agreed.tau(), tau);
+  EXPECT_DOUBLE_EQ(agreed.draft.tau(), tau);
 }

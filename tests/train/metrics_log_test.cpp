@@ -93,12 +93,10 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
     skipped.loss = std::numeric_limits<double>::quiet_NaN();
     record(log, skipped, 1000, true);
     StepReport draft = report_of(3);
-    draft.slot_correct = {4, 3, 1};  // slot 0 is the anchor, not predicted
-    draft.slot_valid = {4, 4, 4};
+    draft.draft = {{4, 3, 1}, {4, 4, 4}, {4, 2, 2}, {4, 2, 3}};  // slot 0 is the anchor, not predicted
     draft.starved_seconds = 0.1;
     draft.eval_loss = 2.5;
-    draft.eval_slot_correct = {0, 2, 1};
-    draft.eval_slot_valid = {0, 4, 2};
+    draft.eval_draft = {{0, 2, 1}, {0, 4, 2}, {0, 1, 1}, {0, 2, 2}};
     record(log, draft, 2000, false);
   }
   const auto lines = lines_of(join_path(dir, kMetricsFileName));
@@ -112,6 +110,10 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][0].get<double>(), 0.75);
   EXPECT_DOUBLE_EQ(lines[2]["draft_accuracy"][1].get<double>(), 0.25);
   EXPECT_TRUE(lines[2].contains("tau"));
+  EXPECT_DOUBLE_EQ(lines[2]["tau_mode"].get<double>(), 1 + 0.5 + 0.5 * 0.5);
+  EXPECT_DOUBLE_EQ(lines[2]["tau_slot_mode"].get<double>(), 1 + 0.5 + 0.5 * 0.75);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_tau_mode"].get<double>(), 1 + 0.25 + 0.25 * 0.5);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_tau_slot_mode"].get<double>(), 1 + 0.5 + 0.5);
   EXPECT_DOUBLE_EQ(lines[2]["eval_loss"].get<double>(), 2.5);
   EXPECT_FALSE(lines[0].contains("eval_loss"));  // only on the steps that evaluated
   ASSERT_EQ(lines[2]["eval_draft_accuracy"].size(), 2u);

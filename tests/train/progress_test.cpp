@@ -108,17 +108,20 @@ TEST(Progress, DrafterFieldsFromTheWindowsCounts) {
   report.flops = 1e12;  // over both drafters: MFU 1e12 / (2 x 1e12)
   report.starved_seconds = 0.25;
   report.comm_seconds = 0.125;
-  // Slot 0 is the anchor; slots 1 and 2: 3 of 4 and 1 of 4 right over the two steps.
-  report.slot_correct = {9, 2, 1};
-  report.slot_valid = {9, 2, 2};
+  // Slot 0 is the anchor; slots 1 and 2: 3 of 4 and 1 of 4 right over the two steps; the
+  // mode drafter 2 of 4 and 2 of 4, the slot-mode drafter 2 of 4 and 4 of 4.
+  report.draft = {{9, 2, 1}, {9, 2, 2}, {9, 1, 1}, {9, 1, 2}};
   meter.record(report, 2000);
   report.step = 6;
   report.starved_seconds = 0.75;
-  report.slot_correct = {9, 1, 0};
+  report.draft = {{9, 1, 0}, {9, 2, 2}, {9, 1, 1}, {9, 1, 2}};
   meter.record(report, 4000);
   const std::string line = meter.line();
-  // acc@1 = 0.75, acc@2 = 0.25: tau = 1 + 0.75 + 0.75 x 0.25 = 1.9375.
-  EXPECT_TRUE(has(line, "step 6 | loss 0.0000 | tau 1.94 | acc@1 0.750 | lr ")) << line;
+  // acc@1 = 0.75, acc@2 = 0.25: tau = 1 + 0.75 + 0.75 x 0.25 = 1.9375; the mode drafter's
+  // 1 + 0.5 + 0.25 = 1.75, the slot-mode drafter's 1 + 0.5 + 0.5 = 2.
+  EXPECT_TRUE(has(line, "step 6 | loss 0.0000 | tau 1.94 acc@1 0.750 (trivial drafters: mode 1.75 0.500, slot-mode "
+                        "2.00 0.500) | lr "))
+      << line;
   EXPECT_TRUE(has(line, " | MFU 50.0% | comm 12% | starved 50% | ")) << line;
 }
 

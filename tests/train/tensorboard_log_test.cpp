@@ -32,10 +32,8 @@ StepReport full_report() {
   report.peak_expert_load = 1.5;
   report.starved_seconds = 0.25;
   report.eval_loss = 2.5;
-  report.slot_correct = {4, 3, 1};
-  report.slot_valid = {4, 4, 4};
-  report.eval_slot_correct = {0, 1, 1};
-  report.eval_slot_valid = {0, 2, 4};
+  report.draft = {{4, 3, 1}, {4, 4, 4}, {4, 2, 1}, {4, 2, 2}};
+  report.eval_draft = {{0, 1, 1}, {0, 2, 4}, {0, 1, 1}, {0, 1, 2}};
   return report;
 }
 

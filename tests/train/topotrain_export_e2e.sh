@@ -9,6 +9,11 @@
 #                                            model.preset left at tiny-moe builds tiny-dense and
 #                                            loads its weights; a preset set to another model is
 #                                            refused, naming both, with exit 2 on every rank
+#   topotrain_export_e2e.sh BIN_DIR drafter  the CPU demo's 1t1d dflash_train run for 3 steps exported
+#                                            as a DFlash drafter folder (fp32, in shards), which the
+#                                            export's printout describes; model.draft_weights = that
+#                                            folder starts a drafter whose export is byte for byte the
+#                                            first; model.weights = that folder is refused with exit 2
 # A run that loads weights trains one step at lr 0, so its checkpoint holds them unchanged.
 set -euo pipefail
 bin=$1 scenario=$2
@@ -82,6 +87,36 @@ weights)
     echo "a tiny-dense checkpoint was loaded into tiny-moe"; exit 1
   fi
   grep -q "^moe_train: model.weights: checkpoint .*step-00000002.h5 holds a model trained as model preset 'tiny-dense', but this run builds model preset 'tiny-moe'" \
+    "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
+  grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
+  ;;
+drafter)
+  dflash() {  # dflash RUN [args...]: the CPU demo's 1t1d (a tiny-dense target, a one-layer drafter)
+    local run=$1
+    shift
+    timeout 300 "${mpirun[@]}" -np 2 "$bin/dflash_train" topology/cpu-1t1d.toml --set train.token_budget=256 \
+      --set checkpoint.dir="$work" --set checkpoint.run="$run" "$@" >"$work/$run.log" 2>&1
+  }
+  dflash trained --set train.max_steps=3 || { cat "$work/trained.log"; exit 1; }
+  "$bin/topotrain-export" "$work/trained" "$work/hf" --dtype fp32 --max-shard-gb 0.00005 > "$work/export.log"
+  grep -q "^exported $work/trained/step-00000003.h5 (step 3, DFlashDraftModel: 1 layers, block 4, for a target of 3 layers trained as model preset 'tiny-dense') as fp32:" \
+    "$work/export.log" && grep -q "model.safetensors.index.json" "$work/export.log" &&
+    grep -q "^mask token: id 511 (dflash_config.mask_token_id)" "$work/export.log" &&
+    grep -q "^target_layer_ids: \[1\] (model.taps): the drafter reads the outputs of the target's decoder layers 1 (0-based; HF's hidden_states\[2\])" \
+      "$work/export.log" || { cat "$work/export.log"; exit 1; }
+  grep -q '"architectures": \[\s*"DFlashDraftModel"' <(tr -d '\n' < "$work/hf/config.json") || { cat "$work/hf/config.json"; exit 1; }
+  # Back in, one step at lr 0, and out again: the same bytes.
+  dflash back --set train.max_steps=1 --set train.lr=0 --set model.draft_weights="$work/hf" ||
+    { cat "$work/back.log"; exit 1; }
+  grep -q "starting from the drafter $work/hf" "$work/back.log" || { cat "$work/back.log"; exit 1; }
+  "$bin/topotrain-export" "$work/back" "$work/hf-again" --dtype fp32 --max-shard-gb 0.00005 > /dev/null
+  for file in "$work"/hf/*; do cmp "$file" "$work/hf-again/$(basename "$file")"; done
+  [[ $(ls "$work/hf" | wc -l) == $(ls "$work/hf-again" | wc -l) ]]
+  # The folder is no target.
+  if dflash wrong --set train.max_steps=1 --set model.weights="$work/hf"; then
+    echo "a drafter folder was accepted as the target's weights"; exit 1
+  fi
+  grep -q "^dflash_train: model.weights: $work/hf (a DFlash folder) holds a DFlash drafter, not a Qwen3 model: .*model.draft_weights" \
     "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
   ;;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,12 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 40960;
   double initializer_range = 0.02;
+  // The tokenizer's special ids as config.json names them (bos_token_id, eos_token_id: one id
+  // or a list), kept so that configs written from this one (exports, a drafter's) carry them
+  // and a decoder knows where to stop; unset in presets. They do not change what the weights
+  // compute, so same_model ignores them.
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;
 
   // Mixture of experts; num_experts == 0 means a dense model.
   int64_t num_experts = 0;
@@ -45,16 +52,17 @@ struct ModelConfig {
   void validate() const;
 
   // HF config.json (model_type qwen3 or qwen3_moe). Unsupported features (attention
-  // biases, rope scaling, sliding windows, activations other than silu) are refused.
+  // biases, rope scaling, sliding windows, activations other than silu) are refused, and so
+  // is a DFlash drafter's config (it has dflash_config; model/dflash_hf.h reads those): its
+  // Qwen3 keys describe the draft layers, not a model to build.
   static ModelConfig from_json_file(const std::string& path);
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
   // An HF-loadable config.json (Qwen3ForCausalLM or Qwen3MoeForCausalLM) for weights stored
   // in `dtype`, named as HF names it ("float32", "bfloat16"). from_json_text reads it back
   // to an equal config (all but `source`).
   std::string to_json_text(const std::string& dtype = "float32") const;
-  void write_json_file(const std::string& path, const std::string& dtype = "float32") const;
 
-  // Every field but `source` equal: the same weights compute the same function.
+  // Every field but `source` and the token ids equal: the same weights compute the same function.
   bool same_model(const ModelConfig& other) const;
 
   // moe-500m, qwen3-0.6b, qwen3-8b, tiny-dense, tiny-moe.

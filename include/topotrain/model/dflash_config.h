@@ -20,6 +20,8 @@ DFlashLoss parse_dflash_loss(const std::string& name, const std::string& source)
 // `n` target layers spread evenly over [1, L - 3] (rounded half to even, as the public
 // reimplementations do); a single layer is L / 2. Qwen3-8B (L = 36), n = 5: {1, 9, 17, 25, 33}.
 std::vector<int64_t> default_taps(int64_t num_target_layers, int64_t num_draft_layers);
+// "1,9,17,25,33": taps as the model.taps setting spells them.
+std::string taps_text(const std::vector<int64_t>& taps);
 
 struct DFlashConfig {
   // Names the settings or file this came from in error messages.
@@ -43,6 +45,11 @@ struct DFlashConfig {
   std::vector<int64_t> resolved_taps() const;
   // A dense Qwen3 config of num_draft_layers layers with the target's attention shape.
   ModelConfig layer_config() const;
+  // A drafter built for `target` runs against `model` only if `model` has the same
+  // vocabulary, hidden size, layers (the taps index them), attention shape, MLP width (the
+  // drafter's own), norm eps and rope theta; the rest (positions, ties, token ids) may differ.
+  // Throws ConfigError naming both sources and the first field that differs.
+  void check_target(const ModelConfig& model) const;
 };
 
 // Trainable parameters of the drafter (fc, hidden_norm, decoder layers); the frozen

@@ -49,6 +49,9 @@ struct DFlashStepOutput {
   torch::Tensor slot_correct;
   std::vector<int64_t> slot_valid;
   int64_t num_blocks = 0;
+  // Per valid slot, int64 on the device: its slot k and the data's token it predicts (what
+  // TrivialDrafterCounts counts). Undefined when no slot is valid.
+  torch::Tensor label_slots, labels;
 };
 
 class DFlashDrafterImpl : public torch::nn::Module {

@@ -23,9 +23,9 @@ struct CheckpointState {
   std::string topology_text;   // the topology file as run
   std::string model_identity;  // model_identity(): resuming another model is refused
   // The model's HF config.json text and where it came from ("model preset 'tiny-moe'", a
-  // config.json path), so that the weights can be used without naming the model again.
-  // Empty for models that are not Qwen3 (the DFlash drafter) and in checkpoints written
-  // before topotrain stored them.
+  // config.json path), so that the weights can be used without naming the model again; a
+  // DFlash drafter's checkpoint holds its target's. Empty in checkpoints written before
+  // topotrain stored them.
   std::string model_config_json;
   std::string model_config_source;
 };

@@ -74,10 +74,23 @@ struct RoleReport {
   // than kSlowStepMargin, at most as many as asked for.
   std::vector<SlowStep> slowest;
 
+  // A DFlash drafter's draft quality from the timings' tau columns (dflash_train writes them
+  // on drafter rows): its teacher-forced tau and the trivial drafters' on the same slots
+  // (mode, slot-mode: docs/dflash.md "Metrics"), averaged over the role's last
+  // kDraftQualitySteps steps, and those of its last held-out evaluation. steps 0: none recorded.
+  struct DraftQuality {
+    std::size_t steps = 0;
+    double tau = 0, tau_mode = 0, tau_slot_mode = 0;
+    std::int64_t eval_step = -1;  // -1: never evaluated
+    double eval_tau = 0, eval_tau_mode = 0, eval_tau_slot_mode = 0;
+  };
+  DraftQuality draft_quality;
+
   const PhaseStats& phase(const std::string& name) const;
 };
 
 constexpr double kSlowStepMargin = 0.05;  // of the p50 wall
+constexpr std::size_t kDraftQualitySteps = 20;
 
 struct RunReport {
   std::string path;

@@ -17,22 +17,22 @@
 
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
+#include "topotrain/model/dflash_metrics.h"
+#include "topotrain/train/draft_quality.h"
 
 namespace topotrain {
 
 struct HeldOutDraftQuality {
   double loss_sum = 0, weight = 0;
-  std::vector<std::int64_t> slot_correct, slot_valid;  // per block slot, [B]
+  DraftQuality draft;  // per block slot, with the trivial drafters' on the same slots
   std::int64_t batches = 0, anchors = 0, tokens = 0;
 
-  double loss() const;                // loss_sum / weight (0 without a valid slot)
-  std::vector<double> accuracy() const;  // acc@1..acc@{B-1}
-  double tau() const;
+  double loss() const;  // loss_sum / weight (0 without a valid slot)
 };
 
 class HeldOutDraftSums {
  public:
-  explicit HeldOutDraftSums(std::int64_t block_size);
+  HeldOutDraftSums(std::int64_t block_size, std::int64_t vocab_size);
 
   // One held-out batch at `blocks`: its statistics stay on the device until agree().
   void add(model::DFlashDrafterImpl& drafter, const model::DFlashBatch& batch, const model::DFlashBlocks& blocks);
@@ -42,6 +42,9 @@ class HeldOutDraftSums {
  private:
   torch::Tensor loss_, correct_;  // fp64 scalar and int64 [B], on the device once added
   std::vector<std::int64_t> valid_;
+  // Over the whole held-out pass of this drafter: its trivial drafters choose with hindsight
+  // on all its held-out slots at once.
+  model::TrivialDrafterCounts trivial_;
   double weight_ = 0;
   std::int64_t batches_ = 0, anchors_ = 0, tokens_ = 0;
 };

@@ -1,19 +1,24 @@
-// topotrain-export: a Qwen3 / Qwen3-MoE training checkpoint as a Hugging Face model
-// directory (config.json, model.safetensors or shards with model.safetensors.index.json,
-// HF tensor names with one set of weights per expert) that transformers' from_pretrained
-// and load_hf_checkpoint read. The model's shape comes from the config the checkpoint
-// stores; checkpoints of other models (a DFlash drafter) and ones written before
-// checkpoints stored their config are refused with ConfigError, as is every bad input.
+// topotrain-export: a training checkpoint as the Hugging Face folder the ecosystem loads. A
+// Qwen3 / Qwen3-MoE checkpoint becomes a model directory (config.json, model.safetensors or
+// shards with model.safetensors.index.json, HF tensor names with one set of weights per
+// expert) that transformers' from_pretrained and load_hf_checkpoint read; a DFlash drafter's
+// becomes the folder of the public DFlash drafters (model/dflash_hf.h) that serving stacks
+// load beside the target. The shape comes from what the checkpoint stores; ones written
+// before checkpoints stored it, and a drafter that no serving stack could run as it was
+// trained (a mask token outside the target's vocabulary, a tap of the target's last layer),
+// are refused with ConfigError, as is every bad input.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "topotrain/model/config.h"
+#include "topotrain/model/dflash_config.h"
 
 namespace topotrain {
 
@@ -30,7 +35,8 @@ struct HfExportOptions {
 struct HfExportResult {
   std::string checkpoint;  // the file exported
   std::int64_t step = 0;
-  model::ModelConfig config;
+  model::ModelConfig config;  // the model's, or a drafter's target's
+  std::optional<model::DFlashConfig> drafter;  // a DFlash drafter's settings
   torch::ScalarType dtype = torch::kBFloat16;
   std::vector<std::pair<std::string, std::uint64_t>> files;  // path, bytes; config.json last
   double seconds = 0;
@@ -39,7 +45,8 @@ struct HfExportResult {
 HfExportResult export_hf(const HfExportOptions& options);
 
 // What topotrain-export prints: the checkpoint, the model, every file with its size, the
-// total and the time taken.
+// total and the time taken; for a drafter also its mask token id, which the serving side's
+// tokenizer must hold, and its target_layer_ids with what they read of the target.
 std::string describe(const HfExportResult& result);
 
 }  // namespace topotrain

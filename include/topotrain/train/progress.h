@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "topotrain/train/draft_quality.h"
+
 namespace topotrain {
 
 struct StepReport {
@@ -41,12 +43,11 @@ struct StepReport {
   std::optional<double> peak_expert_load;  // an MoE's peak_expert_load (model/moe.h), mean over the step
   std::optional<double> starved_seconds;  // time waiting for input (a pipeline stage)
   std::optional<double> eval_loss;        // the held-out loss, on a step that evaluated it
-  // Draft quality (DFlash), over all drafters: per block slot, positions predicted right
-  // and positions scored. Empty: not a drafter.
-  std::vector<std::int64_t> slot_correct, slot_valid;
+  // Draft quality (DFlash), over all drafters. Empty: not a drafter.
+  DraftQuality draft;
   // The same over the held-out documents, on a step that evaluated them (eval_loss is
   // then the drafter's held-out loss). Empty: not evaluated.
-  std::vector<std::int64_t> eval_slot_correct, eval_slot_valid;
+  DraftQuality eval_draft;
 };
 
 struct ProgressConfig {
@@ -87,7 +88,7 @@ class ProgressMeter {
   std::int64_t window_tokens_ = 0;
   double window_seconds_ = 0, window_comm_ = 0, window_flops_ = 0, window_starved_ = 0;
   double window_loss_ = 0, window_weight_ = 0, window_aux_ = 0, window_load_ = 0;
-  std::vector<std::int64_t> window_correct_, window_valid_;
+  DraftQuality window_draft_;
 };
 
 std::string format_duration(double seconds);  // "2h13m", "45s"

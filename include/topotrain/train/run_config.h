@@ -93,6 +93,7 @@ struct RunConfig {
   model::ModelConfig model;
   std::optional<model::DFlashConfig> dflash;  // dflash_train's drafter (its target is `model`)
   std::string weights;                        // model.weights; empty: random initialisation
+  std::string draft_weights;                  // model.draft_weights (dflash_train); empty: a random drafter
   DtypeChoice dtype = DtypeChoice::auto_;
   DataConfig data;
   LengthConfig length;

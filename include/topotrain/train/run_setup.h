@@ -41,8 +41,10 @@ double peak_flops(const torch::Device& device);
 
 // `weights` (model.weights), when not empty: an HF safetensors checkpoint (directory, file or index), a
 // topotrain checkpoint file (step-*.h5, e.g. a moe_train run of the same shape) or a run
-// directory (its latest checkpoint). Collective: every rank loads, and a file that does
-// not fit ends every rank with JobExit(2) and one message naming the file and tensor.
+// directory (its latest checkpoint), as trained_models.h's load_target_weights takes them (a
+// DFlash drafter is refused, pointing to where drafters go). Collective: every rank loads, and
+// a file that does not fit ends every rank with JobExit(2) and one message naming the file and
+// tensor.
 void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model);
 
 // model.dtype on `device`: auto is bf16 on CUDA, fp32 on CPU.

@@ -7,9 +7,11 @@
 //   tokens_per_s, memory_bytes (device peak, or the resident set on CPU ranks),
 //   collectives, skipped (a non-finite step skipped), and where they apply: mfu, aux_loss,
 //   peak_expert_load (an MoE's, model/moe.h), starved_seconds, tau (DFlash acceptance
-//   length), draft_accuracy (per predicted block slot, 1..B-1), eval_loss (the held-out
-//   loss, on the steps that evaluate it), and on a drafter's evaluating steps eval_tau and
-//   eval_draft_accuracy (the same over the held-out documents).
+//   length), draft_accuracy (per predicted block slot, 1..B-1), tau_mode and tau_slot_mode
+//   (the trivial drafters' tau on the same slots, draft_quality.h), eval_loss (the held-out
+//   loss, on the steps that evaluate it), and on a drafter's evaluating steps eval_tau,
+//   eval_draft_accuracy, eval_tau_mode and eval_tau_slot_mode (the same over the held-out
+//   documents).
 // A value may be any double, NaN included (the loss of a skipped step): each log says
 // what it makes of one that is not finite.
 #pragma once

@@ -58,6 +58,7 @@
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/comm/step_agreement.h"
 #include "topotrain/comm/watchdog.h"
+#include "topotrain/model/dflash_drafter.h"
 #include "topotrain/store/checkpoint_writer.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
@@ -79,9 +80,10 @@ namespace topotrain {
 
 struct SessionSpec {
   NamedParameters parameters;  // on the session's device, identical in shape on every rank
-  // What checkpoints are of: a Qwen3 model (its config is stored) or a named model.
+  // What checkpoints are of: a Qwen3 model (its config is stored) or, when `model` is null,
+  // a DFlash drafter (its settings, its target's config and its final norm are stored).
   const model::ModelConfig* model = nullptr;
-  std::string model_name;  // when `model` is null
+  const model::DFlashDrafterImpl* drafter = nullptr;
   TrainingLength length;
   ProgressConfig progress;
   TrainingState initial;  // a fresh run's state
@@ -185,6 +187,9 @@ class TrainingSession {
 
  private:
   void save_checkpoint();
+  // The checkpoint of `saved` (what snapshot() makes of the spec's model): also what the
+  // writer's buffers are shaped after.
+  CheckpointState checkpoint_of(const TrainingState& saved) const;
   void end_failed_step();
   // Makes the device wait for the last snapshot's copy (if not yet ordered), timed as the
   // checkpoint phase on the stream; agree() calls it before any of the step's optimizer work.

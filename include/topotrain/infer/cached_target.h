@@ -1,0 +1,56 @@
+// A Qwen3 / Qwen3-MoE target that decodes one sequence with a KV cache: each forward runs
+// only the new tokens, at the positions after those already cached, and returns their final
+// hidden states and the outputs of the tap layers a DFlash drafter reads.
+//
+// It composes the model's own pieces (decoder layers' norms, q/k/v projections with q_norm,
+// k_norm and RoPE, output projection, feed-forward or experts, final norm, lm_head), so the
+// function is forward_backbone's: a forward of the whole sequence at once and any split of it
+// into cached chunks agree up to rounding. The first chunk of an empty cache runs the model's
+// causal attention kernel; later chunks attend to the cache with a masked softmax in fp32.
+//
+// Decoding needs no gradients: callers hold a torch::NoGradGuard.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "topotrain/infer/kv_cache.h"
+#include "topotrain/model/qwen3.h"
+
+namespace topotrain::infer {
+
+struct TargetStep {
+  torch::Tensor hidden;  // [n, hidden] after the final norm, compute dtype
+  torch::Tensor taps;    // [n, taps * hidden]: the tap layers' outputs, concatenated in tap
+                         // order; undefined without taps
+};
+
+class CachedTarget {
+ public:
+  // Taps are decoder layer indices as forward_backbone's. The model must outlive this; its
+  // device and compute dtype are read at construction, so place and cast it first.
+  CachedTarget(model::Qwen3CausalLMImpl& model, std::vector<int64_t> taps);
+
+  const model::Qwen3CausalLMImpl& model() const { return model_; }
+  const std::vector<int64_t>& taps() const { return taps_; }
+  int64_t length() const { return cache_.length(); }
+
+  // Runs `tokens` (int64 [n], n >= 1) at positions length()..length()+n-1 over the cache and
+  // appends their keys and values to it.
+  TargetStep forward(const torch::Tensor& tokens);
+  // The greedy next token after each row of `hidden`: argmax of lm_head, int64 [n] on the device.
+  torch::Tensor greedy_tokens(const torch::Tensor& hidden);
+  // Forgets the positions from `length` on (a rejected speculative tail).
+  void crop(int64_t length) { cache_.crop(length); }
+  // Ready for a new sequence; the cache's storage is kept.
+  void clear() { cache_.clear(); }
+
+ private:
+  model::Qwen3CausalLMImpl& model_;
+  std::vector<int64_t> taps_;
+  KvCache cache_;
+};
+
+}  // namespace topotrain::infer
