@@ -111,6 +111,11 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.eval_every", T::integer, std::int64_t{0}, between(0, kIntMax),
        "evaluate the held-out documents every N steps and after the last (0: after the last only); needs "
        "data.eval_path or data.eval_fraction"},
+      {"train.eval_speculate", T::integer, std::int64_t{0}, between(0, kIntMax),
+       "dflash: each held-out evaluation also decodes the first N held-out prompts (before each assistant turn) by "
+       "greedy DFlash speculative decoding on the first drafter, as topotrain-speculate does (real tau, a trivial "
+       "drafter's, target forwards per token, lossless), with the target's weights on that drafter's device; 0: off",
+       "dflash_train"},
       {"train.hang_timeout_s", T::real, 600.0, at_least(0),
        "seconds a rank may wait for the others in a step's collectives before every rank stops with a message "
        "naming the ranks that did not arrive (exit 5); x10 for a process's first step and around checkpoints; 0: off"},

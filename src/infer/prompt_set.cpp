@@ -14,8 +14,9 @@ namespace {
 
 constexpr const char* kJsonlForm = "one prompt per line as {\"tokens\": [ids...]}";
 
-PromptSet dataset_prompts(const std::string& path, int64_t max_prompts) {
-  const data::TokenDataset dataset = data::TokenDataset::load(path);
+}  // namespace
+
+PromptSet dataset_prompts(const data::TokenDataset& dataset, int64_t max_prompts, const std::string& path) {
   if (!dataset.has_loss_mask()) {
     throw ConfigError(cat("dataset '", path, "' has no /loss_mask, so no assistant turn to cut a prompt before: ",
                           "prepare it from chat JSONL (\"messages\") with topotrain-prepare, or give a .jsonl file with ",
@@ -39,6 +40,8 @@ PromptSet dataset_prompts(const std::string& path, int64_t max_prompts) {
   if (turn_ends.size() == 1) set.end_of_turn = *turn_ends.begin();
   return set;
 }
+
+namespace {
 
 PromptSet jsonl_prompts(const std::string& path, int64_t max_prompts) {
   std::ifstream in(path);
@@ -85,7 +88,7 @@ PromptSet read_prompts(const std::string& path, int64_t max_prompts) {
   const std::string extension = file_extension(path);
   PromptSet set;
   if (extension == ".h5") {
-    set = dataset_prompts(path, max_prompts);
+    set = dataset_prompts(data::TokenDataset::load(path), max_prompts, path);
   } else if (extension == ".jsonl") {
     set = jsonl_prompts(path, max_prompts);
   } else {

@@ -120,15 +120,16 @@ double percentile(std::vector<double> values, double p) {
 // RoleReport::draft_quality of `role`: its rows that recorded a tau, in run order, each
 // launch's columns looked up by name (a launch from before the trivial drafters has none).
 RoleReport::DraftQuality draft_quality_of(const StitchedRun& run, const std::string& role) {
-  const char* names[6] = {"tau", "tau_mode", "tau_slot_mode", "eval_tau", "eval_tau_mode", "eval_tau_slot_mode"};
+  const char* names[8] = {"tau",          "tau_mode",           "tau_slot_mode",    "eval_tau",
+                          "eval_tau_mode", "eval_tau_slot_mode", "eval_decoded_tau", "eval_decoded_trivial_tau"};
   std::vector<std::array<double, 3>> steps;  // per drafter step: its three taus, over the role's ranks
   RoleReport::DraftQuality quality;
   std::int64_t last_step = -1;
   for (const StitchedRow& row : run.rows) {
     const TimingsData& data = run.launches[row.launch];
     if (data.roles[static_cast<std::size_t>(run.rank_of(row))] != role) continue;
-    std::array<int, 6> columns{};
-    for (std::size_t i = 0; i < 6; ++i) columns[i] = data.steps.column(names[i]);
+    std::array<int, 8> columns{};
+    for (std::size_t i = 0; i < 8; ++i) columns[i] = data.steps.column(names[i]);
     if (columns[0] < 0 || columns[1] < 0 || columns[2] < 0) continue;  // not a drafter's row, or an older file
     auto at = [&](std::size_t i) { return columns[i] < 0 ? StepMetrics::kUnset : data.steps.at(row.row, columns[i]); };
     if (!std::isfinite(at(0))) continue;
@@ -138,6 +139,10 @@ RoleReport::DraftQuality draft_quality_of(const StitchedRun& run, const std::str
     if (std::isfinite(at(3)) && std::isfinite(at(4)) && std::isfinite(at(5))) {
       quality.eval_step = row.step;
       quality.eval_tau = at(3), quality.eval_tau_mode = at(4), quality.eval_tau_slot_mode = at(5);
+    }
+    if (std::isfinite(at(6)) && std::isfinite(at(7))) {
+      quality.decoded_step = row.step;
+      quality.decoded_tau = at(6), quality.decoded_trivial_tau = at(7);
     }
   }
   const std::size_t first = steps.size() > kDraftQualitySteps ? steps.size() - kDraftQualitySteps : 0;
@@ -370,7 +375,14 @@ std::string format_report(const RunReport& report) {
                       static_cast<long long>(q.eval_step), q.eval_tau, q.eval_tau_mode, q.eval_tau_slot_mode);
         out += line;
       }
-      out += "; teacher-forced, topotrain-speculate measures decoding\n";
+      out += "; teacher-forced";
+      if (q.decoded_step >= 0) {
+        std::snprintf(line, sizeof line, "; by speculative decoding of held-out prompts after step %lld: tau %.2f "
+                      "(trivial drafter %.2f)", static_cast<long long>(q.decoded_step), q.decoded_tau,
+                      q.decoded_trivial_tau);
+        out += line;
+      }
+      out += "\n";
     }
     if (role.p50_no_write > 0) {
       std::snprintf(line, sizeof line,

@@ -15,6 +15,7 @@
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/infer/speculation_run.h"
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
@@ -93,6 +94,9 @@ struct DraftSums {
   }
 };
 constexpr std::size_t kEndedStreamsSum = 4;
+// train.eval_speculate's responses: long enough for several blocks of 16, short enough that a
+// held-out pass of a few prompts stays a pause.
+constexpr std::int64_t kEvalSpeculateTokens = 128;
 constexpr std::size_t kFirstSlotSum = 5;
 
 model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model::DFlashConfig& config,
@@ -169,6 +173,11 @@ class Drafting {
   // streams again after the last batch received. Timed as the step's eval phase; the lead
   // logs the result.
   HeldOutDraftQuality evaluate_held_out();
+  // train.eval_speculate, on the first drafter after a held-out pass: greedy DFlash speculative
+  // decoding of the first prompts of the held-out documents (infer/speculation_run.h), with the
+  // target moved to this drafter's device at the first call (its fp32 weights stay there).
+  // The other drafters wait for it at the next step's agreement. nullopt: no prompt there.
+  std::optional<infer::SpeculationReport> speculate_held_out();
 
   JobContext& context_;
   const RunConfig& config_;
@@ -188,6 +197,8 @@ class Drafting {
   // datasets too, for the training split's length and the held-out set's size.
   bool held_out_ = false;
   std::uint64_t train_samples_ = 0, held_out_documents_ = 0;
+  std::shared_ptr<const data::TokenDataset> held_out_set_;  // with train.eval_speculate
+  model::Qwen3CausalLM target_;  // the whole target, for train.eval_speculate
   std::deque<comm::PackedHiddenBatch> paused_;  // received before a held-out pass, not yet taken
   std::string early_close_;                     // seen by a link a held-out pass replaced
 };
@@ -201,7 +212,8 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
       device_(device),
       me_(context.runtime.rank()),
       drafter_(dflash),
-      token_budget_(context.config.step.token_budget) {
+      token_budget_(context.config.step.token_budget),
+      target_(target) {
   Runtime& runtime = context.runtime;
   // The first drafter prints the drafters' news (progress, checkpoints): the run's log too.
   if (runtime.role_rank() == 0 && me_ != 0) log_run_to_file(config_.run_dir);
@@ -236,6 +248,16 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   }
   if (held_out_) {
     held_out_documents_ = data.held_out->num_samples();
+    if (config_.cadences.eval_speculate > 0) {
+      // Refused now rather than at the first evaluation, steps into the run.
+      if (!data.held_out->has_loss_mask())
+        throw ConfigError(cat("train.eval_speculate = ", config_.cadences.eval_speculate, ": the held-out documents (",
+                              config_.data.eval_path.empty() ? "data.eval_fraction of " + config_.data.path
+                                                             : config_.data.eval_path,
+                              ") have no loss mask, so no assistant turn to cut a prompt before; hold out chat "
+                              "data prepared from \"messages\" (topotrain-prepare), or set train.eval_speculate = 0"));
+      held_out_set_ = data.held_out;
+    }
     // The targets' check of the set, made here too, so that every rank refuses it before
     // one waits on another.
     pack_held_out(data.held_out, config_, token_budget_, 0, static_cast<int>(target_count(topology_)), false);
@@ -478,8 +500,13 @@ std::optional<std::int64_t> Drafting::train_streams() {
       const HeldOutDraftQuality quality = evaluate_held_out();
       report.eval_loss = quality.loss();
       report.eval_draft = quality.draft;
+      if (config_.cadences.eval_speculate > 0 && session.lead())
+        if (const std::optional<infer::SpeculationReport> decoded = speculate_held_out()) {
+          report.eval_decoded_tau = decoded->tau;
+          report.eval_decoded_trivial_tau = decoded->trivial_tau;
+        }
     }
-    set_draft_quality(metrics, report.draft, report.eval_draft);
+    set_draft_quality(metrics, report);
     session.end_step(report, metrics);
   }
   // Whatever is still in flight was never trained on: ask the targets to end their
@@ -531,6 +558,37 @@ HeldOutDraftQuality Drafting::evaluate_held_out() {
                       " s"));
   }
   return quality;
+}
+
+std::optional<infer::SpeculationReport> Drafting::speculate_held_out() {
+  const auto started = std::chrono::steady_clock::now();
+  auto t = session_->scope(Phase::eval);
+  const std::string source =
+      config_.data.eval_path.empty() ? cat(config_.data.path, "'s held-out documents") : config_.data.eval_path;
+  const infer::PromptSet prompts = infer::dataset_prompts(*held_out_set_, config_.cadences.eval_speculate, source);
+  if (prompts.prompts.empty()) {
+    log_warn(cat("train.eval_speculate: ", source, " holds no assistant turn (a run of loss_mask 1 after a "
+                 "document's first token) to decode after; nothing decoded"));
+    return std::nullopt;
+  }
+  infer::SpeculationOptions options;
+  options.target = "target";
+  options.drafter = "drafter";
+  options.prompts = source;
+  options.max_new_tokens = kEvalSpeculateTokens;
+  const infer::SpeculationReport r =
+      infer::run_speculation(*target_, *drafter_, prompts, options, {device_, drafter_->compute_dtype()});
+  log_info_here(cat("held-out speculative decoding after step ", session_->state().step, " (", r.prompts,
+                    " prompts, up to ", kEvalSpeculateTokens, " tokens each): tau ", fixed_point(r.tau, 2),
+                    " (trivial drafter ", fixed_point(r.trivial_tau, 2), "), ",
+                    fixed_point(r.speculative_forwards_per_token(), 3), " target forwards per token (trivial ",
+                    fixed_point(r.trivial_forwards_per_token, 3), "), ",
+                    r.mismatched_prompts == 0 ? std::string("lossless")
+                                              : cat(r.mismatched_prompts, " responses differ from greedy decoding"),
+                    ", in ",
+                    fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),
+                    " s"));
+  return r;
 }
 
 Outcome Drafting::run() {

@@ -26,14 +26,16 @@ StepMetrics row_of(double tokens) {
   return metrics;
 }
 
-void set_draft_quality(StepMetrics& metrics, const DraftQuality& draft, const DraftQuality& eval_draft) {
-  const DraftQuality* sources[2] = {&draft, &eval_draft};
+void set_draft_quality(StepMetrics& metrics, const StepReport& report) {
+  const DraftQuality* sources[2] = {&report.draft, &report.eval_draft};
   for (std::size_t s = 0; s < 2; ++s) {
     if (sources[s]->empty()) continue;
     metrics.extra[3 * s] = sources[s]->tau();
     metrics.extra[3 * s + 1] = sources[s]->mode_tau();
     metrics.extra[3 * s + 2] = sources[s]->slot_mode_tau();
   }
+  if (report.eval_decoded_tau) metrics.extra[6] = *report.eval_decoded_tau;
+  if (report.eval_decoded_trivial_tau) metrics.extra[7] = *report.eval_decoded_trivial_tau;
 }
 
 double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device) {

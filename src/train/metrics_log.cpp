@@ -15,7 +15,7 @@ const std::vector<std::string> kMetricsKeys = {
     "lr",          "grad_norm",    "step_seconds",  "tokens_per_s", "memory_bytes", "collectives",
     "skipped",     "mfu",          "aux_loss",      "peak_expert_load", "starved_seconds", "tau",
     "draft_accuracy", "tau_mode",  "tau_slot_mode", "eval_loss", "eval_tau", "eval_draft_accuracy",
-    "eval_tau_mode", "eval_tau_slot_mode"};
+    "eval_tau_mode", "eval_tau_slot_mode", "eval_decoded_tau", "eval_decoded_trivial_tau"};
 
 namespace {
 

@@ -134,10 +134,11 @@ DataConfig held_out_config_from(const Settings& settings, DataConfig data) {
   if (!data.eval_path.empty() && data.eval_fraction > 0)
     throw ConfigError(cat("data.eval_path (", settings.origin("data.eval_path"), ") and data.eval_fraction (",
                           settings.origin("data.eval_fraction"), ") both name held-out documents: keep one"));
-  if (settings.integer("train.eval_every") > 0 && !data.has_eval())
-    throw ConfigError(cat("train.eval_every = ", settings.integer("train.eval_every"), " (",
-                          settings.origin("train.eval_every"), ") has nothing to evaluate: set data.eval_path to a "
-                          "held-out dataset or data.eval_fraction to the share of data.path to hold out"));
+  for (const char* key : {"train.eval_every", "train.eval_speculate"})
+    if (settings.integer(key) > 0 && !data.has_eval())
+      throw ConfigError(cat(key, " = ", settings.integer(key), " (", settings.origin(key),
+                            ") has nothing to evaluate: set data.eval_path to a held-out dataset or data.eval_fraction "
+                            "to the share of data.path to hold out"));
   return data;
 }
 
@@ -229,6 +230,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.profile = {s.integer("log.profile_step"), s.integer("log.profile_steps"), s.boolean("log.profile_host")};
   cadences.log_samples = s.boolean("log.samples");
   cadences.eval_every = s.integer("train.eval_every");
+  cadences.eval_speculate = s.integer("train.eval_speculate");
   cadences.tensorboard = s.boolean("log.tensorboard");
   config.log_level = parse_log_level(s.string("log.level"));
   config.log_all_ranks = s.boolean("log.all_ranks");

@@ -34,6 +34,8 @@ std::vector<StepValue> step_values(const StepReport& report, std::int64_t tokens
   };
   add_draft("", report.draft);
   add_draft("eval_", report.eval_draft);
+  if (report.eval_decoded_tau) values.push_back({"eval_decoded_tau", *report.eval_decoded_tau});
+  if (report.eval_decoded_trivial_tau) values.push_back({"eval_decoded_trivial_tau", *report.eval_decoded_trivial_tau});
   return values;
 }
 

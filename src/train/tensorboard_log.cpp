@@ -34,6 +34,8 @@ const std::vector<std::pair<std::string, std::string>> kValueTags = {
     {"eval_tau", "eval/tau"},
     {"eval_tau_mode", "eval/tau_mode"},
     {"eval_tau_slot_mode", "eval/tau_slot_mode"},
+    {"eval_decoded_tau", "eval/decoded_tau"},
+    {"eval_decoded_trivial_tau", "eval/decoded_trivial_tau"},
     {"draft_accuracy", "draft/accuracy"},            // per slot: draft/accuracy/<slot>
     {"eval_draft_accuracy", "eval/draft_accuracy"},  // per slot: eval/draft_accuracy/<slot>
 };

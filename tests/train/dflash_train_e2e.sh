@@ -48,6 +48,11 @@
 #                                        the data on 2 targets -> 2 drafters evaluates every 3 steps and after
 #                                        its last, and every batch sent is trained once (what an evaluation
 #                                        paused is not sent again); a resume holding out another share is refused
+#   dflash_train_e2e.sh BIN_DIR speculate train.eval_speculate = 3 with held-out chat documents
+#                                        (data/chat_demo.py): after each held-out pass the first drafter
+#                                        decodes 3 held-out prompts by speculative decoding, lossless, and
+#                                        logs the real and a trivial drafter's tau, which metrics.jsonl and
+#                                        topotrain-report carry; without held-out documents it is refused
 #   dflash_train_e2e.sh BIN_DIR auto     train.token_budget = "auto": a limit no stage fits is refused on every
 #                                        rank; under one that fits, targets and drafter each log their measure
 #                                        and the stream packs with the smaller stage's budget, training bit for
@@ -303,6 +308,29 @@ recommend)
   # The recommended split moves throughput the predicted way, within 30% of the predicted ratio.
   awk -v a="$after" -v b="$before" -v p="$predicted" 'BEGIN { r = a / b / p; exit !(r >= 0.7 && r <= 1.3) }' ||
     { echo "measured speedup not within 30% of the predicted x$predicted"; exit 1; }
+  ;;
+speculate)
+  python3 data/chat_demo.py 3 12 > "$work/chat.jsonl"
+  "$bin/topotrain-prepare" -q -o "$work/chat.h5" "$work/chat.jsonl" >/dev/null
+  train 1 spec --set data.eval_path="$work/chat.h5" --set train.eval_every=3 --set train.max_steps=6 \
+    --set train.eval_speculate=3 || { cat "$work/spec.log"; exit 1; }
+  for step in 3 6; do
+    grep -Eq "\[rank 1 drafter\] held-out speculative decoding after step $step \(3 prompts, up to 128 tokens each\): tau [0-9.]+ \(trivial drafter [0-9.]+\), [0-9.]+ target forwards per token \(trivial [0-9.]+\), lossless, in [0-9.]+ s" \
+      "$work/spec.log" || { grep "held-out" "$work/spec.log"; echo "no lossless speculative decoding after step $step"; exit 1; }
+  done
+  [[ $(grep -c '"eval_decoded_tau"' "$work/spec/metrics.jsonl") == 2 ]] || { cat "$work/spec/metrics.jsonl"; exit 1; }
+  "$bin/topotrain-report" "$work/spec" > "$work/spec-report.txt"
+  grep -Eq "by speculative decoding of held-out prompts after step 6: tau [0-9.]+ \(trivial drafter [0-9.]+\)" \
+    "$work/spec-report.txt" || { cat "$work/spec-report.txt"; exit 1; }
+  # Nothing held out: nothing to decode, refused before any rank starts.
+  if train 1 refused --set train.eval_speculate=3; then echo "train.eval_speculate without held-out documents ran"; exit 1; fi
+  grep -q "train.eval_speculate = 3 (--set) has nothing to evaluate" "$work/refused.log" || { cat "$work/refused.log"; exit 1; }
+  # Held-out documents without a loss mask have no prompt to cut: refused at the start too.
+  if train 1 unmasked --set train.eval_speculate=3 --set data.eval_fraction=0.1; then
+    echo "train.eval_speculate on unmasked held-out documents ran"; exit 1
+  fi
+  grep -q "train.eval_speculate = 3: the held-out documents (data.eval_fraction of $work/small.h5) have no loss mask" \
+    "$work/unmasked.log" || { cat "$work/unmasked.log"; exit 1; }
   ;;
 eval)
   # A few paragraphs of another text as the held-out documents; round-robin fan-in makes

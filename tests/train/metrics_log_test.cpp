@@ -97,6 +97,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
     draft.starved_seconds = 0.1;
     draft.eval_loss = 2.5;
     draft.eval_draft = {{0, 2, 1}, {0, 4, 2}, {0, 1, 1}, {0, 2, 2}};
+    draft.eval_decoded_tau = 2.5;
+    draft.eval_decoded_trivial_tau = 1.25;
     record(log, draft, 2000, false);
   }
   const auto lines = lines_of(join_path(dir, kMetricsFileName));
@@ -114,6 +116,8 @@ TEST(MetricsLog, LaunchesAppendAndEveryKeyIsListed) {
   EXPECT_DOUBLE_EQ(lines[2]["tau_slot_mode"].get<double>(), 1 + 0.5 + 0.5 * 0.75);
   EXPECT_DOUBLE_EQ(lines[2]["eval_tau_mode"].get<double>(), 1 + 0.25 + 0.25 * 0.5);
   EXPECT_DOUBLE_EQ(lines[2]["eval_tau_slot_mode"].get<double>(), 1 + 0.5 + 0.5);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_decoded_tau"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(lines[2]["eval_decoded_trivial_tau"].get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(lines[2]["eval_loss"].get<double>(), 2.5);
   EXPECT_FALSE(lines[0].contains("eval_loss"));  // only on the steps that evaluated
   ASSERT_EQ(lines[2]["eval_draft_accuracy"].size(), 2u);

@@ -34,6 +34,8 @@ StepReport full_report() {
   report.eval_loss = 2.5;
   report.draft = {{4, 3, 1}, {4, 4, 4}, {4, 2, 1}, {4, 2, 2}};
   report.eval_draft = {{0, 1, 1}, {0, 2, 4}, {0, 1, 1}, {0, 1, 2}};
+  report.eval_decoded_tau = 2.5;
+  report.eval_decoded_trivial_tau = 1.25;
   return report;
 }
 

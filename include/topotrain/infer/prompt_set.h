@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "topotrain/data/token_dataset.h"
+
 namespace topotrain::infer {
 
 struct Prompt {
@@ -32,6 +34,9 @@ struct PromptSet {
 
 // The first `max_prompts` prompts of the file, in file order; at least one.
 PromptSet read_prompts(const std::string& path, int64_t max_prompts);
+// The first `max_prompts` prompts of a dataset already loaded (none when it holds no assistant
+// turn); `path` names it in errors and origins.
+PromptSet dataset_prompts(const data::TokenDataset& dataset, int64_t max_prompts, const std::string& path);
 
 // Refuses a token id at or above `vocab_size` (the target's, named by `target`).
 void check_prompt_vocabulary(const PromptSet& set, int64_t vocab_size, const std::string& target);

@@ -83,6 +83,10 @@ struct RoleReport {
     double tau = 0, tau_mode = 0, tau_slot_mode = 0;
     std::int64_t eval_step = -1;  // -1: never evaluated
     double eval_tau = 0, eval_tau_mode = 0, eval_tau_slot_mode = 0;
+    // The last held-out speculative decoding (train.eval_speculate): tau of the drafter and of
+    // a trivial drafter by real decoding; step -1: none.
+    std::int64_t decoded_step = -1;
+    double decoded_tau = 0, decoded_trivial_tau = 0;
   };
   DraftQuality draft_quality;
 

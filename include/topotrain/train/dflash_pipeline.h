@@ -12,8 +12,8 @@
 #include "topotrain/core/topology.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/budget_probe.h"
-#include "topotrain/train/draft_quality.h"
 #include "topotrain/train/job.h"
+#include "topotrain/train/progress.h"
 
 namespace topotrain {
 
@@ -21,15 +21,18 @@ namespace topotrain {
 comm::LinkConfig link_config(const Topology& topology, const Device& device);
 
 // Both roles write the same columns: the drafter's acceptance length of each step and the
-// trivial drafters' on the same slots (draft_quality.h) and, on the steps that evaluated the
-// held-out documents, the same three over them, as extra fields, unset on target rows.
-inline const std::vector<std::string> kPipelineExtraFields = {"tau",      "tau_mode",      "tau_slot_mode",
-                                                              "eval_tau", "eval_tau_mode", "eval_tau_slot_mode"};
+// trivial drafters' on the same slots (draft_quality.h), on the steps that evaluated the
+// held-out documents the same three over them, and on those that also decoded held-out prompts
+// (train.eval_speculate) the real and the trivial drafter's tau, as extra fields, unset on
+// target rows.
+inline const std::vector<std::string> kPipelineExtraFields = {
+    "tau",           "tau_mode", "tau_slot_mode", "eval_tau", "eval_tau_mode", "eval_tau_slot_mode",
+    "eval_decoded_tau", "eval_decoded_trivial_tau"};
 TimingLogConfig pipeline_timing_config(const RunConfig& run, const torch::Device& device);
 StepMetrics row_of(double tokens);
-// Fills a drafter row's extra fields from the step's draft quality and, where it evaluated,
-// the held-out one (an empty DraftQuality leaves its fields unset).
-void set_draft_quality(StepMetrics& metrics, const DraftQuality& draft, const DraftQuality& eval_draft);
+// Fills a drafter row's extra fields from the step's report (what it did not measure stays
+// unset).
+void set_draft_quality(StepMetrics& metrics, const StepReport& report);
 
 // The bytes of one token's hidden states on the link: [taps (+ final hidden)] columns in
 // the dtype the targets compute in.

@@ -48,6 +48,9 @@ struct StepReport {
   // The same over the held-out documents, on a step that evaluated them (eval_loss is
   // then the drafter's held-out loss). Empty: not evaluated.
   DraftQuality eval_draft;
+  // On the first drafter's evaluating steps with train.eval_speculate: the tau of greedy
+  // speculative decoding of held-out prompts, and a trivial drafter's on the same prompts.
+  std::optional<double> eval_decoded_tau, eval_decoded_trivial_tau;
 };
 
 struct ProgressConfig {

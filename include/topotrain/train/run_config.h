@@ -80,6 +80,7 @@ struct Cadences {
   ProfileRequest profile;              // log.profile_step, log.profile_steps, log.profile_host
   bool log_samples = false;            // log.samples
   std::int64_t eval_every = 0;         // train.eval_every: held-out evaluation every N steps; 0: after the last only
+  std::int64_t eval_speculate = 0;     // train.eval_speculate: held-out prompts a drafter's evaluation decodes
   bool tensorboard = false;            // log.tensorboard: the lead's TensorBoard event files
 };
 

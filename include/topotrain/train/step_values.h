@@ -11,7 +11,8 @@
 //   (the trivial drafters' tau on the same slots, draft_quality.h), eval_loss (the held-out
 //   loss, on the steps that evaluate it), and on a drafter's evaluating steps eval_tau,
 //   eval_draft_accuracy, eval_tau_mode and eval_tau_slot_mode (the same over the held-out
-//   documents).
+//   documents), and with train.eval_speculate eval_decoded_tau and eval_decoded_trivial_tau
+//   (greedy speculative decoding of held-out prompts, and a trivial drafter's).
 // A value may be any double, NaN included (the loss of a skipped step): each log says
 // what it makes of one that is not finite.
 #pragma once
