@@ -151,7 +151,7 @@ parity() {
 
 speculate() {
   "$bin/topotrain-speculate" --target "$work/target-hf" --drafter "$work/drafter-hf" --prompts "$work/held-out.h5" \
-    --num-prompts "$prompts" --max-new-tokens "$max_new" --stop-token 258 --device "$device" --dtype "$dtype" \
+    --num-prompts "$prompts" --max-new-tokens "$max_new" --device "$device" --dtype "$dtype" \
     --json "$OUT/speculate.json" | tee "$work/speculate.txt"
 }
 
