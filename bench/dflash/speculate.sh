@@ -161,7 +161,7 @@ speculate() {
   if [[ $device == cuda ]]; then
     echo "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   else
-    echo "device: CPU ranks ($(nproc) cores)"
+    echo "device: CPU ranks ($(nproc --all) cores)"
   fi
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' \
     2>/dev/null || echo "python3 cannot import torch and transformers here"

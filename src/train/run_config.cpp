@@ -127,14 +127,17 @@ std::string run_directory(const RunFile& run) {
   return s.string("checkpoint.dir") + "/" + name;
 }
 
-// data.eval_path or data.eval_fraction, never both; train.eval_every only with one of them.
-DataConfig held_out_config_from(const Settings& settings, DataConfig data) {
+// data.eval_path or data.eval_fraction, never both; train.eval_every (and dflash_train's
+// train.eval_speculate) only with one of them.
+DataConfig held_out_config_from(const Settings& settings, DataConfig data, const std::string& job) {
   if (settings.has("data.eval_path")) data.eval_path = settings.string("data.eval_path");
   data.eval_fraction = settings.real("data.eval_fraction");
   if (!data.eval_path.empty() && data.eval_fraction > 0)
     throw ConfigError(cat("data.eval_path (", settings.origin("data.eval_path"), ") and data.eval_fraction (",
                           settings.origin("data.eval_fraction"), ") both name held-out documents: keep one"));
-  for (const char* key : {"train.eval_every", "train.eval_speculate"})
+  std::vector<std::string> keys = {"train.eval_every"};
+  if (job == "dflash_train") keys.push_back("train.eval_speculate");
+  for (const std::string& key : keys)
     if (settings.integer(key) > 0 && !data.has_eval())
       throw ConfigError(cat(key, " = ", settings.integer(key), " (", settings.origin(key),
                             ") has nothing to evaluate: set data.eval_path to a held-out dataset or data.eval_fraction "
@@ -202,7 +205,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.data.path = s.has("data.path") ? s.string("data.path") : TOPOTRAIN_DEMO_DATASET;
   config.data.long_samples = data::parse_long_sample_policy(s.string("data.long_samples"));
   config.data.prefetch = static_cast<std::size_t>(s.integer("data.prefetch"));
-  config.data = held_out_config_from(s, config.data);
+  config.data = held_out_config_from(s, config.data, job);
 
   config.length = length_config_from(s);
   config.lr = LrConfig{s.real("train.lr"), s.real("train.min_lr_ratio"), s.real("train.warmup")};
@@ -230,7 +233,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   cadences.profile = {s.integer("log.profile_step"), s.integer("log.profile_steps"), s.boolean("log.profile_host")};
   cadences.log_samples = s.boolean("log.samples");
   cadences.eval_every = s.integer("train.eval_every");
-  cadences.eval_speculate = s.integer("train.eval_speculate");
+  if (job == "dflash_train") cadences.eval_speculate = s.integer("train.eval_speculate");
   cadences.tensorboard = s.boolean("log.tensorboard");
   config.log_level = parse_log_level(s.string("log.level"));
   config.log_all_ranks = s.boolean("log.all_ranks");
