@@ -9,8 +9,9 @@
 #               trained TARGET_STEPS steps by moe_train, exported by topotrain-export (fp32)
 #   3. drafter  dflash_train against that checkpoint for DRAFTER_STEPS steps (5 layers, block
 #               16), target and drafter ranks both on GPU 0 (1t1d), KL loss (the drafter learns
-#               the target's own choices, which greedy speculation verifies), exported by
-#               topotrain-export
+#               the target's own choices, which greedy speculation verifies), evaluated after
+#               its last step on the held-out file, with train.eval_speculate = 8 (speculative
+#               decoding inside the trainer), exported by topotrain-export
 #   4. parity   drafter_logits (topotrain's drafter through the training path, fp32 and bf16)
 #               and export_parity.py (transformers' Qwen3 target, the draft forward written
 #               again on transformers' Qwen3 modules from the exported folders) on one
@@ -130,7 +131,7 @@ train_drafter() {
     --set data.path="$work/train.h5" --set train.token_budget="$budget" --set train.max_steps="$drafter_steps" \
     --set train.schedule=steps --set train.epochs=1000 --set train.lr=1e-3 --set train.loss=kl --set log.every=20 \
     --set checkpoint.every_steps=0 --set checkpoint.dir="$work" --set checkpoint.run=drafter \
-    "${drafter_shape[@]}" &&
+    --set data.eval_path="$work/held-out.h5" --set train.eval_speculate=8 "${drafter_shape[@]}" &&
     "$bin/topotrain-export" "$work/drafter" "$work/drafter-hf" --dtype fp32
 }
 
@@ -184,6 +185,7 @@ speculate() {
   printf '\n## Training (last progress lines)\n\n```\n'
   grep -E "\[rank 0 trainer\] step|\[rank 1 drafter\] step" "$log" | sed 's/^[0-9-]* [0-9:]* //' |
     awk '/trainer/ {t = $0} /drafter/ {d = $0} END {print t; print d}'
+  grep -E "\[rank 1 drafter\] held-out" "$log" | sed 's/^[0-9-]* [0-9:]* //'
   echo '```'
   if [[ -f $work/parity.txt ]]; then
     printf '\n## Parity (export_parity.py)\n\n```\n'; cat "$work/parity.txt"; echo '```'
