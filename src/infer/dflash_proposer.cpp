@@ -58,23 +58,16 @@ torch::Tensor DFlashProposer::block_hidden(int64_t next) {
   block[0] = next;
   const auto positions = torch::arange(start, start + B, options.dtype(torch::kInt64));
   const auto rotary = model::rotary_tables(positions, c.head_dim, c.rope_theta, drafter_.compute_dtype());
-  const auto blocks = one_block(B, start);
   // One block, so no chunk needs padding to more blocks for cuDNN's plans to repeat.
   auto attention = drafter_.attention_options();
   attention.max_sdpa_chunk_blocks = 1;
-  model::ResidualStream stream{torch::embedding(drafter_.target_embed_tokens, block).to(drafter_.compute_dtype()), {}};
-  for (size_t i = 0; i < drafter_.layers->size(); ++i) {
-    auto& layer = *drafter_.layers->ptr<model::DecoderLayerImpl>(i);
-    auto& attn = *layer.self_attn;
-    auto [x, normed] = model::normed_stream(stream, layer.input_layernorm);
-    auto queries = attn.project_queries(normed, rotary);
-    auto block_kv = attn.project_keys_values(normed, rotary);
-    const auto context = cache_.rows(static_cast<int64_t>(i));
-    auto attended = model::dflash_attention(queries, context.keys, context.values, block_kv.keys, block_kv.values,
-                                            blocks, attn.scale(), attention);
-    stream = layer.feed_forward(x, attn.project_output(attended), model::ExpertBackend::sorted_loop, nullptr);
-  }
-  return stream.value();
+  return drafter_.draft_layers(
+      block, rotary, one_block(B, start),
+      [&](size_t layer, model::AttentionImpl&) {
+        const auto context = cache_.rows(static_cast<int64_t>(layer));
+        return model::AttentionImpl::KeysValues{context.keys, context.values};
+      },
+      attention);
 }
 
 torch::Tensor DFlashProposer::block_logits(int64_t next) {

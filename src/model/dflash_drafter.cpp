@@ -137,17 +137,25 @@ torch::Tensor DFlashDrafterImpl::forward_blocks(const DFlashBatch& batch, const 
   auto block_positions = (batch.packed.positions.index_select(0, anchors).unsqueeze(1) + slots).reshape({n * B});
   const RotaryTables block_rotary = rotary_tables(block_positions, c.head_dim, c.rope_theta, compute_dtype_);
 
-  const DFlashAttentionOptions attention = attention_options();
-  ResidualStream stream{torch::embedding(target_embed_tokens, block_tokens.reshape({n * B})).to(compute_dtype_), {}};
+  return draft_layers(
+      block_tokens.reshape({n * B}), block_rotary, blocks,
+      [&](size_t, AttentionImpl& attn) { return attn.project_keys_values(context, context_rotary); },
+      attention_options());
+}
+
+torch::Tensor DFlashDrafterImpl::draft_layers(const torch::Tensor& block_tokens, const RotaryTables& block_rotary,
+                                              const DFlashBlocks& blocks, const ContextKeysValues& context_kv,
+                                              const DFlashAttentionOptions& attention) {
+  ResidualStream stream{torch::embedding(target_embed_tokens, block_tokens).to(compute_dtype_), {}};
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers->ptr<DecoderLayerImpl>(i);
     auto& attn = *layer.self_attn;
     auto [x, normed] = normed_stream(stream, layer.input_layernorm);
     auto queries = attn.project_queries(normed, block_rotary);
     auto block_kv = attn.project_keys_values(normed, block_rotary);
-    auto context_kv = attn.project_keys_values(context, context_rotary);
-    auto attended = dflash_attention(queries, context_kv.keys, context_kv.values, block_kv.keys, block_kv.values,
-                                     blocks, attn.scale(), attention);
+    const AttentionImpl::KeysValues context = context_kv(i, attn);
+    auto attended = dflash_attention(queries, context.keys, context.values, block_kv.keys, block_kv.values, blocks,
+                                     attn.scale(), attention);
     stream = layer.feed_forward(x, attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
   }
   return stream.value();

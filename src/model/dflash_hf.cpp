@@ -57,6 +57,15 @@ std::string not_a_drafter(const json& doc, const std::string& file) {
              "\"] (topotrain-export of a dflash_train run writes one), a drafter checkpoint or its run directory");
 }
 
+// A config.json document whose architectures list names a DFlash drafter.
+bool lists_dflash_architecture(const json& doc) {
+  const auto architectures = doc.find("architectures");
+  if (architectures == doc.end() || !architectures->is_array()) return false;
+  for (const json& architecture : *architectures)
+    if (architecture == kDFlashArchitecture) return true;
+  return false;
+}
+
 NamedTensors drafter_views(DFlashDrafterImpl& drafter) {
   NamedTensors views;
   for (const auto& item : drafter.named_parameters()) views.emplace_back(item.key(), item.value());
@@ -71,10 +80,7 @@ bool is_dflash_hf_folder(const std::string& path) {
   if (!is_regular_file(file)) return false;
   std::ifstream in(file);
   const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!doc.is_object() || !doc.contains("architectures") || !doc.at("architectures").is_array()) return false;
-  for (const json& architecture : doc.at("architectures"))
-    if (architecture == kDFlashArchitecture) return true;
-  return false;
+  return doc.is_object() && lists_dflash_architecture(doc);
 }
 
 std::string dflash_config_json(const DFlashConfig& config, const std::string& dtype) {
@@ -106,11 +112,7 @@ DFlashConfig read_dflash_hf_config(const std::string& path) {
                           "safetensors (topotrain-export of a dflash_train run writes one)"));
   json doc = read_json(file);
   if (!doc.is_object()) throw ConfigError(cat(file, ": expected a JSON object"));
-  const auto architectures = doc.find("architectures");
-  bool drafter = false;
-  if (architectures != doc.end() && architectures->is_array())
-    for (const json& architecture : *architectures) drafter |= architecture == kDFlashArchitecture;
-  if (!drafter) throw ConfigError(not_a_drafter(doc, file));
+  if (!lists_dflash_architecture(doc)) throw ConfigError(not_a_drafter(doc, file));
 
   DFlashConfig config;
   config.source = file;

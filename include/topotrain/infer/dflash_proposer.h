@@ -6,8 +6,9 @@
 // bidirectionally, and reads the argmax of the target's final norm and lm_head at slots
 // 1..B-1. The block's own keys and values are not kept.
 //
-// So the proposal at `start` is what DFlashDrafterImpl::forward_blocks computes for a block
-// anchored at row `start` of the same sequence and tap states (tests/infer checks it).
+// The draft layers are DFlashDrafterImpl::draft_layers, the loop forward_blocks runs, with the
+// cache as each layer's context: the proposal at `start` is what forward_blocks computes for a
+// block anchored at row `start` of the same sequence and tap states (tests/infer checks it).
 // Callers hold a torch::NoGradGuard.
 #pragma once
 

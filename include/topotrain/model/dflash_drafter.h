@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -79,6 +80,15 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // The drafter's last hidden states of every block slot, [blocks * B, H], before the
   // final norm.
   torch::Tensor forward_blocks(const DFlashBatch& batch, const DFlashBlocks& blocks);
+  // The draft layers over the blocks, what forward_blocks and a decoder's proposals
+  // (infer/dflash_proposer.h) share: `block_tokens` int64 [blocks * B] (anchor, then mask
+  // tokens) at `block_rotary`'s positions, each layer's context keys and values from
+  // `context_kv(layer index, that layer's attention)`, the mask as `blocks` lays it out.
+  // Returns the last hidden states [blocks * B, H], before the final norm.
+  using ContextKeysValues = std::function<AttentionImpl::KeysValues(size_t layer, AttentionImpl& attention)>;
+  torch::Tensor draft_layers(const torch::Tensor& block_tokens, const RotaryTables& block_rotary,
+                             const DFlashBlocks& blocks, const ContextKeysValues& context_kv,
+                             const DFlashAttentionOptions& attention);
   // forward_blocks, then the loss and the per-slot metrics at the valid slots only.
   DFlashStepOutput forward(const DFlashBatch& batch, const DFlashBlocks& blocks);
 
