@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
   std::string format = "auto", split = "file";
   bool quiet = false;
   CLI::App app{"topotrain-prepare: tokenize text or JSONL files into a dataset file (HDF5)", "topotrain-prepare"};
-  app.add_option("inputs", config.inputs, "text files, or JSONL files with a \"text\" or \"messages\" field")
+  app.add_option("inputs", config.inputs,
+                 "text files, or JSONL files of \"text\", \"messages\", ShareGPT \"conversations\", "
+                 "\"prompt\"/\"completion\" or Alpaca \"instruction\"/\"input\"/\"output\" records")
       ->required();
   app.add_option("-o,--output", config.output, "dataset file to write, e.g. data/train.h5")->required();
   app.add_option("-t,--tokenizer", config.tokenizer, "\"byte\" (built in) or the path of a HF tokenizer.json")

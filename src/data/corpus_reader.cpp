@@ -5,6 +5,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/data/binary_input.h"
 
 namespace topotrain::data {
 namespace {
@@ -24,6 +25,12 @@ CorpusReader::CorpusReader(std::vector<std::string> inputs, InputFormat format, 
       throw ConfigError(cat("cannot read input '", path, "': ", e.code().message()));
     }
     if (!is_regular_file(path)) throw ConfigError(cat("cannot read input '", path, "': not a regular file"));
+    // Every input is checked before anything is read or written: a Parquet shard among
+    // JSONL files is refused before the hours of tokenizing the others.
+    char head[8] = {};
+    std::ifstream in(path, std::ios::binary);
+    in.read(head, sizeof head);
+    refuse_binary_container(path, std::string_view(head, static_cast<size_t>(in.gcount())));
     total_bytes_ += size;
   }
 }
@@ -39,6 +46,7 @@ void CorpusReader::read_text_file(const std::string& path) {
   std::ostringstream content;
   content << in.rdbuf();
   const std::string text = content.str();
+  refuse_nul_bytes(path, 1, text);
   bytes_read_ += text.size();
   if (split_ == TextSplit::file) {
     if (!blank(text)) pending_.push_back(RawDocument{text, false, path});
@@ -85,6 +93,7 @@ bool CorpusReader::next_batch(std::vector<RawDocument>& batch, size_t max_bytes)
       std::string line;
       if (std::getline(jsonl_, line)) {
         ++jsonl_line_;
+        refuse_nul_bytes(jsonl_path_, jsonl_line_, line);
         bytes_read_ += line.size() + 1;
         bytes += line.size() + 1;
         if (!blank(line)) pending_.push_back(RawDocument{std::move(line), true, cat(jsonl_path_, ":", jsonl_line_)});

@@ -8,12 +8,14 @@
 #include <deque>
 #include <future>
 #include <optional>
+#include <system_error>
 #include <thread>
 
 #include "topotrain/core/error.h"
-#include "topotrain/data/chat_conversation.h"
+#include "topotrain/core/files.h"
 #include "topotrain/data/chat_template.h"
 #include "topotrain/data/document_encoder.h"
+#include "topotrain/data/jsonl_record.h"
 #include "topotrain/data/tokenizer.h"
 
 namespace topotrain::data {
@@ -64,22 +66,14 @@ bool encode_document(const Tokenizer& tokenizer, const ChatRendering& chat, cons
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(cat(doc.origin, ": ", json_parse_detail(e)));
   }
-  if (!j.is_object()) {
-    throw ConfigError(cat(doc.origin, ": a JSONL line must be a JSON object ({\"text\": ...} or {\"messages\": "
-                          "[...]}), not ", j.type_name()));
-  }
-  if (j.contains("messages")) {
-    const ChatConversation conversation = parse_chat_conversation(j, doc.origin);
+  const JsonlRecord record = read_jsonl_record(j, doc.origin);
+  if (record.chat) {
     if (!chat.chat_template) throw ConfigError(cat(doc.origin, ": chat data, but ", chat.refusal));
-    encode_chat_document(tokenizer, chat.chat_template->render(conversation, doc.origin), out);
+    encode_chat_document(tokenizer, chat.chat_template->render(record.conversation, doc.origin), out);
     return true;
   }
-  if (j.contains("text") && j["text"].is_string()) {
-    const std::string text = j["text"].get<std::string>();
-    if (text.find_first_not_of(" \t\r\n") != std::string::npos) encode_text_document(tokenizer, text, out);
-    return false;
-  }
-  throw ConfigError(cat(doc.origin, ": a JSONL line needs a \"text\" string or a \"messages\" list"));
+  if (record.text.find_first_not_of(" \t\r\n") != std::string::npos) encode_text_document(tokenizer, record.text, out);
+  return false;
 }
 
 TokenizedBatch tokenize(const Tokenizer& tokenizer, const ChatRendering& chat, const std::vector<RawDocument>& docs) {
@@ -133,6 +127,12 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
     chat.refusal = e.what();
   }
   CorpusReader reader(config.inputs, config.format, config.split);
+  // After the inputs are checked, so that a refused input leaves no new folder behind.
+  try {
+    make_directories(parent_directory(config.output));
+  } catch (const std::system_error& e) {
+    throw ConfigError(cat("cannot write '", config.output, "': ", e.what()));
+  }
   TokenDatasetWriter writer(config.output, tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->description(),
                             config.write);
   const size_t workers = config.threads > 0 ? size_t(config.threads) : std::max(1u, std::thread::hardware_concurrency());

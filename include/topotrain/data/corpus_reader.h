@@ -2,7 +2,9 @@
 //
 // Text files: one document per file (TextSplit::file) or one per paragraph, paragraphs
 // being separated by blank lines (TextSplit::paragraph). JSONL files (.jsonl, or any file
-// with InputFormat::jsonl): one document per non-empty line, parsed by the workers.
+// with InputFormat::jsonl): one document per non-empty line, parsed by the workers
+// (jsonl_record.h). Binary input is refused before it reaches a tokenizer (binary_input.h):
+// every input's magic number when the reader is made, NUL bytes as the text is read.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@ struct RawDocument {
 
 class CorpusReader {
  public:
-  // Throws ConfigError naming the first input that cannot be read.
+  // Throws ConfigError naming the first input that cannot be read or is a binary container.
   CorpusReader(std::vector<std::string> inputs, InputFormat format, TextSplit split);
 
   // Replaces `batch` with the next documents, about max_bytes of them; returns false when
