@@ -180,14 +180,21 @@ LengthConfig length_config_from(const Settings& settings) {
   length.max_steps = settings.integer("train.max_steps");
   length.max_tokens = settings.integer("train.max_tokens");
   length.epochs = settings.integer("train.epochs");
-  if (settings.string("train.schedule") == "steps") {
+  const std::string& schedule = settings.string("train.schedule");
+  if (schedule == "steps") {
     if (length.max_steps == 0)
       throw ConfigError(cat("train.schedule = \"steps\" (", settings.origin("train.schedule"),
                             ") needs the schedule's length: set train.max_steps > 0, or use train.schedule = "
-                            "\"tokens\""));
-    length.clock = ScheduleClock::steps;
+                            "\"run\""));
+    length.schedule = ScheduleLength::steps;
+  } else if (schedule == "tokens") {
+    length.schedule = ScheduleLength::tokens;
   }
   return length;
+}
+
+LrConfig lr_config_from(const Settings& settings) {
+  return LrConfig{settings.real("train.lr"), settings.real("train.min_lr_ratio"), settings.real("train.warmup")};
 }
 
 RunConfig read_run_config(const RunFile& run, const std::string& job) {
@@ -208,7 +215,7 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   config.data = held_out_config_from(s, config.data, job);
 
   config.length = length_config_from(s);
-  config.lr = LrConfig{s.real("train.lr"), s.real("train.min_lr_ratio"), s.real("train.warmup")};
+  config.lr = lr_config_from(s);
   config.adamw = AdamWConfig{s.real("train.beta1"), s.real("train.beta2"), s.real("train.eps"),
                              s.real("train.weight_decay")};
   config.reducer.bucket_mb = s.real("train.bucket_mb");

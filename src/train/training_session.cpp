@@ -28,8 +28,11 @@ bool is_device_work(Phase phase) {
 }
 
 // What a resumed launch changed of the settings its checkpoint `path` was saved with, on one
-// line: a forgotten --set (another train.lr) shows there, beside the intended ones.
-void log_changed_settings(const std::string& path, const std::string& saved_toml, const Settings& now) {
+// line: a forgotten --set (another train.lr) shows there, beside the intended ones. Where
+// that moves the LR (another length of the schedule: more epochs, another max_steps), a
+// second line gives the LR at the resumed step under the old schedule and the new one.
+void log_changed_settings(const std::string& path, const std::string& saved_toml, const JobContext& context,
+                          const TrainingLength& length, const TrainingState& state) {
   Settings saved;
   try {
     merge_settings(saved_toml, path + "'s settings", saved);
@@ -37,8 +40,16 @@ void log_changed_settings(const std::string& path, const std::string& saved_toml
     log_info_here(cat("settings not compared with those ", path, " was saved with: ", e.what()));
     return;
   }
-  const std::string changes = now.changes_since(saved);
-  if (!changes.empty()) log_info_here(cat("settings changed since ", path, ": ", changes));
+  const std::string changes = context.run.settings.changes_since(saved);
+  if (changes.empty()) return;
+  log_info_here(cat("settings changed since ", path, ": ", changes));
+  std::string lr;
+  try {
+    lr = schedule_change(saved, context.config, length, state);
+  } catch (const ConfigError& e) {  // the saved schedule cannot be read as one
+    lr = cat("the LR schedule ", path, " was trained on is not known: ", e.what());
+  }
+  if (!lr.empty()) log_info_here(lr);
 }
 
 // What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
@@ -67,7 +78,6 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
       device_(torch_device(context.runtime.device())),
       spec_(std::move(spec)),
       lead_(context.runtime.role_rank() == 0),
-      schedule_(lr_schedule(context.config.lr, spec_.length)),
       state_(spec_.initial),
       sample_log_(context.config.cadences.log_samples, context.config.run_dir, context.runtime.rank()),
       profile_(context.config.cadences.profile, context.config.run_dir, context.runtime.rank(), device_),
@@ -88,7 +98,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
                         state_.streams.empty() ? cat(", sample ", state_.data.consumed_samples, " of epoch ",
                                                      state_.data.epoch)
                                                : std::string()));
-      log_changed_settings(path, resumed->state.settings_toml, context.run.settings);
+      log_changed_settings(path, resumed->state.settings_toml, context, spec_.length, state_);
     }
     // A launch repeated after its run ended, or one whose length was lowered below the
     // checkpoint, would otherwise end at once with "done" as if it had trained.
@@ -168,7 +178,7 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
   host_wait.reset();
   divisor_sum_ = divisor_sum;
-  lr_ = schedule_.at(spec_.length.schedule_position(state_));
+  lr_ = learning_rate(config_.lr, spec_.length, state_);
   update_enqueued_ = false;
   comm::StepAgreement mine;
   std::optional<compat::HostCopy> read;

@@ -201,7 +201,9 @@ kl)
   grep -q "role drafter (rank 2): steps 1..6, 6 rank-steps" "$work/report.txt" || { cat "$work/report.txt"; exit 1; }
   ;;
 union)
-  steps=(--set train.max_steps=6 --set checkpoint.every_steps=3)
+  # train.schedule = "tokens": a launch stopped at step 3 by max_steps leaves its LR schedule
+  # where an uninterrupted launch of 6 steps has it.
+  steps=(--set train.max_steps=6 --set checkpoint.every_steps=3 --set train.schedule=tokens)
   # topology/cpu-2t2d.toml without its [model] and [train] tables: the settings of `common` only.
   sed '/^\[model\]/,$d' topology/cpu-2t2d.toml > "$work/cpu-2t2d.toml"
   timeout 300 "${mpirun[@]}" -np 4 "$bin/dflash_train" "$work/cpu-2t2d.toml" "${common[@]}" "${steps[@]}" \
@@ -211,7 +213,7 @@ union)
   grep -q "2 batch(es) per step taken round-robin" "$work/one.log"
   "$bin/checkpoint_diff" "$work/two/step-00000006.h5" "$work/one/step-00000006.h5" 1e-6 model/
   # Round-robin makes the run independent of timing: interrupted and resumed = uninterrupted.
-  FAN_IN=round_robin train 2 resumed --set train.grad_accum=2 --set train.max_steps=3 ||
+  FAN_IN=round_robin train 2 resumed --set train.grad_accum=2 --set train.max_steps=3 --set train.schedule=tokens ||
     { cat "$work/resumed.log"; exit 1; }
   FAN_IN=round_robin train 2 resumed "${rr[@]}" --resume auto || { cat "$work/resumed.log"; exit 1; }
   "$bin/checkpoint_diff" "$work/one/step-00000006.h5" "$work/resumed/step-00000006.h5" 0 model/
@@ -337,7 +339,8 @@ eval)
   # training independent of timing, so that runs can be compared bit for bit.
   "$bin/topotrain-prepare" -q --split paragraph -o "$work/held.h5" /usr/share/common-licenses/BSD >/dev/null
   held=(--set data.eval_path="$work/held.h5" --set train.eval_every=2)
-  steps=(--set train.grad_accum=2 --set train.max_steps=5 --set checkpoint.every_steps=5)
+  # train.schedule = "tokens": the launch stopped at step 3 below resumes on the same LR schedule.
+  steps=(--set train.grad_accum=2 --set train.max_steps=5 --set checkpoint.every_steps=5 --set train.schedule=tokens)
   FAN_IN=round_robin train 2 plain "${steps[@]}" || { cat "$work/plain.log"; exit 1; }
   FAN_IN=round_robin train 2 held "${steps[@]}" "${held[@]}" || { cat "$work/held.log"; exit 1; }
   documents=$(grep -Eo "dataset $work/held.h5: [0-9]+ documents" "$work/held.log" | head -1 | awk '{print $3}')

@@ -156,7 +156,9 @@ PY
   "$bin/checkpoint_diff" "$(latest odd1)" "$(latest odd4)" 1e-4 model/
   ;;
 resume)
-  common=(--set train.grad_accum=2 --set checkpoint.every_steps=3 --set log.samples=true)
+  # train.schedule = "tokens": max_steps stops a launch early without ending its LR schedule,
+  # so that a run stopped at step 3 and resumed to step 6 trains what one launch of 6 steps does.
+  common=(--set train.grad_accum=2 --set checkpoint.every_steps=3 --set log.samples=true --set train.schedule=tokens)
   train 2 straight "${common[@]}" --set train.max_steps=6
   train 2 split "${common[@]}" --set train.max_steps=3
   train 2 split "${common[@]}" --set train.max_steps=6 --resume auto

@@ -112,19 +112,85 @@ TEST(ModelConfigFrom, ConfigJsonInitializerRangeWinsUnlessInitStdIsSet) {
 
 TEST(TrainingLength, TokenScheduleRunsOverMaxTokensOrTheEpochs) {
   Settings settings;
+  settings.set_from_assignment("train.schedule=tokens");  // the schedule before "run" was the default
   settings.set_from_assignment("train.epochs=3");
   settings.set_from_assignment("train.max_steps=10");
   TrainingLength length = training_length(length_config_from(settings), 1000);
-  EXPECT_EQ(length.clock, ScheduleClock::tokens);
-  EXPECT_EQ(length.schedule_length, 3000);  // max_steps only stops early
-  EXPECT_EQ(length.describe(), "3 epoch(s) or 10 steps, whichever comes first; LR schedule over 3000 tokens");
-  settings.set_from_assignment("train.max_tokens=500");
-  length = training_length(length_config_from(settings), 1000);
-  EXPECT_EQ(length.schedule_length, 500);
+  EXPECT_EQ(length.schedule, ScheduleLength::tokens);
   TrainingState state;
   state.step = 4;
   state.tokens = 123;
-  EXPECT_EQ(length.schedule_position(state), 123);
+  EXPECT_EQ(length.schedule_point(state).length, 3000);  // max_steps only stops early
+  EXPECT_EQ(length.describe(), "3 epoch(s) or 10 steps, whichever comes first; LR schedule over 3000 tokens");
+  settings.set_from_assignment("train.max_tokens=500");
+  length = training_length(length_config_from(settings), 1000);
+  EXPECT_EQ(length.schedule_point(state).length, 500);
+  EXPECT_EQ(length.schedule_point(state).position, 123);
+}
+
+// train.schedule = "run" (the default): the schedule ends with the limit that ends the run,
+// each limit on its own clock, as HF Trainer's schedule ends at max_steps.
+TEST(TrainingLength, RunScheduleEndsWhereTheRunEnds) {
+  Settings settings;
+  settings.set_from_assignment("train.epochs=3");
+  settings.set_from_assignment("train.max_steps=10");
+  settings.set_from_assignment("train.lr=1e-3");
+  settings.set_from_assignment("train.min_lr_ratio=0.1");
+  const TrainingLength length = training_length(length_config_from(settings), 1000);
+  EXPECT_EQ(length.schedule, ScheduleLength::run);
+  EXPECT_EQ(length.describe(),
+            "3 epoch(s) or 10 steps, whichever comes first; LR schedule over the run: 10 steps, or 3000 tokens if "
+            "they come first");
+  const LrConfig lr = run_config_of(settings).lr;
+  TrainingState state;
+  // 100 tokens a step: max_steps (10 steps, 1000 tokens) ends the run long before the epochs.
+  auto lr_at_step = [&](std::int64_t step) {
+    state.step = step;
+    state.tokens = 100 * step;
+    return learning_rate(lr, length, state);
+  };
+  EXPECT_EQ(length.schedule_point(state).length, 10);
+  EXPECT_NEAR(lr_at_step(10), 1e-4, 1e-15);  // the floor where max_steps ends the run
+  EXPECT_LT(lr_at_step(9), 1e-4 + 0.03 * 0.9e-3);  // the last step trains within a step of it
+  // The same run on the schedule of before (train.schedule = "tokens"): the last step is
+  // still near the peak, 1/3 of the way through a schedule over 3 epochs.
+  settings.set_from_assignment("train.schedule=tokens");
+  const TrainingLength old = training_length(length_config_from(settings), 1000);
+  state.step = 9;
+  state.tokens = 900;
+  EXPECT_GT(learning_rate(lr, old, state), 0.7e-3);
+  EXPECT_NEAR(learning_rate(lr, old, state), (LrSchedule{1e-3, 0.1, 0.04, 3000}.at(900)), 1e-15);
+
+  // 500 tokens a step: the epochs (3000 tokens, 6 steps) end first, and the tokens decide.
+  state.step = 6;
+  state.tokens = 3000;
+  EXPECT_EQ(length.schedule_point(state).length, 3000);
+  EXPECT_NEAR(learning_rate(lr, length, state), 1e-4, 1e-15);
+  // max_tokens ends it first in tokens.
+  settings.set_from_assignment("train.schedule=run");
+  settings.set_from_assignment("train.max_tokens=200");
+  const TrainingLength by_tokens = training_length(length_config_from(settings), 1000);
+  state.step = 2;
+  state.tokens = 200;
+  EXPECT_EQ(by_tokens.schedule_point(state).length, 200);
+  EXPECT_NEAR(learning_rate(lr, by_tokens, state), 1e-4, 1e-15);
+}
+
+// A resume that changes the schedule's length says what that does to the LR.
+TEST(TrainingLength, ScheduleChangeGivesTheLrBeforeAndAfter) {
+  Settings saved;
+  saved.set_from_assignment("train.max_steps=10");
+  saved.set_from_assignment("train.lr=1e-3");
+  Settings now = saved;
+  now.set_from_assignment("train.max_steps=20");
+  const TrainingLength length = training_length(length_config_from(now), 1000000);
+  TrainingState state;
+  state.step = 10;
+  state.tokens = 1000;
+  EXPECT_EQ(schedule_change(saved, run_config_of(now), length, state),
+            "LR at step 10: 1.00e-04 under the checkpoint's schedule (over the run: 10 steps, or 1000000 tokens if "
+            "they come first) -> 5.79e-04 now (over the run: 20 steps, or 1000000 tokens if they come first)");
+  EXPECT_EQ(schedule_change(now, run_config_of(now), length, state), "");
 }
 
 TEST(TrainingLength, StepScheduleEndsAtTheFloorAtMaxSteps) {
@@ -135,15 +201,14 @@ TEST(TrainingLength, StepScheduleEndsAtTheFloorAtMaxSteps) {
   settings.set_from_assignment("train.min_lr_ratio=0.1");
   settings.set_from_assignment("train.warmup=0.2");
   const TrainingLength length = training_length(length_config_from(settings), 1000000);
-  EXPECT_EQ(length.clock, ScheduleClock::steps);
-  EXPECT_EQ(length.schedule_length, 10);
+  EXPECT_EQ(length.schedule, ScheduleLength::steps);
   EXPECT_EQ(length.describe(), "1 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps");
-  const LrSchedule schedule = lr_schedule(run_config_of(settings).lr, length);
+  const LrConfig lr = run_config_of(settings).lr;
   TrainingState state;
   state.tokens = 2048;  // tokens do not move a step schedule
   auto lr_at_step = [&](std::int64_t step) {
     state.step = step;
-    return schedule.at(length.schedule_position(state));
+    return learning_rate(lr, length, state);
   };
   EXPECT_NEAR(lr_at_step(2), 1e-3, 1e-15);   // warmup ends at 0.2 x 10 steps: the peak
   EXPECT_NEAR(lr_at_step(6), 0.55e-3, 1e-15);  // halfway through the cosine

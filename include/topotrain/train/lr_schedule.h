@@ -1,10 +1,10 @@
 // Learning rate as a function of the schedule's position on its clock: a linear warmup
 // over the first `warmup` fraction of `length`, then a cosine decay to `min_ratio` of the
-// peak at `length`, held there after. The clock is tokens consumed by default
-// (train.schedule = "tokens"), which keeps the schedule unchanged when a resumed run
-// changes token_budget, grad_accum or the number of ranks (and so the tokens per step),
-// or optimizer steps (train.schedule = "steps"); TrainingLength::schedule_position reads
-// the clock off a TrainingState.
+// peak at `length`, held there after. The clock is optimizer steps or tokens consumed
+// (the latter keeps the schedule unchanged when a resumed run changes token_budget,
+// grad_accum or the number of ranks, and so the tokens per step); which one, and the
+// length, are train.schedule's: TrainingLength::schedule_point (run_setup.h) reads them
+// off a TrainingState.
 #pragma once
 
 #include <cstdint>

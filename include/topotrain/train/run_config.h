@@ -25,13 +25,16 @@
 
 namespace topotrain {
 
-// How long a run trains and on which clock its LR schedule runs (train.schedule).
-enum class ScheduleClock { tokens, steps };
+// What the LR schedule's length is (train.schedule): the run's (whichever of max_steps,
+// max_tokens and the epochs ends it first, each on its own clock), or, as before "run"
+// existed, the tokens of max_tokens or the epochs (max_steps then only stops the run early,
+// for a later launch to go on with the same schedule), or max_steps.
+enum class ScheduleLength { run, tokens, steps };
 struct LengthConfig {
   std::int64_t max_steps = 0;   // train.max_steps; 0: no limit
   std::int64_t max_tokens = 0;  // train.max_tokens; 0: no limit (train.epochs decides)
   std::int64_t epochs = 1;      // train.epochs
-  ScheduleClock clock = ScheduleClock::tokens;
+  ScheduleLength schedule = ScheduleLength::run;
 };
 
 struct LrConfig {
@@ -117,5 +120,6 @@ RunConfig read_run_config(const RunFile& run, const std::string& job);
 model::ModelConfig model_config_from(const Settings& settings);
 // Throws ConfigError for train.schedule = "steps" without train.max_steps.
 LengthConfig length_config_from(const Settings& settings);
+LrConfig lr_config_from(const Settings& settings);
 
 }  // namespace topotrain

@@ -122,26 +122,48 @@ TrainingState initial_state(std::uint64_t seed);
 // the fix; then records what `mine` knows.
 void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, const RunConfig& config);
 
-// When to stop, and the LR schedule's clock and length (train.schedule).
+// When to stop, and the LR schedule's length (train.schedule).
+//
+// With train.schedule = "run" the schedule ends where the run does, as HF Trainer's does
+// with max_steps: each limit is measured on its own clock, steps for max_steps and tokens
+// for max_tokens or the epochs (epochs x the dataset's tokens), and at every step the
+// schedule follows the limit the run is furthest towards, so it reaches its floor at the
+// limit that ends the run. No step count is predicted: how many steps max_tokens or the
+// epochs take depends on packing, and a resume may change token_budget, grad_accum or the
+// ranks (and a shrink after an out-of-memory the budget); the fractions stay exact.
+struct SchedulePoint {
+  std::int64_t position = 0;  // steps taken or tokens trained
+  std::int64_t length = 0;    // in the same unit; 0: a constant LR
+};
 struct TrainingLength {
   std::int64_t max_steps = 0;        // 0: no limit
   std::int64_t stop_tokens = 0;      // 0: no limit (train.max_tokens)
   std::int64_t epochs = 1;           // used when stop_tokens is 0
+  std::int64_t dataset_tokens = 0;   // of the training set
   std::int64_t planned_tokens = 0;   // max_tokens, or epochs x dataset tokens
-  ScheduleClock clock = ScheduleClock::tokens;
-  std::int64_t schedule_length = 0;  // planned_tokens (tokens) or max_steps (steps)
+  ScheduleLength schedule = ScheduleLength::run;
   bool done(const TrainingState& state) const;
   // The epoch at which the data ends (data::PackerConfig::end_epoch): `epochs`, or 0 (never)
   // when max_tokens decides.
   std::uint64_t end_epoch() const { return stop_tokens > 0 ? 0 : static_cast<std::uint64_t>(epochs); }
-  // Where the LR schedule stands: the global tokens trained or the optimizer steps taken.
-  std::int64_t schedule_position(const TrainingState& state) const;
-  // "2 epoch(s) or 10 steps, whichever comes first; LR schedule over 10 steps"
+  // Where the LR schedule stands at `state`, on the clock of the limit it follows there.
+  SchedulePoint schedule_point(const TrainingState& state) const;
+  // "2 epoch(s) or 10 steps, whichever comes first; LR schedule over the run: 10 steps, or
+  // 3000 tokens if they come first"
   std::string describe() const;
+  // The LR schedule's part of describe(): "over 3000 tokens".
+  std::string describe_schedule() const;
 };
 TrainingLength training_length(const LengthConfig& config, std::int64_t dataset_tokens);
-// The LR schedule over the length's schedule.
-LrSchedule lr_schedule(const LrConfig& config, const TrainingLength& length);
+// The learning rate of the step after `state` (warmup, then cosine to the floor at the
+// schedule's length: lr_schedule.h).
+double learning_rate(const LrConfig& config, const TrainingLength& length, const TrainingState& state);
+// A resumed launch whose LR schedule differs from the one its checkpoint was trained on
+// (another train.max_steps, train.epochs, train.schedule, train.lr, ...; `saved`: the
+// checkpoint's settings): "LR at step 10: 2.00e-04 under the checkpoint's schedule (over 10
+// steps) -> 1.10e-03 now (over 20 steps)". Empty when the LR at `state` is the same.
+std::string schedule_change(const Settings& saved, const RunConfig& now, const TrainingLength& length,
+                            const TrainingState& state);
 // The progress line of `ranks` ranks on devices like `device` (its peak FLOP/s, CPU or
 // not) that train towards `length`; flops_per_token 0 when each step reports its FLOPs.
 ProgressConfig progress_config_from(const TrainingLength& length, int ranks, const torch::Device& device,

@@ -64,7 +64,6 @@
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/job.h"
-#include "topotrain/train/lr_schedule.h"
 #include "topotrain/train/metrics_log.h"
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
@@ -207,7 +206,6 @@ class TrainingSession {
   std::unique_ptr<comm::Backend> backend_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<comm::GradReducer> reducer_;
-  LrSchedule schedule_;
   TrainingState state_;
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t saved_step_ = 0;
