@@ -230,7 +230,15 @@ void Settings::set_from_assignment(const std::string& assignment) {
     throw ConfigError(cat("--set ", assignment, ": expected key=value, e.g. --set train.token_budget=32768"));
   const SettingSpec* spec = find_setting(key);
   if (!spec) throw ConfigError(unknown_key_message(key, "--set"));
-  set(key, parse_as(*spec, trimmed(assignment.substr(eq + 1)), "--set"), "--set");
+  const std::string value = trimmed(assignment.substr(eq + 1));
+  // No key takes an empty value, so `--set key=` is free to mean "as if never set": the
+  // only way to take back a topology's value (model.preset, so that model.weights gives the
+  // shape) without editing the file.
+  if (value.empty()) {
+    entries_[key] = Entry{spec->default_value, "default"};
+    return;
+  }
+  set(key, parse_as(*spec, value, "--set"), "--set");
 }
 
 const Settings::Entry& Settings::entry(const std::string& key, SettingType type) const {
@@ -274,10 +282,11 @@ const std::string& Settings::origin(const std::string& key) const {
   return it->second.origin;
 }
 
-std::string Settings::to_toml() const {
+std::string Settings::to_toml(const std::string& job) const {
   std::ostringstream out;
   std::string table;
   for (const auto& spec : setting_specs()) {
+    if (!job.empty() && !read_by_job(spec, job)) continue;
     std::string section = spec.key.substr(0, spec.key.find('.'));
     if (section != table) {
       out << (table.empty() ? "" : "\n") << '[' << section << "]\n";

@@ -36,8 +36,9 @@ const std::vector<SettingSpec>& setting_specs() {
        "model shape: moe-500m, qwen3-0.6b, qwen3-8b, tiny-moe, tiny-dense (dflash: the target's shape)"},
       {"model.config", T::string, kUnset, any(), "HF config.json to take the model shape from instead of the preset"},
       {"model.weights", T::string, kUnset, any(),
-       "start from: HF safetensors, a topotrain checkpoint or run directory, whose stored config "
-       "then gives the shape unless model.preset or model.config is set (dflash: the target's weights)"},
+       "start from: an HF model folder (or its safetensors), a topotrain checkpoint or run directory, whose "
+       "config.json or stored config gives the shape unless model.config is set; a model.preset set anywhere must "
+       "name the same model (dflash: the target's weights)"},
       {"model.dtype", T::string, std::string("auto"), one_of({"auto", "bf16", "fp32"}),
        "compute dtype; auto: bf16 on GPU, fp32 on CPU"},
       {"model.init_std", T::real, 0.02, above(0),

@@ -47,7 +47,8 @@ std::vector<int64_t> stop_tokens(const model::ModelConfig& target, const PromptS
   std::vector<int64_t> stops = options.stop_tokens;
   if (prompts.eos_id) stops.push_back(*prompts.eos_id);
   if (prompts.end_of_turn) stops.push_back(*prompts.end_of_turn);
-  stops.insert(stops.end(), target.eos_token_ids.begin(), target.eos_token_ids.end());
+  const std::vector<int64_t> eos = target.eos_token_ids();
+  stops.insert(stops.end(), eos.begin(), eos.end());
   std::sort(stops.begin(), stops.end());
   stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
   return stops;

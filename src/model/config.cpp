@@ -25,7 +25,7 @@ void read_field(const json& doc, const char* key, T& out, const std::string& sou
 }
 
 // A token-id key of HF's config.json: absent or null, one id, or a list of ids.
-std::vector<int64_t> token_ids(const json& doc, const char* key, const std::string& source) {
+std::vector<int64_t> token_id_values(const json& doc, const char* key, const std::string& source) {
   std::vector<int64_t> ids;
   const auto it = doc.find(key);
   if (it != doc.end() && it->is_array()) {
@@ -132,8 +132,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   read_field(doc, "tie_word_embeddings", c.tie_word_embeddings, source);
   read_field(doc, "max_position_embeddings", c.max_position_embeddings, source);
   read_field(doc, "initializer_range", c.initializer_range, source);
-  if (const auto bos = token_ids(doc, "bos_token_id", source); !bos.empty()) c.bos_token_id = bos.front();
-  c.eos_token_ids = token_ids(doc, "eos_token_id", source);
+  for (const auto& [key, value] : doc.items()) {
+    const std::string suffix = "_token_id";
+    if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    if (auto ids = token_id_values(doc, key.c_str(), source); !ids.empty()) c.token_ids[key] = std::move(ids);
+  }
   if (model_type == "qwen3_moe" || doc.contains("num_experts") || doc.contains("num_local_experts")) {
     // transformers 5 maps num_experts onto num_local_experts and saves it under that name.
     read_field(doc, "num_local_experts", c.num_experts, source);
@@ -200,9 +203,10 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
       {"dtype", dtype},
       {"torch_dtype", dtype},
   };
-  if (bos_token_id) doc["bos_token_id"] = *bos_token_id;
-  if (eos_token_ids.size() == 1) doc["eos_token_id"] = eos_token_ids[0];
-  if (eos_token_ids.size() > 1) doc["eos_token_id"] = eos_token_ids;
+  for (const auto& [key, ids] : token_ids) {
+    if (ids.size() == 1) doc[key] = ids[0];
+    else doc[key] = ids;
+  }
   if (is_moe()) {
     doc["num_experts"] = num_experts;
     doc["num_experts_per_tok"] = num_experts_per_tok;
@@ -215,13 +219,36 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
   return doc.dump(2);
 }
 
-bool ModelConfig::same_model(const ModelConfig& other) const {
-  auto weights_only = [](ModelConfig c) {
-    c.bos_token_id.reset();
-    c.eos_token_ids.clear();
-    return c.to_json_text();
-  };
-  return weights_only(*this) == weights_only(other);
+std::vector<int64_t> ModelConfig::eos_token_ids() const {
+  const auto it = token_ids.find("eos_token_id");
+  return it == token_ids.end() ? std::vector<int64_t>{} : it->second;
+}
+
+namespace {
+
+// What same_model compares, as config.json's fields.
+json weights_fields(ModelConfig c) {
+  c.token_ids.clear();
+  c.initializer_range = 0;
+  return json::parse(c.to_json_text());
+}
+
+}  // namespace
+
+bool ModelConfig::same_model(const ModelConfig& other) const { return weights_fields(*this) == weights_fields(other); }
+
+std::string ModelConfig::differences(const ModelConfig& other) const {
+  const json mine = weights_fields(*this), theirs = weights_fields(other);
+  std::string text;
+  for (const auto& [key, value] : mine.items()) {
+    const auto it = theirs.find(key);
+    const std::string other_value = it == theirs.end() ? "unset" : it->dump();
+    if (it != theirs.end() && *it == value) continue;
+    text += cat(text.empty() ? "" : ", ", key, " ", value.dump(), " vs ", other_value);
+  }
+  for (const auto& [key, value] : theirs.items())
+    if (!mine.contains(key)) text += cat(text.empty() ? "" : ", ", key, " unset vs ", value.dump());
+  return text;
 }
 
 std::vector<std::string> ModelConfig::preset_names() {

@@ -14,24 +14,38 @@
 namespace topotrain {
 namespace {
 
-// A topotrain checkpoint in model.weights gives the shape unless model.preset was set
-// (load_model_weights then refuses a checkpoint of another model, naming both). A
-// checkpoint that cannot be read gives nothing here: load_model_weights reads it again and
-// reports that on every rank at once, which an exception here could not.
+// model.weights gives the shape when model.config is unset: a topotrain checkpoint's stored
+// config or a Hugging Face folder's config.json. A model.preset that anything set (the
+// topology, a --config file, --set) must name that same model: a preset the user never
+// chose for these weights is refused naming both, not built and then failing tensor by
+// tensor. A path that cannot be read gives nothing here: load_model_weights reads it again
+// and reports that on every rank at once, which an exception here could not.
 std::optional<model::ModelConfig> config_of_weights(const Settings& settings) {
-  if (!settings.has("model.weights") || settings.origin("model.preset") != "default") return std::nullopt;
+  if (!settings.has("model.weights")) return std::nullopt;
   const std::string& weights = settings.string("model.weights");
+  std::optional<model::ModelConfig> held;
   try {
-    if (auto checkpoint = CheckpointReader::checkpoint_at(weights)) {
-      if (auto stored = stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint))) return stored;
+    const auto checkpoint = CheckpointReader::checkpoint_at(weights);
+    if (checkpoint && !stored_model_config(*checkpoint, CheckpointReader::load_header(*checkpoint))) {
       log_info(cat("model.weights = \"", weights, "\": ", *checkpoint, " stores no model config (written by an "
                    "older topotrain); building model.preset '", settings.string("model.preset"),
                    "' (set model.preset or model.config to the model it holds)"));
+      return std::nullopt;
     }
+    held = target_config_at(weights);
   } catch (const ConfigError&) {
-    // reported by load_model_weights, collectively (see above)
+    return std::nullopt;  // reported by load_model_weights, collectively (see above)
   }
-  return std::nullopt;
+  const std::string& origin = settings.origin("model.preset");
+  if (origin == "default") return held;
+  const std::string& name = settings.string("model.preset");
+  const model::ModelConfig preset = model::ModelConfig::preset(name);
+  if (preset.same_model(*held)) return held;
+  throw ConfigError(cat("model.preset = \"", name, "\" (", origin, ") is not the model model.weights = \"", weights,
+                        "\" (", settings.origin("model.weights"), ") holds, ", held->source, ": ",
+                        preset.differences(*held), " (preset vs weights). Leave model.preset unset to build the "
+                        "weights' model (`--set model.preset=` takes back a value the topology sets), or name "
+                        "weights of the preset's shape"));
 }
 
 // model.draft_weights: the drafter's layers, block size, taps and mask token are those of the

@@ -53,6 +53,24 @@ TEST(Settings, RunFileTablesThenOverrides) {
   EXPECT_EQ(s.origin("train.token_budget"), "--set");
 }
 
+// `--set key=` is how a user takes back what a topology set without editing it: the key
+// returns to its default (unset where it has none), as if never set.
+TEST(Settings, AnEmptyAssignmentReturnsTheKeyToItsDefault) {
+  Settings s;
+  merge_settings("[model]\npreset = \"tiny-dense\"\nweights = \"ckpt\"\n[train]\nlr = 1\n", "run.toml", s);
+  s.set_from_assignment("model.preset=");
+  s.set_from_assignment(" model.weights = ");
+  s.set_from_assignment("train.lr=");
+  EXPECT_EQ(s.string("model.preset"), "tiny-moe");
+  EXPECT_EQ(s.origin("model.preset"), "default");
+  EXPECT_FALSE(s.has("model.weights"));
+  EXPECT_EQ(s.origin("model.weights"), "default");
+  EXPECT_DOUBLE_EQ(s.real("train.lr"), std::get<double>(find_setting("train.lr")->default_value));
+  EXPECT_EQ(s.changes_since(Settings()), "");
+  EXPECT_NE(error_of([&] { s.set_from_assignment("model.presett="); }).find("did you mean 'model.preset'?"),
+            std::string::npos);
+}
+
 TEST(Settings, UnknownKeySuggestsNearest) {
   Settings s;
   EXPECT_NE(error_of([&] { s.set_from_assignment("train.token_budgt=1"); })

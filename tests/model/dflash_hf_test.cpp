@@ -75,8 +75,7 @@ class DFlashHfTest : public ::testing::Test {
     dir_ = topotrain::make_temp_directory("dflash_hf_");
     config_ = topotrain::test_support::tiny_dflash_config();
     config_.taps = {1, 4, 6};
-    config_.target.bos_token_id = 1;
-    config_.target.eos_token_ids = {2, 3};
+    config_.target.token_ids = {{"bos_token_id", {1}}, {"eos_token_id", {2, 3}}, {"pad_token_id", {0}}};
   }
   void TearDown() override { topotrain::remove_tree(dir_); }
 
@@ -178,8 +177,8 @@ TEST_F(DFlashHfTest, ReadsBackLoadsAndWritesTheSameBytes) {
   EXPECT_EQ(read.mask_token_id, 63);
   EXPECT_EQ(read.taps, (std::vector<int64_t>{1, 4, 6}));
   EXPECT_EQ(read.target.num_hidden_layers, 8);
-  EXPECT_EQ(read.target.bos_token_id, std::optional<int64_t>(1));
-  EXPECT_EQ(read.target.eos_token_ids, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(read.target.token_ids, config_.target.token_ids);
+  EXPECT_EQ(read.target.eos_token_ids(), (std::vector<int64_t>{2, 3}));
   read.check_target(config_.target);
   read.target = config_.target;
 

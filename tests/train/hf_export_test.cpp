@@ -289,9 +289,20 @@ TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
   const mdl::ModelConfig config = model_config_from(settings);
   EXPECT_EQ(config.source, "model preset 'tiny-dense'");
   expect_same_config(config, mdl::ModelConfig::preset("tiny-dense"));
-  // A preset named explicitly wins (load_model_weights then refuses the mismatch).
-  settings.set("model.preset", "tiny-moe", "--set");
-  EXPECT_TRUE(model_config_from(settings).is_moe());
+  // A preset set anywhere must name the same model: one of another shape is refused naming
+  // both and what differs; `--set model.preset=` takes it back.
+  settings.set("model.preset", "tiny-moe", "topology/cpu4.toml:7:10");
+  const std::string refused = config_error_of([&] { model_config_from(settings); });
+  EXPECT_NE(refused.find("model.preset = \"tiny-moe\" (topology/cpu4.toml:7:10)"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("model preset 'tiny-dense'"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("num_experts"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("--set model.preset="), std::string::npos) << refused;
+  settings.set_from_assignment("model.preset=");
+  EXPECT_EQ(settings.origin("model.preset"), "default");
+  EXPECT_EQ(model_config_from(settings).source, "model preset 'tiny-dense'");
+  // One that agrees builds the weights' model.
+  settings.set("model.preset", "tiny-dense", "--set");
+  expect_same_config(model_config_from(settings), mdl::ModelConfig::preset("tiny-dense"));
   // A checkpoint without a stored config builds the preset, as before.
   Settings old_settings;
   old_settings.set("model.weights", write_run(dense, "old", /*with_config=*/false), "--set");
@@ -301,4 +312,23 @@ TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
   load_model_tensors(*CheckpointReader::checkpoint_at(run), named_parameters_of(*loaded));
   const auto originals = dense->named_parameters();
   for (const auto& item : loaded->named_parameters()) EXPECT_TRUE(torch::equal(item.value(), originals[item.key()]));
+}
+
+// An exported Hugging Face folder in model.weights gives the shape through its config.json, as
+// a checkpoint does through its stored config: the fine-tune of an export names nothing else.
+TEST_F(HfExportTest, AnHfFolderInModelWeightsGivesTheShapeFromItsConfig) {
+  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  HfExportOptions options;
+  options.source = write_run(dense, "dense");
+  options.out_dir = path("exported");
+  options.dtype = torch::kFloat32;
+  export_hf(options);
+  Settings settings;
+  settings.set("model.weights", options.out_dir, "--set");
+  const mdl::ModelConfig config = model_config_from(settings);
+  EXPECT_EQ(config.source, join_path(options.out_dir, "config.json"));
+  expect_same_config(config, mdl::ModelConfig::preset("tiny-dense"));
+  settings.set("model.preset", "tiny-moe", "topology/cpu4.toml:7:10");
+  EXPECT_NE(config_error_of([&] { model_config_from(settings); }).find(join_path(options.out_dir, "config.json")),
+            std::string::npos);
 }

@@ -71,7 +71,8 @@ class Settings {
   // value came from, for messages and the resolved print-out: "topology/cpu4.toml", "--set".
   void set(const std::string& key, const SettingValue& value, const std::string& origin);
   // "key=value" from the command line (spaces around key and value are ignored); the
-  // value is parsed as the key's type.
+  // value is parsed as the key's type. "key=" returns the key to its default (unset where it
+  // has none) with origin "default", whatever set it before.
   void set_from_assignment(const std::string& assignment);
 
   bool has(const std::string& key) const;
@@ -92,8 +93,10 @@ class Settings {
   void check_read_by(const std::string& job) const;
 
   // The resolved settings as TOML, one table per section, non-default values marked with
-  // where they came from. Printed once at start and stored in every checkpoint.
-  std::string to_toml() const;
+  // where they came from; with `job`, only the keys that job reads. Stored in every
+  // checkpoint (all keys), in a run's settings.toml and printed by --print-settings and
+  // --dry-run (the job's keys).
+  std::string to_toml(const std::string& job = {}) const;
 
   // The keys whose values differ from `earlier`'s, in schema order, as "train.lr 0.001 ->
   // 0.0005 (--set)" joined by "; " (an unset value reads "unset"); "" when none does. How a

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,12 +27,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 40960;
   double initializer_range = 0.02;
-  // The tokenizer's special ids as config.json names them (bos_token_id, eos_token_id: one id
-  // or a list), kept so that configs written from this one (exports, a drafter's) carry them
-  // and a decoder knows where to stop; unset in presets. They do not change what the weights
-  // compute, so same_model ignores them.
-  std::optional<int64_t> bos_token_id;
-  std::vector<int64_t> eos_token_ids;
+  // Every *_token_id key of config.json with a value (bos_token_id, eos_token_id: one id or a
+  // list, pad_token_id, ...), kept so that configs written from this one (exports, a
+  // drafter's) carry them and a decoder knows where to stop; none in presets. They do not
+  // change what the weights compute, so same_model ignores them.
+  std::map<std::string, std::vector<int64_t>> token_ids;
+  // token_ids' eos_token_id: the ids a decoder stops at (empty when the config names none).
+  std::vector<int64_t> eos_token_ids() const;
 
   // Mixture of experts; num_experts == 0 means a dense model.
   int64_t num_experts = 0;
@@ -62,8 +64,12 @@ struct ModelConfig {
   // to an equal config (all but `source`).
   std::string to_json_text(const std::string& dtype = "float32") const;
 
-  // Every field but `source` and the token ids equal: the same weights compute the same function.
+  // Every field but `source`, the token ids and initializer_range (which only random
+  // initialisation reads) equal: the same weights compute the same function.
   bool same_model(const ModelConfig& other) const;
+  // The fields same_model compares that differ, as "hidden_size 64 (this) vs 1024 (other)"
+  // joined by ", "; "" when same_model.
+  std::string differences(const ModelConfig& other) const;
 
   // moe-500m, qwen3-0.6b, qwen3-8b, tiny-dense, tiny-moe.
   static ModelConfig preset(const std::string& name);
