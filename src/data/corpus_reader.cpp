@@ -31,6 +31,17 @@ CorpusReader::CorpusReader(std::vector<std::string> inputs, InputFormat format, 
     std::ifstream in(path, std::ios::binary);
     in.read(head, sizeof head);
     refuse_binary_container(path, std::string_view(head, static_cast<size_t>(in.gcount())));
+    // Alpaca's alpaca_data.json and many exports are one JSON array of records, which read
+    // as lines would fail at "[" with a parser message that does not say what to do. ("[1, 2]"
+    // lines are left to the per-line error, "not an object".)
+    in.clear();
+    in.seekg(0);
+    if (is_jsonl(path) && (in >> std::ws).get() == '[' && (in >> std::ws).peek() == '{') {
+      throw ConfigError(cat("input '", path, "' is a JSON array, not JSON Lines (one object per line); convert it, "
+                            "e.g. jq -c '.[]' '", path, "' > out.jsonl, or python3 -c \"import json, sys; "
+                            "[print(json.dumps(r, ensure_ascii=False)) for r in json.load(open(sys.argv[1]))]\" '",
+                            path, "' > out.jsonl"));
+    }
     total_bytes_ += size;
   }
 }

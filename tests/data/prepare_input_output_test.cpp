@@ -59,12 +59,26 @@ TEST(PrepareInput, ContainersAreRefusedByTheirMagicWithTheConversion) {
                                  "gunzip -k '" + gz + "'");
   const std::string zst = write_input("corpus.txt.zst", "\x28\xb5\x2f\xfd" + kBinaryTail);
   EXPECT_CONTAINS(refusal({zst}),
-                  "input '" + zst + "' is zstd-compressed, not text or JSONL; decompress it first, e.g. zstd -d '" + zst);
+                  "input '" + zst + "' is zstd-compressed, not text or JSONL; decompress it first, e.g. zstd -d");
   const std::string h5 = write_input("old.h5", "\x89HDF\r\n\x1a\n" + kBinaryTail);
   EXPECT_CONTAINS(refusal({h5}), "input '" + h5 + "' is an HDF5 file");
   const std::string utf16 = write_input("utf16.txt", std::string("\xff\xfeh\0i\0", 6));
   EXPECT_CONTAINS(refusal({utf16}), "is UTF-16 text (little-endian byte-order mark), not text or JSONL; convert it to "
                                     "UTF-8 first, e.g. iconv -f UTF-16 -t UTF-8 '" + utf16 + "'");
+}
+
+// alpaca_data.json is one pretty-printed JSON array: refused as such, with the conversion.
+TEST(PrepareInput, AJsonArrayIsNotJsonLines) {
+  const std::string array =
+      write_input("alpaca_data.json", "  \n[\n  {\"instruction\": \"a\", \"output\": \"b\"}\n]\n");
+  EXPECT_CONTAINS(refusal({array}), "input '" + array + "' is a JSON array, not JSON Lines (one object per line); "
+                                    "convert it, e.g. jq -c '.[]' '" + array + "' > out.jsonl");
+  // As text, it is text.
+  PrepareConfig config;
+  config.inputs = {array};
+  config.format = InputFormat::text;
+  config.output = test_file("array_as_text.h5");
+  EXPECT_EQ(prepare_dataset(config).documents, 1u);
 }
 
 // The byte tokenizer would take any byte as a token: a NUL byte tells binary from text.

@@ -4,7 +4,8 @@
 // being separated by blank lines (TextSplit::paragraph). JSONL files (.jsonl, or any file
 // with InputFormat::jsonl): one document per non-empty line, parsed by the workers
 // (jsonl_record.h). Binary input is refused before it reaches a tokenizer (binary_input.h):
-// every input's magic number when the reader is made, NUL bytes as the text is read.
+// every input's magic number when the reader is made, NUL bytes as the text is read. A
+// JSONL input that is one JSON array of objects ("[" then "{") is refused with the conversion.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,8 @@ struct RawDocument {
 
 class CorpusReader {
  public:
-  // Throws ConfigError naming the first input that cannot be read or is a binary container.
+  // Throws ConfigError naming the first input that cannot be read, is a binary container or
+  // a JSON array.
   CorpusReader(std::vector<std::string> inputs, InputFormat format, TextSplit split);
 
   // Replaces `batch` with the next documents, about max_bytes of them; returns false when
