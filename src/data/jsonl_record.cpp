@@ -26,7 +26,7 @@ const Format kAlpaca{{"instruction", "output"}, "Alpaca"};
 const Format* const kFormats[] = {&kText, &kMessages, &kShareGpt, &kPromptCompletion, &kAlpaca};
 
 // null is how pandas and datasets write a column a row lacks.
-bool given(const Json& object, const char* key) { return object.contains(key) && !object[key].is_null(); }
+bool given(const Json& object, const char* key) { return object.contains(key) && !object.at(key).is_null(); }
 
 std::string quoted_keys(const Format& format) {
   std::string out;
@@ -51,19 +51,19 @@ void refuse_empty_response(const std::string& response, const std::string& where
 // The three SFT formats below are plain chat: tools go with "messages" only.
 void refuse_tools(const Json& line, const std::string& origin, const char* format) {
   if (!given(line, "tools")) return;
-  throw ConfigError(cat(origin, ": \"tools\" is read with \"messages\" records only, not with a ", format,
-                        " record; write this line as {\"messages\": [...], \"tools\": [...]}"));
+  throw ConfigError(cat(origin, ": \"tools\" is read with \"messages\" records only, not with ", format,
+                        " records; write this line as {\"messages\": [...], \"tools\": [...]}"));
+}
+
+ChatMessage message(std::string role, std::string content) {
+  return ChatMessage{std::move(role), std::move(content), std::nullopt, {}};
 }
 
 // The top-level "system" string, if any, as the conversation's first message.
 void add_system(const Json& line, const std::string& origin, const char* format, ChatConversation& out) {
   if (!given(line, "system")) return;
   const std::string system = string_field(line, "system", origin, format);
-  if (!system.empty()) out.messages.push_back(ChatMessage{"system", system, std::nullopt, {}});
-}
-
-ChatMessage message(std::string role, std::string content) {
-  return ChatMessage{std::move(role), std::move(content), std::nullopt, {}};
+  if (!system.empty()) out.messages.push_back(message("system", system));
 }
 
 // ShareGPT's roles; documented in jsonl_record.h, README.md and docs/data.md.

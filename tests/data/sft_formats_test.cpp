@@ -228,7 +228,7 @@ TEST(SftFormats, BadRecordsAreRefusedNamingFileLineAndField) {
   EXPECT_REFUSED(R"({"system": "s", "conversations": [{"from": "system", "value": "t"}]})",
                  ":1: conversations[0] is a system turn, and the line has a top-level \"system\" too");
   EXPECT_REFUSED(R"({"prompt": "a", "completion": "b", "tools": []})",
-                 ":1: \"tools\" is read with \"messages\" records only, not with a prompt/completion record");
+                 ":1: \"tools\" is read with \"messages\" records only, not with prompt/completion records");
 }
 
 TEST(SftFormats, ALineOfTwoFormatsIsRefusedNamingBoth) {
