@@ -141,7 +141,7 @@ const std::vector<SettingSpec>& setting_specs() {
       // [log]
       {"log.every", T::integer, std::int64_t{10}, at_least(1), "print a progress line every N steps"},
       {"log.level", T::string, std::string("info"), one_of({"debug", "info", "warn", "error"}),
-       "the least severe messages printed"},
+       "the least severe messages printed; progress lines print at warn too"},
       {"log.all_ranks", T::boolean, false, any(), "every rank logs, not only rank 0"},
       {"log.samples", T::boolean, false, any(),
        "every rank lists the sample pieces it trains in the run directory's samples-rank-N.txt (resume audits)"},

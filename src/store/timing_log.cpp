@@ -116,7 +116,7 @@ struct TimingLog::File {
         rename_file(previous, previous + ".unreadable");
       }
     }
-    const int launch = before + 1;
+    launch = before + 1;
     if (launch > 1) log_info(cat("timing log: launch ", launch, " of this run; earlier launches are kept in ", published));
     write_attribute(file, "format", std::string("topotrain-timings"));
     write_attribute(file, "launch", std::int64_t{launch});
@@ -173,6 +173,8 @@ struct TimingLog::File {
     copy_seconds = std::chrono::duration<double>(last_copy - started).count();
   }
 
+  int launch = 1;  // this launch's number
+
   void copy_to_published() {
     const std::string temporary = published + ".tmp";
     copy_bytes(live, temporary);
@@ -213,10 +215,12 @@ TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::stri
       error = e.what();
     }
   }
-  // Every rank learns whether rank 0 could create the file, so none is left in a gather.
-  int failed = error.empty() ? 0 : 1;
-  MPI_Bcast(&failed, 1, MPI_INT, 0, world_);
-  if (failed) throw std::runtime_error(rank_ == 0 ? error : "rank 0 could not create " + path_);
+  // Every rank learns whether rank 0 could create the file, so none is left in a gather,
+  // and the launch's number (0: no file).
+  int launch = rank_ != 0 ? 1 : error.empty() ? file_->launch : 0;
+  MPI_Bcast(&launch, 1, MPI_INT, 0, world_);
+  if (launch == 0) throw std::runtime_error(rank_ == 0 ? error : "rank 0 could not create " + path_);
+  launch_ = launch;
   // One epoch for all ranks, right after a barrier, so that trace lanes line up.
   MPI_Barrier(world_);
   const auto epoch = PhaseTimer::Clock::now();

@@ -308,6 +308,16 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
                           ? std::string()
                           : cat("; starting from the drafter ", config_.draft_weights)));
   session_->start(pipeline_timing_config(config_, device_));
+  if (session_->lead())
+    log_start_block(session_->start_block(
+        {{"target", model_text(config_.model)},
+         {"drafter", cat(count_text(static_cast<double>(model::count_drafter_parameters(dflash_))), " parameters, ",
+                         dflash_.num_draft_layers, " layer(s), block ", dflash_.block_size)},
+         {"data", cat(config_.data.path, ": ", train_samples_ > 0 ? cat(train_samples_, " documents, ") : "",
+                      train_tokens, " tokens", held_out_ ? cat("; ", held_out_documents_, " held-out documents") : "")},
+         {"budget", cat(target_count(topology_), " target stream(s) of ", token_budget_, "-token batches -> ",
+                        context.runtime.role_size(), " drafter(s) x ", config_.step.grad_accum, " batch(es) per step")},
+         {"length", session_->length().describe()}}));
   open_link();
 }
 

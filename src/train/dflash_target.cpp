@@ -218,7 +218,7 @@ Runtime::Outcome Target::run() {
   timings_->flush();  // every step's times known: the forward's device time on a GPU
   const double forward = timings_->phase_total(Phase::forward), blocked = timings_->phase_total(Phase::queue_wait);
   log_info_here(cat("target stream ", stream_.index, " done: ", sent_, " batches, ", tokens_, " tokens, ",
-                    tokens_ / std::max(forward, 1e-9) / 1e3, " Ktok/s in forward; idle on a full queue ",
+                    format_rate(tokens_ / std::max(forward, 1e-9)), " in forward; idle on a full queue ",
                     static_cast<int>(100 * blocked / std::max(forward + blocked, 1e-9)), "%"));
   return outcome_;
 }

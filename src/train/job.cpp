@@ -52,6 +52,14 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
 
 }  // namespace
 
+std::string resolved_settings_toml(const JobOptions& options, const JobSpec& job) {
+  const RunFile run = load_run(options.topology_path, options.config_paths, options.overrides);
+  validate_topology(run.topology, job);
+  run.settings.check_read_by(job.name);
+  read_run_config(run, job.name);  // the checks of the settings alone
+  return run.settings.to_toml(job.name);
+}
+
 CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& job) {
   CommandLine line;
   JobOptions& options = line.options;
@@ -64,7 +72,12 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
       ->allow_extra_args(false);
   app.add_option("--set", options.overrides, "override a setting: --set train.token_budget=32768; repeatable")
       ->allow_extra_args(false);
-  app.add_flag("--dry-run", options.dry_run, "print the rank -> role -> device -> host map and exit");
+  app.add_flag("--dry-run", options.dry_run,
+               "check the run as a launch would, print the rank -> role -> device -> host map and the resolved "
+               "settings, and exit");
+  bool print_settings = false;
+  app.add_flag("--print-settings", print_settings,
+               "print the resolved settings this job reads (TOML, usable as a --config file) and exit; no mpirun needed");
   app.add_option("--resume", options.resume,
                  "resume: 'auto' (latest checkpoint, or fresh), a checkpoint file or a run directory");
   app.add_flag("--help-settings", help_settings, "list every run setting with its type, default and accepted values");
@@ -83,6 +96,14 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
   } else if (!line.exit_code && help_settings) {
     out << settings_reference_text(job.name);
     line.exit_code = 0;
+  } else if (!line.exit_code && print_settings) {
+    try {
+      out << resolved_settings_toml(options, job);
+      line.exit_code = 0;
+    } catch (const ConfigError& e) {
+      err << job.name << ": error: " << e.what() << '\n';
+      line.exit_code = 2;
+    }
   }
   line.output = out.str();
   line.error = err.str();
@@ -128,7 +149,8 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
       std::printf("%s: topology '%s' (%s), %d ranks, interconnect %s\n%s", job.name.c_str(),
                   run.topology.name.c_str(), run.topology.source.c_str(), runtime.world_size(),
                   to_string(run.topology.interconnect), placement.c_str());
-      std::printf("resolved settings:\n%s", run.settings.to_toml().c_str());
+      // A launch writes them to the run directory's settings.toml instead (launch_settings.h).
+      if (options.dry_run) std::printf("resolved settings:\n%s", run.settings.to_toml(job.name).c_str());
       std::fflush(stdout);
     }
     if (options.dry_run) {
@@ -142,11 +164,16 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
     body(context);
   } catch (const JobExit& e) {
     exit_on_stop_signal(e.code());  // every rank leaves with this code
-    if (runtime.rank() == 0) std::fprintf(stderr, "%s: %s\n", job.name.c_str(), e.what());
+    if (runtime.rank() == 0) {
+      log_error_in_file(e.what());  // the reason the launch ended: log.txt's last line
+      std::fprintf(stderr, "%s: %s\n", job.name.c_str(), e.what());
+    }
     return e.code();
   } catch (const ConfigError& e) {
+    log_error_in_file(e.what());  // where this rank writes log.txt (rank 0, a first drafter)
     runtime.abort(e.what(), 2);
   } catch (const std::exception& e) {
+    log_error_in_file(e.what());
     runtime.abort(e.what());
   }
   return 0;

@@ -22,28 +22,10 @@ namespace {
 // JSON has no NaN or infinity: such a value is null.
 nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(); }
 
-// The launch of the last line in an existing file, 0 when there is none. Only the file's
-// end is read: a long run's file holds a line per step, and its last one is short.
-int last_launch(const std::string& path) {
-  constexpr std::streamoff kTail = 1 << 16;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return 0;
-  const std::streamoff size = in.tellg();
-  in.seekg(size > kTail ? size - kTail : 0);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  if (last.empty()) return 0;
-  const nlohmann::json object = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
-  return object.is_object() && object.contains("launch") && object["launch"].is_number_integer()
-             ? object["launch"].get<int>()
-             : 0;
-}
-
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& run_dir)
-    : path_(join_path(run_dir, kMetricsFileName)), launch_(last_launch(path_) + 1) {
+MetricsLog::MetricsLog(const std::string& run_dir, int launch)
+    : path_(join_path(run_dir, kMetricsFileName)), launch_(launch) {
   out_.open(path_, std::ios::app);
   if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
 }

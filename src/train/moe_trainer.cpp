@@ -159,8 +159,14 @@ void train_moe(JobContext& context) {
   if (measured) state.measured_budget = {measured->budget, measured->bytes_per_token()};
   auto prefetcher = make_step_prefetcher(dataset, config, token_budget, runtime.role_rank(), world, grad_accum,
                                          state.data, device);
-  log_info(cat("training ", session.length().describe(), " with ", world, " ranks x ", grad_accum,
-               " micro-batches of ", token_budget, " tokens; run directory ", config.run_dir));
+  if (session.lead())
+    log_start_block(session.start_block(
+        {{"model", model_text(config.model)},
+         {"data", cat(config.data.path, ": ", dataset->num_samples(), " documents, ", dataset->num_tokens(), " tokens",
+                      data.held_out ? cat("; ", data.held_out->num_samples(), " held-out documents") : std::string())},
+         {"budget", cat(world, " ranks x ", grad_accum, " micro-batches of ", token_budget, " tokens = ",
+                        static_cast<std::int64_t>(world) * grad_accum * token_budget, " tokens per step")},
+         {"length", session.length().describe()}}));
 
   // ---- the training loop: one optimizer step per iteration
   while (!session.done()) {

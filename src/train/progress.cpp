@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
 #include "topotrain/core/process_memory.h"
 
 namespace topotrain {
@@ -52,8 +54,8 @@ std::string ProgressMeter::line() {
   if (last_.aux_loss) add(out, std::snprintf(buffer, sizeof buffer, " aux %.4f", window_aux_ / steps));
   if (last_.peak_expert_load) add(out, std::snprintf(buffer, sizeof buffer, " load %.2f", window_load_ / steps));
   if (!window_draft_.empty()) out += " | " + window_draft_.summary();
-  add(out, std::snprintf(buffer, sizeof buffer, " | lr %.2e | gnorm %.3g | %.1f Ktok/s (%.1f per %s)", last_.lr,
-                         last_.grad_norm, rate / 1e3, rate / 1e3 / config_.ranks, config_.cpu ? "rank" : "GPU"));
+  add(out, std::snprintf(buffer, sizeof buffer, " | lr %.2e | gnorm %.3g | ", last_.lr, last_.grad_norm));
+  out += cat(format_rate(rate), " (", format_rate(rate / config_.ranks), " per ", config_.cpu ? "rank" : "GPU", ")");
   if (const std::optional<double> mfu = config_.mfu(window_flops_, seconds))
     add(out, std::snprintf(buffer, sizeof buffer, " | MFU %.1f%%", 100.0 * *mfu));
   if (last_.comm_seconds)

@@ -1,5 +1,7 @@
 #include "topotrain/train/step_profile.h"
 
+#include <exception>
+
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <fstream>
@@ -48,7 +50,9 @@ StepProfile::StepProfile(const ProfileRequest& request, std::string run_dir, int
 
 StepProfile::~StepProfile() {
   if (recording_) finish();
-  if (request_.first_step > 0 && !started_once_)
+  // Not while an exception unwinds the launch (a refused resume, a failed step): its reason
+  // is the news, and the last line of log.txt.
+  if (request_.first_step > 0 && !started_once_ && std::uncaught_exceptions() == 0)
     log_warn(cat("log.profile_step = ", request_.first_step, ": this rank never ran step ", request_.first_step,
                  ", so no profile was written"));
 }

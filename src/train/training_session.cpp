@@ -13,6 +13,7 @@
 #include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/grad_clip.h"
+#include "topotrain/train/launch_settings.h"
 #include "topotrain/train/out_of_memory.h"
 #include "topotrain/train/resume_checkpoint.h"
 #include "topotrain/train/training_checkpoint.h"
@@ -115,7 +116,6 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
     writer_ = std::make_unique<CheckpointWriter>(config_.run_dir, config_.cadences.checkpoint_keep,
                                                  config_.cadences.checkpoint_pinned);  // makes run_dir
     if (!resumed_from_.empty()) writer_->set_aside_after(state_.step, resumed_from_);
-    metrics_ = std::make_unique<MetricsLog>(config_.run_dir);
     if (config_.cadences.tensorboard) tensorboard_ = std::make_unique<TensorBoardLog>(config_.run_dir);
     if (config_.cadences.checkpoint_every >= 0) {
       const std::int64_t bytes = writer_->reserve(checkpoint_of(state_).tensors);
@@ -136,6 +136,26 @@ void TrainingSession::start(TimingLogConfig timing) {
   extra_fields_ = timing.extra_fields.size();
   if (tensorboard_) timing.on_record = [this](const StepRecord& record) { tensorboard_->record_timing(record); };
   timings_ = std::make_unique<TimingLog>(config_.run_dir, runtime_.world(), runtime_.role(), std::move(timing));
+  // Numbered by timings.h5, so that metrics.jsonl, settings.toml and the report agree.
+  if (lead_) {
+    metrics_ = std::make_unique<MetricsLog>(config_.run_dir, timings_->launch());
+    settings_path_ = write_launch_settings(config_.run_dir, timings_->launch(), context_.job.name,
+                                           context_.run.settings.to_toml(context_.job.name));
+  }
+}
+
+int TrainingSession::launch() const { return timings_->launch(); }
+
+StartBlock TrainingSession::start_block(std::vector<std::pair<std::string, std::string>> lines) const {
+  StartBlock block;
+  block.job = context_.job.name;
+  block.launch = launch();
+  block.run_dir = config_.run_dir;
+  block.resumed_from = resumed_from_;
+  block.resumed_step = first_step_ - 1;
+  block.lines = std::move(lines);
+  block.lines.emplace_back("settings", settings_path_.empty() ? std::string("(written by the lead)") : settings_path_);
+  return block;
 }
 
 PhaseTimer::Scope TrainingSession::scope(Phase phase) { return phase_scope(timer(), phase, device_); }
@@ -378,7 +398,7 @@ void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
   }
   timings_->end_step(std::move(metrics));
   profiled_.reset();
-  if (lead_ && (state_.step % config_.cadences.log_every == 0 || last)) log_info_here(progress_.line());
+  if (lead_ && (state_.step % config_.cadences.log_every == 0 || last)) log_progress(progress_.line());
 }
 
 void TrainingSession::discard_step() {
@@ -401,7 +421,7 @@ void TrainingSession::save_checkpoint() {
 void TrainingSession::finish() {
   // The last step's line, unless it was just printed (a pipeline's run ends when the next
   // step finds no batches, so its loop cannot know the last step in advance).
-  if (lead_ && progress_.pending()) log_info_here(progress_.line());
+  if (lead_ && progress_.pending()) log_progress(progress_.line());
   // A failed step changed nothing (no optimizer step), so the state is the last good one
   // and a resume repeats no trained sample.
   compat::release_cached_memory(device_);

@@ -5,6 +5,7 @@
 #include <regex>
 #include <vector>
 
+#include "topotrain/core/run_file.h"
 #include "topotrain/core/settings.h"
 #include "topotrain/core/topology.h"
 #include "topotrain/train/job.h"
@@ -79,4 +80,31 @@ TEST(CommandLine, HelpSettingsListsTheJobsOwnKeys) {
   EXPECT_NE(dflash.find("train.oom"), std::string::npos);
   EXPECT_NE(moe.find("train.token_budget"), std::string::npos);
   EXPECT_NE(dflash.find("train.anchors"), std::string::npos);
+}
+
+// --print-settings: every key the job reads, resolved, as TOML that a --config file can be;
+// moe_train's without the DFlash drafter's keys. No mpirun needed.
+TEST(CommandLine, PrintSettingsPrintsTheJobsOwnKeysAsToml) {
+  const std::string cpu4 = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu4.toml";
+  const std::string cpu_1t1d = std::string(TOPOTRAIN_SOURCE_DIR) + "/topology/cpu-1t1d.toml";
+  const CommandLine moe = read({cpu4.c_str(), "--print-settings", "--set", "train.lr=7e-4"});
+  ASSERT_EQ(moe.exit_code, 0) << moe.error;
+  const char* args[] = {"dflash_train", cpu_1t1d.c_str(), "--print-settings"};
+  const CommandLine dflash = read_command_line(3, args, dflash_job());
+  ASSERT_EQ(dflash.exit_code, 0) << dflash.error;
+  for (const SettingSpec& spec : setting_specs()) {
+    const std::string name = spec.key.substr(spec.key.find('.') + 1);
+    const std::regex line("(^|\n)(# )?" + name + " (=|is unset)");
+    EXPECT_EQ(std::regex_search(moe.output, line), spec.job != "dflash_train") << spec.key;
+    EXPECT_EQ(std::regex_search(dflash.output, line), spec.job != "moe_train") << spec.key;
+  }
+  EXPECT_NE(moe.output.find("lr = 0.0007  # --set\n"), std::string::npos) << moe.output;
+  Settings parsed;
+  merge_settings(moe.output, "printed", parsed);
+  EXPECT_DOUBLE_EQ(parsed.real("train.lr"), 7e-4);
+  EXPECT_EQ(parsed.integer("train.token_budget"), 1024);  // the topology's
+  // A key the job does not read is refused as a launch refuses it.
+  const CommandLine refused = read({cpu4.c_str(), "--print-settings", "--set", "train.anchors=3"});
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.error.find("train.anchors is a dflash_train setting"), std::string::npos) << refused.error;
 }

@@ -130,7 +130,7 @@ fanin)
   grep -Eq "role target \(ranks 0,1,2,3,4,5,6\): steps 1\.\.[0-9]+, $batches rank-steps" "$work/report.txt" ||
     { echo "the targets sent $batches batches"; cat "$work/report.txt"; exit 1; }
   # log.every = 5 and an epoch's steps are not known ahead: the last step still prints its line.
-  grep -Eq "\[rank 7 drafter\] step $steps \| loss [0-9.]+ \| tau [0-9.]+ acc@1 [0-9.]+ \(trivial drafters: mode [0-9.]+ [0-9.]+, slot-mode [0-9.]+ [0-9.]+\) \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| starved [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB" \
+  grep -Eq "\[rank 7 drafter\] step $steps \| loss [0-9.]+ \| tau [0-9.]+ acc@1 [0-9.]+ \(trivial drafters: mode [0-9.]+ [0-9.]+, slot-mode [0-9.]+ [0-9.]+\) \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ [KM]?tok/s \([0-9.]+ [KM]?tok/s per rank\) \| comm [0-9]+% \| starved [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB" \
     "$work/fanin.log" || { grep "drafter\] step" "$work/fanin.log"; echo "no line of the last step, $steps"; exit 1; }
   # The drafter's news is in the run's log too, beside rank 0's.
   grep -q "\[rank 7 drafter\] step $steps |" "$work/fanin/log.txt"

@@ -47,6 +47,11 @@
 #                                      the last; a resume holding out another share is refused, the same
 #                                      share, or another train.seed drawing other documents, is
 #                                      refused; the same share resumes and evaluates on
+#   moe_train_e2e.sh BIN_DIR launches  what launches print and write: the start block, settings.toml
+#                                      per launch (this job's keys), one launch number in
+#                                      metrics.jsonl, timings.h5 and the report, the LR schedule
+#                                      ending at max_steps (or not, with train.schedule = "tokens"),
+#                                      progress at log.level = "warn", a refusal as log.txt's last line
 #   moe_train_e2e.sh BIN_DIR auto      train.token_budget = "auto" under a train.memory_limit: a limit
 #                                      below what a rank holds is refused saying so; one with room
 #                                      for about a thousand tokens picks a budget well below the
@@ -496,7 +501,7 @@ epoch)
     --set log.every=2 --set checkpoint.every_steps=2
   steps=$(grep -Eo 'done: [0-9]+ steps' "$work/epoch.log" | awk '{print $2}')
   (( steps >= 4 )) || { cat "$work/epoch.log"; echo "expected at least 4 steps in the epoch"; exit 1; }
-  line='\[rank 0 trainer\] step 2 \| loss [0-9.]+ aux [0-9.]+ load [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ Ktok/s \([0-9.]+ per rank\) \| comm [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB \| ETA [0-9]'
+  line='\[rank 0 trainer\] step 2 \| loss [0-9.]+ aux [0-9.]+ load [0-9.]+ \| lr [0-9.]+e-[0-9]+ \| gnorm [0-9.e+-]+ \| [0-9.]+ [KM]?tok/s \([0-9.]+ [KM]?tok/s per rank\) \| comm [0-9]+% \| [0-9]+ coll \| rss [0-9.]+ GiB \| ETA [0-9]'
   grep -Eq "$line" "$work/epoch.log" || { cat "$work/epoch.log"; echo "no progress line with an ETA at step 2"; exit 1; }
   grep -q "\] step $steps | loss" "$work/epoch.log"
   log=$work/epoch/log.txt
@@ -522,6 +527,69 @@ epoch)
   refused="was trained on 33 documents of 11325 tokens ($work/small.h5), "
   refused+="but this launch trains on 33 documents of [0-9]* tokens ($work/other.h5)"
   grep -q "$refused" "$work/epoch.log" || { cat "$work/epoch.log"; exit 1; }
+  ;;
+launches)
+  # A launch prints a start block, not the ~60 settings: those go to settings.toml (this
+  # job's keys only, as TOML a --config takes), one file per launch. Three launches, the
+  # second training nothing (resumed at its end): metrics.jsonl, timings.h5 and the report
+  # all number the third launch 3. The last step of a max_steps run trains at the floor of
+  # the LR schedule (train.schedule = "run"), where train.schedule = "tokens" keeps the old
+  # schedule over the epochs. log.level = "warn" keeps the progress lines. A refused launch's
+  # reason is the last line of log.txt.
+  train 2 runs --set train.max_steps=3 --set train.lr=2e-3 --set train.min_lr_ratio=0.1
+  stamp='[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2} \[rank 0 trainer\]'
+  for line in "moe_train launch 1 of $work/runs, fresh" \
+    "  model     model preset 'tiny-moe' \(Qwen3-MoE, 3 layers, hidden 64\): [0-9.]+K parameters, [0-9.]+K active per token" \
+    "  data      [^ ]+: [0-9]+ documents, [0-9]+ tokens" \
+    "  budget    2 ranks x 1 micro-batches of 256 tokens = 512 tokens per step" \
+    "  length    1 epoch\(s\) or 3 steps, whichever comes first; LR schedule over the run: 3 steps, or [0-9]+ tokens if they come first" \
+    "  settings  $work/runs/settings.toml"; do
+    grep -Eq "^$stamp $line\$" "$work/runs.log" || { cat "$work/runs.log"; echo "no start line: $line"; exit 1; }
+  done
+  grep -q "resolved settings" "$work/runs.log" && { cat "$work/runs.log"; echo "a launch printed the settings"; exit 1; }
+  (( $(wc -l < "$work/runs.log") < 25 )) || { cat "$work/runs.log"; echo "a long start"; exit 1; }
+  train 2 runs --set train.max_steps=3 --set train.lr=2e-3 --set train.min_lr_ratio=0.1 --resume auto
+  grep -q "this launch trains nothing" "$work/runs.log" || { cat "$work/runs.log"; exit 1; }
+  train 2 runs --set train.max_steps=5 --set train.lr=2e-3 --set train.min_lr_ratio=0.1 --resume auto \
+    --set log.level=warn
+  grep -Eq "^$stamp step 5 \| loss " "$work/runs.log" || { cat "$work/runs.log"; echo "log.level = warn hid progress"; exit 1; }
+  grep -q "moe_train launch" "$work/runs.log" && { cat "$work/runs.log"; echo "log.level = warn printed info"; exit 1; }
+  # The report reads timings.h5's launch numbers.
+  "$bin/topotrain-report" "$work/runs" > "$work/runs.report"
+  grep -Eq "^  3 +2 \(2 trainer\) +4\.\.5 " "$work/runs.report" || { cat "$work/runs.report"; exit 1; }
+  "$bin/moe_train" "$(topology 2)" --print-settings > "$work/printed.toml"
+  /usr/bin/python3 - "$work/runs" "$work/printed.toml" <<'PY'
+import json, sys, tomllib
+run, printed = sys.argv[1:]
+lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+assert [(m["step"], m["launch"]) for m in lines] == [(1, 1), (2, 1), (3, 1), (4, 3), (5, 3)], lines
+# max_steps ends the run: its last step trains at the floor's neighbourhood, 2e-4 of a 2e-3 peak.
+assert lines[2]["lr"] < 2e-4 + 0.3 * 1.8e-3, lines[2]["lr"]
+assert abs(lines[4]["lr"] - 2e-4) < 0.1 * 1.8e-3, lines[4]["lr"]
+with open(run + "/settings.toml", "rb") as f:
+    text = f.read().decode()
+assert text.startswith("# moe_train launch 3:"), text[:80]
+settings = tomllib.loads(text)
+assert settings["train"]["max_steps"] == 5 and settings["log"]["level"] == "warn", settings["train"]
+for earlier in (1, 2):
+    first = open(f"{run}/settings.launch-{earlier}.toml").readline()
+    assert first.startswith(f"# moe_train launch {earlier}:"), first
+# Every key moe_train reads, none of dflash_train's alone.
+keys = {f"{table}.{key}" for table, values in tomllib.loads(open(printed).read()).items() for key in values}
+assert "train.anchors" not in keys and "model.draft_layers" not in keys, keys
+assert {"train.lr", "train.schedule", "log.level", "checkpoint.keep"} <= keys, keys
+PY
+  # train.schedule = "tokens": the schedule of before, over the epoch, which max_steps cuts short.
+  train 2 old --set train.max_steps=3 --set train.lr=2e-3 --set train.schedule=tokens
+  /usr/bin/python3 - "$work/old/metrics.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert lines[-1]["lr"] > 1.9e-3, lines[-1]["lr"]
+PY
+  # A refused launch (a fresh start in a run directory with checkpoints) ends log.txt with why.
+  if train 2 runs --set train.max_steps=5 --set log.profile_step=9; then echo "a fresh start was not refused"; exit 1; fi
+  tail -1 "$work/runs/log.txt" | grep -Eq "^$stamp error: $work/runs already holds the checkpoints of a run" ||
+    { tail -3 "$work/runs/log.txt"; echo "log.txt does not end with the refusal"; exit 1; }
   ;;
 auto)
   auto=(--set train.token_budget=auto --set train.max_steps=4 --set checkpoint.every_steps=2)

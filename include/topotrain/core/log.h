@@ -23,6 +23,10 @@ std::string log_timestamp(std::time_t when);
 // `value` with `decimals` digits after the point ("0.42"), for numbers in log lines.
 std::string fixed_point(double value, int decimals);
 
+// A rate with three significant digits and the SI prefix its magnitude asks for, so that no
+// rate rounds to zero: "0.05 tok/s", "12.3 tok/s", "41.2 Ktok/s", "5.00 Mtok/s".
+std::string format_rate(double per_second, const std::string& unit = "tok/s");
+
 // From now on the lines this process prints are also appended to `path` (created if
 // missing; an earlier file, a resumed run's, is kept and appended to). Throws
 // std::system_error naming the path when it cannot be opened.
@@ -35,5 +39,12 @@ void log_info(const std::string& message);
 void log_info_here(const std::string& message);
 void log_warn(const std::string& message);
 void log_error(const std::string& message);
+// A progress line (a trainer's step line), from whichever rank calls it: printed at info,
+// and kept at log.level = "warn" too (only "error" hides it), where it is all that shows
+// that a run is alive.
+void log_progress(const std::string& message);
+// An error line in this process's log file only (nothing without log_to_file), for a message
+// the caller prints in its own form: the reason a job ends, the file's last line.
+void log_error_in_file(const std::string& message);
 
 }  // namespace topotrain

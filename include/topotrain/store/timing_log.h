@@ -66,6 +66,10 @@ class TimingLog {
   void flush_local();
 
   const std::string& path() const { return path_; }  // the published timings.h5
+  // This launch's number in the run directory, the same on every rank: 1 for a new one,
+  // else one past the highest launch timings.h5 has seen (a launch that recorded no step
+  // keeps its number). The number metrics.jsonl, settings.toml and the report use.
+  int launch() const { return launch_; }
   // This rank's seconds of `phase` over the steps whose times are known (all of them after
   // flush()): device time where the phase was timed on the device. What a rank's own end
   // line reports, without timing anything twice.
@@ -86,6 +90,7 @@ class TimingLog {
   PhaseTimer timer_;
   std::unique_ptr<NvmlSampler> sampler_;
   std::unique_ptr<File> file_;  // rank 0 only
+  int launch_ = 1;
   std::int64_t steps_ = 0;
   std::array<double, kPhaseCount> phase_totals_{};
   int finished_ranks_ = 0;  // rank 0, in flush(): ranks whose last shipment arrived

@@ -51,14 +51,18 @@ using JobInputCheck = std::function<void(const RunFile&, const RunConfig&)>;
 
 // What the shared command line asks for: run with `options`, or print `output` (to
 // stdout) and `error` (to stderr) and exit with `exit_code`: 0 for --help, --version and
-// --help-settings, 2 for bad arguments. Options may come before or after the topology
-// file; --set and --config take one value each and repeat.
+// --help-settings and --print-settings, 2 for bad arguments or settings. Options may come
+// before or after the topology file; --set and --config take one value each and repeat.
 struct CommandLine {
   JobOptions options;
   std::optional<int> exit_code;
   std::string output, error;
 };
 CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& job);
+
+// --print-settings: the resolved settings `job` reads as TOML (Settings::to_toml), after the
+// checks that need neither MPI nor the dataset. Throws ConfigError.
+std::string resolved_settings_toml(const JobOptions& options, const JobSpec& job);
 
 // read_command_line, then for an exit: print (on the first rank only) and exit.
 JobOptions parse_job_options(int argc, char** argv, const JobSpec& job);

@@ -3,8 +3,8 @@
 // written, and every launch in the directory appends to the same file (as log.txt), so a
 // resumed run's curves go on where the last launch stopped (a step that a resume repeats
 // after a crash appears again, with the new launch's values). Keys (kMetricsKeys; README.md
-// lists the same): step, time (Unix seconds), launch (1 in a new directory, +1 per launch),
-// and the step's values (step_values.h). A value that is not finite (the loss of a skipped
+// lists the same): step, time (Unix seconds), launch (timings.h5's number of the launch,
+// TimingLog::launch, so that the two and the report agree), and the step's values (step_values.h). A value that is not finite (the loss of a skipped
 // step) is written as null.
 #pragma once
 
@@ -22,9 +22,9 @@ constexpr const char* kMetricsFileName = "metrics.jsonl";
 
 class MetricsLog {
  public:
-  // Opens <run_dir>/metrics.jsonl for appending. Throws std::runtime_error naming the file
-  // when it cannot be opened.
-  explicit MetricsLog(const std::string& run_dir);
+  // Opens <run_dir>/metrics.jsonl for appending; `launch` numbers its lines. Throws
+  // std::runtime_error naming the file when it cannot be opened.
+  MetricsLog(const std::string& run_dir, int launch);
 
   // One line for `step` at `time` (Unix seconds) with its `values`.
   void record(std::int64_t step, double time, const std::vector<StepValue>& values);

@@ -1,7 +1,8 @@
 // The progress line a job's lead rank prints every log.every steps and after its last
 // step, the same for every job; fields a job does not report are left out:
-//   step 120 | loss 3.2104 aux 0.0102 load 1.31 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 per GPU)
+//   step 120 | loss 3.2104 aux 0.0102 load 1.31 | lr 3.00e-04 | gnorm 0.81 | 41.2 Ktok/s (10.3 Ktok/s per GPU)
 //   | MFU 38.1% | 1 coll | mem 14.10 GiB | ETA 2h13m
+// (rates with three significant digits, in tok/s, Ktok/s or Mtok/s by their size: core/log.h's format_rate)
 // (aux: the MoE load-balancing loss; load: the peak expert load, model/moe.h's peak_expert_load.)
 // CPU ranks add their wait on collectives after MFU ("comm 12%"); on GPUs that is device
 // time, in timings.h5 and the report.

@@ -36,8 +36,9 @@ class StepProfile {
  public:
   // Throws std::invalid_argument for a device-only request on a rank without a GPU.
   StepProfile(const ProfileRequest& request, std::string run_dir, int rank, const torch::Device& device);
-  // Warns when a step was chosen but never profiled (the run ended or resumed past it), and
-  // writes what was recorded when the run ended inside the profiled steps.
+  // Warns when a step was chosen but never profiled (the run ended or resumed past it; not
+  // while an exception ends the launch), and writes what was recorded when the run ended
+  // inside the profiled steps.
   ~StepProfile();
   StepProfile(const StepProfile&) = delete;
   StepProfile& operator=(const StepProfile&) = delete;

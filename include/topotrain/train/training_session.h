@@ -68,6 +68,7 @@
 #include "topotrain/train/progress.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/sample_log.h"
+#include "topotrain/train/start_block.h"
 #include "topotrain/train/step_profile.h"
 #include "topotrain/train/tensorboard_log.h"
 
@@ -106,8 +107,16 @@ class TrainingSession {
   TrainingSession& operator=(const TrainingSession&) = delete;
 
   // Collective over the world (timings.h5 is one file of every rank's rows): call it on
-  // every rank of the job, at the same point of its protocol as the other roles do.
+  // every rank of the job, at the same point of its protocol as the other roles do. The
+  // lead then opens metrics.jsonl and writes settings.toml, both numbered by timings.h5's
+  // launch.
   void start(TimingLogConfig timing);
+
+  // After start(): this launch's number (timings.h5's) and the start block the lead prints,
+  // its common lines and `lines` (the job's: model, data, budget, length), then where the
+  // lead wrote settings.toml.
+  int launch() const;
+  StartBlock start_block(std::vector<std::pair<std::string, std::string>> lines) const;
 
   TrainingState& state() { return state_; }
   // The checkpoint resumed from; empty for a fresh run.
@@ -210,6 +219,7 @@ class TrainingSession {
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t saved_step_ = 0;
   std::string resumed_from_;
+  std::string settings_path_;  // the lead's settings.toml, written by start()
   SampleLog sample_log_;
   StepProfile profile_;
   ProgressMeter progress_;
