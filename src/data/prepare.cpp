@@ -17,6 +17,7 @@
 #include "topotrain/data/document_encoder.h"
 #include "topotrain/data/jsonl_record.h"
 #include "topotrain/data/tokenizer.h"
+#include "topotrain/data/tokenizer_files.h"
 
 namespace topotrain::data {
 namespace {
@@ -135,6 +136,8 @@ PrepareTotals prepare_dataset(const PrepareConfig& config) {
   }
   TokenDatasetWriter writer(config.output, tokenizer->vocab_size(), tokenizer->eos_id(), tokenizer->description(),
                             config.write);
+  // The tokenizer travels with its tokens (tokenizer_files.h); the byte tokenizer has no files.
+  if (config.tokenizer != "byte") writer.set_tokenizer_files(read_tokenizer_files(config.tokenizer));
   const size_t workers = config.threads > 0 ? size_t(config.threads) : std::max(1u, std::thread::hardware_concurrency());
 
   PrepareTotals totals;

@@ -12,6 +12,7 @@ namespace topotrain::data {
 namespace {
 
 constexpr const char* kFormatHint = "write it with topotrain-prepare or h5py as docs/data.md shows";
+constexpr const char* kTokenizerFiles = "tokenizer_files";
 
 // Makes HDF5 fail a read instead of silently clamping a value that does not fit the
 // memory type (a negative token id read as uint32 would otherwise become 0).
@@ -285,6 +286,27 @@ TokenDatasetHeader TokenDataset::read_header(const std::string& path) {
   return header_of(open_dataset_file(path), path);
 }
 
+TokenizerFiles TokenDataset::stored_tokenizer_files(const std::string& path) {
+  H5Handle file = open_dataset_file(path);
+  TokenizerFiles files;
+  if (H5Lexists(file, kTokenizerFiles, H5P_DEFAULT) <= 0) return files;
+  H5Handle group(H5Gopen2(file, kTokenizerFiles, H5P_DEFAULT), H5Gclose, cat("cannot open /", kTokenizerFiles, " in '", path, "'"));
+  H5G_info_t info{};
+  h5_check(H5Gget_info(group, &info), cat("cannot list /", kTokenizerFiles, " in '", path, "'"));
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t length = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    std::string name(static_cast<size_t>(std::max<ssize_t>(length, 0)), '\0');
+    if (length <= 0 || H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1,
+                                          H5P_DEFAULT) < 0)
+      throw ConfigError(cat("cannot list /", kTokenizerFiles, " in '", path, "'"));
+    const std::string where = cat(kTokenizerFiles, "/", name);
+    const std::vector<uint8_t> bytes =
+        read_integer_dataset<uint8_t>(file, path, where.c_str(), H5T_NATIVE_UINT8, "uint8", true);
+    files[name] = std::string(bytes.begin(), bytes.end());
+  }
+  return files;
+}
+
 TokenDataset TokenDataset::load(const std::string& path) {
   H5Handle file = open_dataset_file(path);
   TokenDatasetHeader header = header_of(file, path);
@@ -305,6 +327,7 @@ struct TokenDatasetWriter::Impl {
   WriteOptions options;
   uint64_t vocab_size, eos_id;
   std::string tokenizer;
+  TokenizerFiles tokenizer_files;
   H5Handle file, tokens, loss_mask;
   bool finished = false;
 };
@@ -364,6 +387,8 @@ void TokenDatasetWriter::append(const std::vector<uint32_t>& tokens, const std::
   tokens_written_ += tokens.size();
 }
 
+void TokenDatasetWriter::set_tokenizer_files(TokenizerFiles files) { impl_->tokenizer_files = std::move(files); }
+
 void TokenDatasetWriter::finish() {
   hsize_t n = offsets_.size();
   H5Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose, "cannot create an HDF5 dataspace");
@@ -374,6 +399,19 @@ void TokenDatasetWriter::finish() {
   write_int_attribute(impl_->file, "vocab_size", static_cast<int64_t>(impl_->vocab_size));
   write_int_attribute(impl_->file, "eos_id", static_cast<int64_t>(impl_->eos_id));
   write_string_attribute(impl_->file, "tokenizer", impl_->tokenizer);
+  if (!impl_->tokenizer_files.empty()) {
+    H5Handle group(H5Gcreate2(impl_->file, kTokenizerFiles, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   cat("cannot create /", kTokenizerFiles, " in '", impl_->path, "'"));
+    for (const auto& [name, bytes] : impl_->tokenizer_files) {
+      hsize_t length = bytes.size();
+      H5Handle file_space(H5Screate_simple(1, &length, nullptr), H5Sclose, "cannot create an HDF5 dataspace");
+      H5Handle stored(H5Dcreate2(group, name.c_str(), H5T_STD_U8LE, file_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                      H5Dclose, cat("cannot create /", kTokenizerFiles, "/", name, " in '", impl_->path, "'"));
+      if (length > 0)
+        h5_check(H5Dwrite(stored, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
+                 cat("cannot write /", kTokenizerFiles, "/", name, " of '", impl_->path, "'"));
+    }
+  }
   offsets.reset();
   impl_->tokens.reset();
   impl_->loss_mask.reset();

@@ -238,16 +238,15 @@ json weights_fields(ModelConfig c) {
 bool ModelConfig::same_model(const ModelConfig& other) const { return weights_fields(*this) == weights_fields(other); }
 
 std::string ModelConfig::differences(const ModelConfig& other) const {
+  // A MoE model against a dense one differs in model_type; the expert keys only one side has
+  // (and architectures, which follows model_type) would repeat that.
   const json mine = weights_fields(*this), theirs = weights_fields(other);
   std::string text;
   for (const auto& [key, value] : mine.items()) {
     const auto it = theirs.find(key);
-    const std::string other_value = it == theirs.end() ? "unset" : it->dump();
-    if (it != theirs.end() && *it == value) continue;
-    text += cat(text.empty() ? "" : ", ", key, " ", value.dump(), " vs ", other_value);
+    if (key == "architectures" || it == theirs.end() || *it == value) continue;
+    text += cat(text.empty() ? "" : ", ", key, " ", value.dump(), " vs ", it->dump());
   }
-  for (const auto& [key, value] : theirs.items())
-    if (!mine.contains(key)) text += cat(text.empty() ? "" : ", ", key, " unset vs ", value.dump());
   return text;
 }
 

@@ -202,6 +202,10 @@ void write_checkpoint_file(const std::string& path, const CheckpointState& state
     H5Handle config(H5Dopen2(file, "model_config", H5P_DEFAULT), H5Dclose, "cannot open model_config");
     write_attribute(config, "source", state.model_config_source);
   }
+  if (!state.tokenizer_files.empty()) {
+    H5Handle tokenizer = create_group(file, "tokenizer_files");
+    for (const auto& [name, text] : state.tokenizer_files) write_text(tokenizer, name, text);
+  }
   // Invariant: `complete` is written after everything else and flushed, so a file that
   // carries it holds every tensor in full.
   h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + path);
@@ -257,6 +261,10 @@ CheckpointState read_state(const std::string& path, const std::optional<std::str
       state.model_config_json = read_text(file, "model_config");
       H5Handle config(H5Dopen2(file, "model_config", H5P_DEFAULT), H5Dclose, "cannot open model_config");
       state.model_config_source = read_string_attribute(config, "source");
+    }
+    if (link_exists(file, "tokenizer_files")) {
+      H5Handle tokenizer = open_group(file, "tokenizer_files");
+      for (const std::string& name : child_names(tokenizer)) state.tokenizer_files[name] = read_text(tokenizer, name);
     }
   } catch (const ConfigError&) {
     throw;

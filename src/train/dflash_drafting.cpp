@@ -286,6 +286,7 @@ Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const mode
   } else {
     training_set.tokens = train_tokens;
     training_set.path = config_.data.path;
+    training_set.tokenizer_files = stored_tokenizer_files(config_.data.path);
   }
   adopt_training_set(session_->state(), training_set, config_);
   data = {};

@@ -1,10 +1,15 @@
 #include "topotrain/train/hf_export.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/data/tokenizer_files.h"
 #include "topotrain/model/dflash_hf.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
@@ -20,7 +25,29 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool is_export_file(const std::string& name) {
   const std::string ext = file_extension(name);
-  return name == "config.json" || name == "model.safetensors.index.json" || ext == ".safetensors";
+  return name == "config.json" || name == "generation_config.json" || name == "model.safetensors.index.json" ||
+         ext == ".safetensors";
+}
+
+// What transformers' generate reads: the config's bos/eos/pad ids and the tokenizer's special
+// tokens, the tokenizer's eos first (a chat tokenizer's end of turn, where generation must
+// stop), the config's after it; nullopt when neither names an eos.
+std::optional<nlohmann::json> generation_config(const model::ModelConfig& config, const data::TokenizerFiles& files) {
+  const data::SpecialTokenIds special = data::special_token_ids(files);
+  std::vector<std::int64_t> eos;
+  if (special.eos) eos.push_back(*special.eos);
+  for (const std::int64_t id : config.eos_token_ids())
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  if (eos.empty()) return std::nullopt;
+  nlohmann::json doc = {{"eos_token_id", eos.size() == 1 ? nlohmann::json(eos[0]) : nlohmann::json(eos)}};
+  auto first_of = [&](const char* key, const std::optional<std::int64_t>& from_tokenizer) {
+    const auto it = config.token_ids.find(key);
+    if (it != config.token_ids.end() && !it->second.empty()) doc[key] = it->second.front();
+    else if (from_tokenizer) doc[key] = *from_tokenizer;
+  };
+  first_of("bos_token_id", special.bos);
+  first_of("pad_token_id", special.pad);
+  return doc;
 }
 
 // An empty (or new) out_dir, or with `force` one cleared of an earlier export's files: a
@@ -98,6 +125,22 @@ HfExportResult export_hf(const HfExportOptions& options) {
     model::Qwen3CausalLM model(result.config);
     load_model_tensors(*checkpoint, named_parameters_of(*model));
     written = model::save_hf_checkpoint(*model, options.out_dir, options.dtype, max_shard_bytes);
+    // The tokenizer and generation settings the model was trained with, so that
+    // AutoTokenizer and generate need nothing but this folder.
+    for (const std::string& path : data::write_tokenizer_files(header.tokenizer_files, options.out_dir))
+      written.insert(written.end() - 1, path);
+    if (const auto generation = generation_config(result.config, header.tokenizer_files)) {
+      const std::string path = join_path(options.out_dir, "generation_config.json");
+      std::ofstream out(path, std::ios::trunc);
+      if (!(out << generation->dump(2) << "\n") || !out.flush()) throw ConfigError(cat("cannot write '", path, "'"));
+      written.insert(written.end() - 1, path);
+    } else {
+      result.notes.push_back("no generation_config.json: neither the model's config nor a tokenizer names an eos "
+                             "token, so generate stops only at max_new_tokens");
+    }
+    if (header.tokenizer_files.empty())
+      result.notes.push_back("no tokenizer files: the training data stores none (byte-tokenized, or prepared by an "
+                             "older topotrain); copy the tokenizer it was prepared with into the folder");
   }
   for (const std::string& path : written) result.files.emplace_back(path, file_size(path));
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -121,6 +164,7 @@ std::string describe(const HfExportResult& result) {
   }
   std::snprintf(line, sizeof(line), "%.3f GiB in %.1f s", static_cast<double>(total) / kGiB, result.seconds);
   text += cat(result.files.size(), " files, ", line, "\n");
+  for (const std::string& note : result.notes) text += cat("note: ", note, "\n");
   if (!drafter) return text;
   const std::vector<std::int64_t> taps = drafter->resolved_taps();
   std::string read;  // what the reference reads for each tap

@@ -197,6 +197,11 @@ TrainingData load_training_data(const RunConfig& config) {
   return out;
 }
 
+std::shared_ptr<const data::TokenizerFiles> stored_tokenizer_files(const std::string& path) {
+  data::TokenizerFiles files = data::TokenDataset::stored_tokenizer_files(path);
+  return files.empty() ? nullptr : std::make_shared<const data::TokenizerFiles>(std::move(files));
+}
+
 TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const std::string& path) {
   std::vector<std::uint64_t> lengths(train.num_samples());
   for (std::uint64_t i = 0; i < lengths.size(); ++i) lengths[i] = train.sample_length(i);
@@ -205,6 +210,7 @@ TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const
   identity.tokens = static_cast<std::int64_t>(train.num_tokens());
   identity.lengths_crc = crc32c(lengths.data(), lengths.size() * sizeof(std::uint64_t));
   identity.path = path;
+  identity.tokenizer_files = stored_tokenizer_files(path);
   return identity;
 }
 
@@ -247,6 +253,7 @@ void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, c
   if (mine.tokens) trained.tokens = mine.tokens;
   if (mine.lengths_crc) trained.lengths_crc = mine.lengths_crc;
   trained.path = mine.path;
+  trained.tokenizer_files = mine.tokenizer_files;
 }
 
 void log_run_to_file(const std::string& run_dir) {

@@ -50,6 +50,7 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
   if (set.tokens) checkpoint.ints["data_tokens"] = *set.tokens;
   if (set.lengths_crc) checkpoint.ints["data_lengths_crc"] = *set.lengths_crc;
   if (!set.path.empty()) checkpoint.texts["data_path"] = set.path;
+  if (set.tokenizer_files) checkpoint.tokenizer_files = *set.tokenizer_files;
   if (state.measured_budget.budget > 0) {
     checkpoint.ints["auto_token_budget"] = state.measured_budget.budget;
     checkpoint.reals["auto_peak_bytes_per_token"] = state.measured_budget.bytes_per_token;

@@ -10,6 +10,9 @@
 #include "topotrain/core/error.h"
 #include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/byte_tokenizer.h"
+#include "topotrain/data/prepare.h"
+#include "topotrain/data/token_dataset.h"
+#include "topotrain/data/tokenizer_files.h"
 #include "topotrain/data/unicode_normalizer.h"
 #include "topotrain/data/unicode_regex.h"
 
@@ -258,6 +261,51 @@ TEST(BpeTokenizer, RealQwen3TokenizerClassesCodePointsAsHfDoes) {
     const std::string text = probe.at("text").get<std::string>();
     EXPECT_EQ(encode(*t, text), probe.at("ids").get<Ids>()) << text;
   }
+}
+
+// The tokenizer's files travel with its tokens: read from beside tokenizer.json (only the
+// names carried), stored in the dataset file byte for byte, and their special tokens found
+// by id as tokenizer_config.json names them.
+TEST(TokenizerFiles, TravelFromTheTokenizerFolderIntoTheDataset) {
+  const std::string folder = test_file("hf_tokenizer");
+  make_directories(folder);
+  const std::string tokenizer_json = join_path(folder, "tokenizer.json");
+  std::ofstream(tokenizer_json) << tiny_tokenizer_json(qwen_pre_tokenizer(), false);
+  const std::string config = R"({"eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>"},
+    "bos_token": null, "model_max_length": 64})";
+  std::ofstream(join_path(folder, "tokenizer_config.json")) << config;
+  std::ofstream(join_path(folder, "chat_template.jinja")) << "{{ messages }}";
+  std::ofstream(join_path(folder, "vocab.txt")) << "not carried";
+  const TokenizerFiles files = read_tokenizer_files(tokenizer_json);
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files.at("tokenizer.json"), tiny_tokenizer_json(qwen_pre_tokenizer(), false));
+  EXPECT_EQ(files.at("tokenizer_config.json"), config);
+  EXPECT_EQ(files.at("chat_template.jinja"), "{{ messages }}");
+
+  const SpecialTokenIds ids = special_token_ids(files);
+  EXPECT_EQ(ids.eos, std::optional<int64_t>(19));  // an added token
+  EXPECT_EQ(ids.pad, std::optional<int64_t>(17));  // named by an AddedToken object
+  EXPECT_FALSE(ids.bos);                           // null
+  TokenizerFiles vocabulary = files;
+  vocabulary["tokenizer_config.json"] = R"({"eos_token": "hello"})";
+  EXPECT_EQ(special_token_ids(vocabulary).eos, std::optional<int64_t>(12));  // in the BPE vocabulary
+  vocabulary["tokenizer_config.json"] = R"({"eos_token": "</s>"})";
+  try {
+    special_token_ids(vocabulary);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("eos_token \"</s>\""), std::string::npos) << e.what();
+  }
+
+  PrepareConfig prepare;
+  prepare.tokenizer = tokenizer_json;
+  prepare.inputs = {write_temp("hello.txt", "hello world")};
+  prepare.output = test_file("hello.h5");
+  prepare_dataset(prepare);
+  EXPECT_EQ(TokenDataset::stored_tokenizer_files(prepare.output), files);
+  prepare.tokenizer = "byte";
+  prepare_dataset(prepare);
+  EXPECT_TRUE(TokenDataset::stored_tokenizer_files(prepare.output).empty());
 }
 
 }  // namespace

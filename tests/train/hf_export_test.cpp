@@ -18,6 +18,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/data/tokenizer_files.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/model/safetensors.h"
@@ -100,13 +101,15 @@ class HfExportTest : public ::testing::Test {
   // What moe_train's checkpoint of `model` writes into run directory `run`: the
   // parameters, AdamW state and, unless `with_config` is false, the model's config.
   std::string write_run(mdl::Qwen3CausalLM& model, const std::string& run, bool with_config = true,
-                        const std::string& model_name = "") {
+                        const std::string& model_name = "",
+                        std::shared_ptr<const data::TokenizerFiles> tokenizer_files = nullptr) {
     const NamedParameters parameters = named_parameters_of(*model);
     AdamW optimizer(parameters, AdamWConfig{});
     RunFile run_file;
     run_file.topology_text = "[topology]\nname = \"test\"\n";
     TrainingState state;
     state.step = 2;
+    state.data_set.tokenizer_files = std::move(tokenizer_files);
     CheckpointState checkpoint = model_name.empty()
                                      ? snapshot(run_file, model->config(), parameters, optimizer, state)
                                      : snapshot(run_file, model_name, parameters, optimizer, state);
@@ -295,7 +298,10 @@ TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
   const std::string refused = config_error_of([&] { model_config_from(settings); });
   EXPECT_NE(refused.find("model.preset = \"tiny-moe\" (topology/cpu4.toml:7:10)"), std::string::npos) << refused;
   EXPECT_NE(refused.find("model preset 'tiny-dense'"), std::string::npos) << refused;
-  EXPECT_NE(refused.find("num_experts"), std::string::npos) << refused;
+  EXPECT_NE(refused.find(": model_type \"qwen3_moe\" vs \"qwen3\", tie_word_embeddings false vs true (preset vs "
+                         "weights)"),
+            std::string::npos)
+      << refused;
   EXPECT_NE(refused.find("--set model.preset="), std::string::npos) << refused;
   settings.set_from_assignment("model.preset=");
   EXPECT_EQ(settings.origin("model.preset"), "default");
@@ -331,4 +337,45 @@ TEST_F(HfExportTest, AnHfFolderInModelWeightsGivesTheShapeFromItsConfig) {
   settings.set("model.preset", "tiny-moe", "topology/cpu4.toml:7:10");
   EXPECT_NE(config_error_of([&] { model_config_from(settings); }).find(join_path(options.out_dir, "config.json")),
             std::string::npos);
+}
+
+// A model's export carries the tokenizer its training data stored, byte for byte, and
+// generation_config.json with the ids generate stops at: the tokenizer's eos (a chat
+// tokenizer's end of turn) first, then the config's; pad from the tokenizer where the config
+// has none. Without either, the printout says what the folder lacks.
+TEST_F(HfExportTest, AnExportCarriesItsTokenizerAndGenerationConfig) {
+  mdl::ModelConfig config = mdl::ModelConfig::preset("tiny-dense");
+  config.token_ids = {{"bos_token_id", {7}}, {"eos_token_id", {5, 6}}, {"decoder_start_token_id", {7}}};
+  mdl::Qwen3CausalLM dense(config);
+  auto files = std::make_shared<data::TokenizerFiles>();
+  (*files)["tokenizer.json"] = R"({"added_tokens": [{"id": 300, "content": "<|im_end|>"},
+    {"id": 301, "content": "<|endoftext|>"}], "model": {"vocab": {"a": 0}}})";
+  (*files)["tokenizer_config.json"] = R"({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})";
+  (*files)["chat_template.jinja"] = "{{ messages }}";
+  HfExportOptions options;
+  options.source = write_run(dense, "with-tokenizer", true, "", files);
+  options.out_dir = path("exported");
+  const HfExportResult result = export_hf(options);
+  for (const auto& [name, text] : *files) EXPECT_EQ(read_text(join_path(options.out_dir, name)), text) << name;
+  const auto generation = nlohmann::json::parse(read_text(join_path(options.out_dir, "generation_config.json")));
+  EXPECT_EQ(generation.at("eos_token_id"), nlohmann::json::array({300, 5, 6}));
+  EXPECT_EQ(generation.at("bos_token_id"), 7);
+  EXPECT_EQ(generation.at("pad_token_id"), 301);
+  // config.json keeps every token-id key it was trained with.
+  const auto exported = nlohmann::json::parse(read_text(join_path(options.out_dir, "config.json")));
+  EXPECT_EQ(exported.at("eos_token_id"), nlohmann::json::array({5, 6}));
+  EXPECT_EQ(exported.at("decoder_start_token_id"), 7);
+  EXPECT_EQ(file_name(result.files.back().first), "config.json");
+  EXPECT_TRUE(result.notes.empty());
+  EXPECT_EQ(describe(result).find("note:"), std::string::npos);
+
+  // Byte-tokenized data and a preset without ids: neither file, and the printout says so.
+  mdl::Qwen3CausalLM plain(mdl::ModelConfig::preset("tiny-dense"));
+  options.source = write_run(plain, "plain");
+  options.out_dir = path("exported-plain");
+  const std::string printed = describe(export_hf(options));
+  EXPECT_FALSE(file_exists(join_path(options.out_dir, "generation_config.json")));
+  EXPECT_FALSE(file_exists(join_path(options.out_dir, "tokenizer.json")));
+  EXPECT_NE(printed.find("note: no generation_config.json"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("note: no tokenizer files"), std::string::npos) << printed;
 }

@@ -9,6 +9,14 @@
 #                                            model.preset left at tiny-moe builds tiny-dense and
 #                                            loads its weights; a preset set to another model is
 #                                            refused, naming both, with exit 2 on every rank
+#   topotrain_export_e2e.sh BIN_DIR new_user the README's path with a Hugging Face tokenizer:
+#                                            chat JSONL prepared into a folder that does not exist
+#                                            yet, trained, exported with its tokenizer and
+#                                            generation_config.json, fine-tuned from the export
+#                                            with no model.config (the export's config.json gives
+#                                            the shape; a topology's preset of another model is
+#                                            refused until --set model.preset= takes it back),
+#                                            and exported again with the same tokenizer files
 #   topotrain_export_e2e.sh BIN_DIR drafter  the CPU demo's 1t1d dflash_train run for 3 steps exported
 #                                            as a DFlash drafter folder (fp32, in shards), which the
 #                                            export's printout describes; model.draft_weights = that
@@ -86,7 +94,7 @@ weights)
   if train wrong --set model.preset=tiny-moe --set model.weights="$work/dense"; then
     echo "a tiny-dense checkpoint was loaded into tiny-moe"; exit 1
   fi
-  grep -q "^moe_train: model.weights: checkpoint .*step-00000002.h5 holds a model trained as model preset 'tiny-dense', but this run builds model preset 'tiny-moe'" \
+  grep -q "^moe_train: error: model.preset = \"tiny-moe\" (--set) is not the model model.weights = \"$work/dense\" (--set) holds, model preset 'tiny-dense': model_type \"qwen3_moe\" vs \"qwen3\", tie_word_embeddings false vs true (preset vs weights)" \
     "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
   ;;
@@ -119,6 +127,41 @@ drafter)
   grep -q "^dflash_train: model.weights: $work/hf (a DFlash folder) holds a DFlash drafter, not a Qwen3 model: .*model.draft_weights" \
     "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
+  ;;
+new_user)
+  python3 tests/train/byte_level_tokenizer.py "$work/tokenizer"
+  python3 data/chat_demo.py 7 300 > "$work/chat.jsonl"
+  "$bin/topotrain-prepare" -o "$work/data/chat.h5" --tokenizer "$work/tokenizer/tokenizer.json" "$work/chat.jsonl" \
+    > "$work/prepare.log" 2>&1 || { cat "$work/prepare.log"; exit 1; }
+  train base --set model.preset=tiny-dense --set data.path="$work/data/chat.h5" --set train.max_steps=3 ||
+    { cat "$work/base.log"; exit 1; }
+  "$bin/topotrain-export" "$work/base" "$work/hf" > "$work/export.log"
+  grep -q "note:" "$work/export.log" && { cat "$work/export.log"; exit 1; }
+  for file in tokenizer.json tokenizer_config.json; do cmp "$work/tokenizer/$file" "$work/hf/$file"; done
+  # generate stops at the tokenizer's eos, <|im_end|> (258); its pad is <|endoftext|> (256).
+  python3 - "$work/hf/generation_config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+assert config["eos_token_id"] == 258 and config["pad_token_id"] == 256, config
+PY
+  # Fine-tuning the export names nothing but the folder: its config.json gives the shape.
+  train tuned --set model.weights="$work/hf" --set data.path="$work/data/chat.h5" --set train.max_steps=2 ||
+    { cat "$work/tuned.log"; exit 1; }
+  grep -q "weights loaded from $work/hf" "$work/tuned.log" || { cat "$work/tuned.log"; exit 1; }
+  # A topology that sets another preset is refused, naming both, and --set model.preset= takes it back.
+  sed 's/^interconnect = "cpu"$/&\n[model]\npreset = "tiny-moe"/' "$work/one.toml" > "$work/moe.toml"
+  status=0
+  timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$work/moe.toml" --set model.weights="$work/hf" \
+    --set data.path="$work/data/chat.h5" --set checkpoint.dir="$work" --set checkpoint.run=refused \
+    > "$work/refused.log" 2>&1 || status=$?
+  [[ $status == 2 ]] && grep -q "model.preset = \"tiny-moe\" ($work/moe.toml:[0-9]*:[0-9]*) is not the model .*$work/hf/config.json" \
+    "$work/refused.log" || { echo "exit $status"; cat "$work/refused.log"; exit 1; }
+  timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$work/moe.toml" --set model.weights="$work/hf" --set model.preset= \
+    --set data.path="$work/data/chat.h5" --set checkpoint.dir="$work" --set checkpoint.run=taken-back \
+    --set train.max_steps=1 --set train.token_budget=256 > "$work/taken-back.log" 2>&1 ||
+    { cat "$work/taken-back.log"; exit 1; }
+  "$bin/topotrain-export" "$work/tuned" "$work/hf-tuned" > /dev/null
+  for file in tokenizer.json tokenizer_config.json generation_config.json; do cmp "$work/hf/$file" "$work/hf-tuned/$file"; done
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

@@ -5,6 +5,8 @@
 //   /offsets    uint64 [docs + 1]   document d is tokens[offsets[d], offsets[d+1])
 //   /loss_mask  uint8  [N]          optional; 1 where the token is trained on
 //   attributes  vocab_size (int), eos_id (int), tokenizer (string)
+//   /tokenizer_files/<name>  uint8 [bytes]  optional: the Hugging Face tokenizer's files the
+//               tokens were made with (data/tokenizer_files.h), stored by topotrain-prepare
 //
 // The whole file is read once at start: seed 004 lost half of every step to per-sample
 // file reads, so sample access here is a pointer and a length, never I/O.
@@ -16,6 +18,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "topotrain/data/tokenizer_files.h"
 
 namespace topotrain::data {
 
@@ -49,6 +53,9 @@ class TokenDataset {
   // The root attributes only, without reading the tokens: what a run checks against its
   // model before any rank loads the data. ConfigError as load's.
   static TokenDatasetHeader read_header(const std::string& path);
+  // The tokenizer files the file stores (empty when it stores none: a byte-tokenized file,
+  // one written by h5py or by a topotrain older than these files). ConfigError as load's.
+  static TokenizerFiles stored_tokenizer_files(const std::string& path);
   // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
   // (with the offending index) and how to fix it. A file with no next-token target
   // (num_loss_targets() == 0) is refused too: a run on it would train nothing at loss 0.
@@ -111,6 +118,8 @@ class TokenDatasetWriter {
   // empty (all ones) or one entry per token.
   void append(const std::vector<uint32_t>& tokens, const std::vector<uint64_t>& lengths,
               const std::vector<uint8_t>& loss_mask);
+  // Stored by finish() under /tokenizer_files.
+  void set_tokenizer_files(TokenizerFiles files);
   void finish();
 
   uint64_t num_tokens() const { return tokens_written_; }

@@ -67,8 +67,8 @@ struct ModelConfig {
   // Every field but `source`, the token ids and initializer_range (which only random
   // initialisation reads) equal: the same weights compute the same function.
   bool same_model(const ModelConfig& other) const;
-  // The fields same_model compares that differ, as "hidden_size 64 (this) vs 1024 (other)"
-  // joined by ", "; "" when same_model.
+  // The fields same_model compares that differ, as "hidden_size 64 vs 1024" (this, other)
+  // joined by ", " (MoE against dense: model_type, not every expert key); "" when same_model.
   std::string differences(const ModelConfig& other) const;
 
   // moe-500m, qwen3-0.6b, qwen3-8b, tiny-dense, tiny-moe.

@@ -28,6 +28,10 @@ struct CheckpointState {
   // topotrain stored them.
   std::string model_config_json;
   std::string model_config_source;
+  // The Hugging Face tokenizer files (name -> text) of the training set, as its dataset file
+  // stores them (data/tokenizer_files.h), so that an export carries its tokenizer; empty for
+  // byte-tokenized data and in older checkpoints.
+  std::map<std::string, std::string> tokenizer_files;
 };
 
 // "<preset>/<hash of every tensor's name, shape and dtype>": two models with the same

@@ -89,9 +89,15 @@ struct TrainingSetIdentity {
   std::optional<std::int64_t> tokens;
   std::optional<std::int64_t> lengths_crc;  // CRC-32C of the documents' lengths, in order
   std::string path;                         // the data.path it was read from, for messages
+  // The tokenizer files the set's dataset file stores (tokenizer_files.h), which checkpoints
+  // record for topotrain-export; null where it stores none. Shared: states are copied.
+  std::shared_ptr<const data::TokenizerFiles> tokenizer_files;
 };
 
-// The identity of `train`, the documents of `path` a run trains on (less any held out).
+// TokenDataset::stored_tokenizer_files of `path`, null when it stores none.
+std::shared_ptr<const data::TokenizerFiles> stored_tokenizer_files(const std::string& path);
+// The identity of `train`, the documents of `path` a run trains on (less any held out), and
+// the tokenizer files `path` stores.
 TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const std::string& path);
 
 // Where a training run stands; stored in every checkpoint.
