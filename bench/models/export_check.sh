@@ -6,20 +6,30 @@
 # (bench/models/hf_parity.py --export), and hf_parity computes topotrain's logits of the
 # checkpoint itself (its stored config and weights) on the same batch and compares them in
 # fp32: max |a - b| / max |b| <= 1e-4 for the logits and the loss.
+# Then a chat model as a user of transformers meets it ("generate"): the DFlash demo's
+# arithmetic chats (data/chat_demo.py) prepared with a Qwen3 tokenizer (TOKENIZER_DIR, default
+# ../shared/data/qwen3-tokenizer beside the repository; skipped with a line when absent), a
+# qwen3-0.6b shape trained GENERATE_STEPS (100) steps of 16K tokens from random weights and
+# exported with its tokenizer; export_generate.py loads AutoTokenizer and the model from the
+# folder alone, generates on a chat prompt of the tokenizer's own template, which must stop at
+# <|im_end|>, and greedily on 16 held-out prompts, which must equal topotrain's greedy
+# continuation (greedy_continuation) token for token, fp32 on both sides.
 #
 #   BUILD_DIR=/root/build-gpu bash bench/models/export_check.sh
 #
-# Builds nothing: BUILD_DIR/bin must hold moe_train, topotrain-export and hf_parity. Prints
-# one PASS/FAIL row per model, also to ${OUT:-/tmp}/export_check.txt; exit status 1 when a
-# model fails. EXPORT_CHECK_DEVICE=cpu trains on a CPU rank instead of GPU 0 (a check of the
-# script on a machine without a GPU); EXPORT_CHECK_MODELS picks the presets (default
-# "tiny-moe moe-500m").
+# Builds nothing: BUILD_DIR/bin must hold moe_train, topotrain-export, topotrain-prepare,
+# hf_parity and greedy_continuation. Prints one PASS/FAIL row per check, also to
+# ${OUT:-/tmp}/export_check.txt; exit status 1 when a check fails. EXPORT_CHECK_DEVICE=cpu
+# trains on a CPU rank instead of GPU 0 (a check of the script on a machine without a GPU;
+# "generate" then uses tiny-dense and a byte-level tokenizer of tests/train, and skips the
+# transformers step where python3 lacks transformers); EXPORT_CHECK_MODELS picks the checks
+# (default "tiny-moe moe-500m generate").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 : "${BUILD_DIR:?set BUILD_DIR to a topotrain build directory (its bin/ holds moe_train, topotrain-export, hf_parity)}"
 bin=$BUILD_DIR/bin
-for tool in moe_train topotrain-export hf_parity; do
+for tool in moe_train topotrain-export topotrain-prepare hf_parity greedy_continuation; do
   [[ -x $bin/$tool ]] || { echo "export_check: $bin/$tool not found; build it first (cmake --build $BUILD_DIR --target ${tool//-/_})" >&2; exit 2; }
 done
 source launch/env.sh
@@ -51,14 +61,57 @@ check() {
   return 1
 }
 
+# generate: chat data with a Hugging Face tokenizer, trained, exported, generated from (see the top).
+generate_check() {
+  local tokenizer=${TOKENIZER_DIR:-$root/../shared/data/qwen3-tokenizer} preset=qwen3-0.6b
+  local steps=${GENERATE_STEPS:-100} budget=16384 conversations=6000 on=cuda:$device log=$work/generate.log
+  if [[ $device == cpu ]]; then
+    tokenizer=$work/byte-level preset=tiny-dense steps=${GENERATE_STEPS:-60} budget=1024 conversations=600 on=cpu
+    python3 tests/train/byte_level_tokenizer.py "$tokenizer"
+  fi
+  if [[ ! -f $tokenizer/tokenizer.json ]]; then
+    echo "SKIP generate: no tokenizer.json in $tokenizer (TOKENIZER_DIR names a Qwen3 tokenizer's folder)"
+    return 0
+  fi
+  local stage=data
+  if python3 data/chat_demo.py 1 "$conversations" >"$work/chat-train.jsonl" &&
+     python3 data/chat_demo.py 2 40 >"$work/chat-eval.jsonl" &&
+     "$bin/topotrain-prepare" -q "$work/chat-train.jsonl" -o "$work/chat/train.h5" --tokenizer "$tokenizer/tokenizer.json" &&
+     "$bin/topotrain-prepare" -q "$work/chat-eval.jsonl" -o "$work/chat/eval.h5" --tokenizer "$tokenizer/tokenizer.json" &&
+     stage=train && mpirun -np 1 "$bin/moe_train" "$work/one.toml" --set model.preset="$preset" \
+       --set data.path="$work/chat/train.h5" --set train.token_budget="$budget" --set train.max_steps="$steps" \
+       --set train.epochs=1000 --set train.lr=1e-3 --set log.every=20 --set checkpoint.every_steps=0 \
+       --set checkpoint.dir="$work" --set checkpoint.run=chat >"$log" 2>&1 &&
+     stage=export && "$bin/topotrain-export" "$work/chat" "$work/chat-hf" --dtype fp32 >>"$log" 2>&1 &&
+     stage=topotrain && "$bin/greedy_continuation" "$work/chat-hf" "$work/chat/eval.h5" 16 48 \
+       "$work/continuations.jsonl" "$on" >>"$log" 2>&1; then
+    if [[ $device == cpu ]] && ! python3 -c 'import transformers' 2>/dev/null; then
+      echo "PASS generate up to transformers (trained to $(grep -o 'step [0-9]* | loss [0-9.]*' "$log" | tail -1);" \
+        "python3 has no transformers here): $(ls "$work/chat-hf" | tr '\n' ' ')"
+      return 0
+    fi
+    stage=transformers
+    if python3 bench/models/export_generate.py "$work/chat-hf" "$work/continuations.jsonl" >"$work/generate.row" 2>>"$log"; then
+      echo "PASS generate ($preset, trained to $(grep -o 'step [0-9]* | loss [0-9.]*' "$log" | tail -1))"
+      sed 's/^/    /' "$work/generate.row"
+      return 0
+    fi
+  fi
+  echo "FAIL generate at $stage"
+  sed 's/^/    /' "$work/generate.row" 2>/dev/null
+  tail -20 "$log" | sed 's/^/    /'
+  return 1
+}
+
 status=0
 {
   echo "# bench/models/export_check.sh, $(date -u +%F), device $device"
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' ||
     status=1
-  for preset in ${EXPORT_CHECK_MODELS:-tiny-moe moe-500m}; do
+  for preset in ${EXPORT_CHECK_MODELS:-tiny-moe moe-500m generate}; do
     case $preset in
       tiny-moe) check tiny-moe 5 2048 || status=1 ;;
+      generate) generate_check || status=1 ;;
       *) check "$preset" 1 4096 || status=1 ;;
     esac
   done

@@ -42,6 +42,10 @@ torch::ScalarType resolve_dtype(const std::string& name, const torch::Device& de
   throw ConfigError(cat("--dtype '", name, "' is not auto, bf16 or fp32"));
 }
 
+std::string dtype_name(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? "bf16" : "fp32"; }
+
+}  // namespace
+
 std::vector<int64_t> stop_tokens(const model::ModelConfig& target, const PromptSet& prompts,
                                  const SpeculationOptions& options) {
   std::vector<int64_t> stops = options.stop_tokens;
@@ -53,10 +57,6 @@ std::vector<int64_t> stop_tokens(const model::ModelConfig& target, const PromptS
   stops.erase(std::unique(stops.begin(), stops.end()), stops.end());
   return stops;
 }
-
-std::string dtype_name(torch::ScalarType dtype) { return dtype == torch::kBFloat16 ? "bf16" : "fp32"; }
-
-}  // namespace
 
 Placement resolve_placement(const SpeculationOptions& options) {
   const torch::Device device = resolve_device(options.device);

@@ -38,6 +38,11 @@ struct Placement {
 };
 Placement resolve_placement(const SpeculationOptions& options);
 
+// The tokens that end a response: options.stop_tokens, the prompts' eos_id and end of turn and
+// the target config's eos ids, sorted, once each.
+std::vector<int64_t> stop_tokens(const model::ModelConfig& target, const PromptSet& prompts,
+                                 const SpeculationOptions& options);
+
 // Called after each prompt: prompts done, of `total`, and the seconds since the first.
 using SpeculationProgress = std::function<void(int64_t done, int64_t total, double seconds)>;
 
