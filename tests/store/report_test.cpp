@@ -399,6 +399,20 @@ TEST_F(ReportTest, TraceHasALanePerRankAndEverySpan) {
   EXPECT_EQ(counters, 1);
 }
 
+// Names are JSON-escaped whatever they hold (quotes, control characters, bytes that are not
+// UTF-8), and a value that is not finite is null: the trace always parses.
+TEST_F(ReportTest, TraceIsValidJsonWhateverTheNamesHold) {
+  TimingsData data = data_;
+  data.roles[0] = "tar\"get\n\xff";
+  data.span_phases[0] = "for\tward";
+  const auto trace = nlohmann::json::parse(chrome_trace_json(data));
+  std::set<std::string> lanes;
+  for (const auto& event : trace["traceEvents"])
+    if (event["ph"] == "M" && event["name"] == "thread_name") lanes.insert(event["args"]["name"].get<std::string>());
+  EXPECT_TRUE(lanes.count("rank 0 tar\"get\n\xEF\xBF\xBD")) << *lanes.begin();
+  EXPECT_EQ(trace["displayTimeUnit"], "ms");
+}
+
 TEST_F(ReportTest, ChartHasAPanelPerRoleAndALegend) {
   const std::string svg = run_chart_svg(stitch_launches({data_}, 0));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
