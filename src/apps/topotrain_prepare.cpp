@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "tool_cli.h"
+#include "topotrain/core/log.h"
 #include "topotrain/data/prepare.h"
 
 int main(int argc, char** argv) {
@@ -44,8 +45,9 @@ int main(int argc, char** argv) {
     std::printf("wrote %s: %llu documents, %llu tokens (%llu with loss mask 1) from %llu files, %.1f MB\n",
                 config.output.c_str(), (unsigned long long)t.documents, (unsigned long long)t.tokens,
                 (unsigned long long)t.loss_tokens, (unsigned long long)t.files, t.bytes / 1e6);
-    std::printf("tokenizer %s, vocab_size %llu; %.2f s, %.2f M tokens/s, %.1f MB/s\n", t.tokenizer.c_str(),
-                (unsigned long long)t.vocab_size, t.seconds, t.tokens / t.seconds / 1e6, t.bytes / t.seconds / 1e6);
+    std::printf("tokenizer %s, vocab_size %llu; %.2f s, %s, %s\n", t.tokenizer.c_str(),
+                (unsigned long long)t.vocab_size, t.seconds, format_rate(t.tokens / t.seconds).c_str(),
+                format_rate(t.bytes / t.seconds, "B/s").c_str());
     if (t.chat_documents > 0) {
       std::printf("%llu conversations rendered with the %s chat template\n", (unsigned long long)t.chat_documents,
                   t.chat_template.c_str());

@@ -13,6 +13,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/log.h"
 #include "topotrain/data/chat_template.h"
 #include "topotrain/data/document_encoder.h"
 #include "topotrain/data/jsonl_record.h"
@@ -108,10 +109,10 @@ TokenizedBatch tokenize(const Tokenizer& tokenizer, const ChatRendering& chat, c
 void draw_progress(uint64_t done_bytes, uint64_t total_bytes, const PrepareTotals& totals, double seconds) {
   const double fraction = total_bytes ? std::min(1.0, double(done_bytes) / double(total_bytes)) : 1.0;
   const int width = 30, filled = static_cast<int>(fraction * width);
-  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f / %.1f MB  %llu docs  %llu tokens  %.2f M tok/s ",
+  std::fprintf(stderr, "\r[%s%s] %5.1f%%  %.1f / %.1f MB  %llu docs  %llu tokens  %s ",
                std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), 100 * fraction,
                done_bytes / 1e6, total_bytes / 1e6, (unsigned long long)totals.documents,
-               (unsigned long long)totals.tokens, seconds > 0 ? totals.tokens / seconds / 1e6 : 0.0);
+               (unsigned long long)totals.tokens, format_rate(seconds > 0 ? totals.tokens / seconds : 0.0).c_str());
   std::fflush(stderr);
 }
 
