@@ -91,9 +91,9 @@ const std::vector<SettingSpec>& setting_specs() {
        "(train.schedule)"},
       {"train.epochs", T::integer, std::int64_t{1}, at_least(1), "passes over the dataset when max_tokens is 0"},
       {"train.schedule", T::string, std::string("run"), one_of({"run", "tokens", "steps"}),
-       "the LR schedule's length: run (it ends where the run ends: max_steps, max_tokens or the epochs, whichever comes "
-       "first, each on its own clock), tokens (max_tokens, else epochs x the dataset's tokens; max_steps only stops early, "
-       "to resume on the same schedule) or steps (max_steps, which must be > 0)"},
+       "the LR schedule's length: run (it ends where the run ends: max_steps, max_tokens or the epochs, whichever "
+       "comes first, each on its own clock), tokens (max_tokens, else epochs x the dataset's tokens; max_steps only "
+       "stops early, to resume on the same schedule) or steps (max_steps, which must be > 0)"},
       {"train.lr", T::real, 3e-4, at_least(0), "peak learning rate"},
       {"train.min_lr_ratio", T::real, 0.1, between(0, 1), "cosine decay floor as a fraction of lr"},
       {"train.warmup", T::real, 0.04, between(0, 1), "linear warmup, as a fraction of the LR schedule's length"},

@@ -77,7 +77,8 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
                "settings, and exit");
   bool print_settings = false;
   app.add_flag("--print-settings", print_settings,
-               "print the resolved settings this job reads (TOML, usable as a --config file) and exit; no mpirun needed");
+               "print the resolved settings this job reads (TOML, usable as a --config file) and exit; no mpirun "
+               "needed");
   app.add_option("--resume", options.resume,
                  "resume: 'auto' (latest checkpoint, or fresh), a checkpoint file or a run directory");
   app.add_flag("--help-settings", help_settings, "list every run setting with its type, default and accepted values");
