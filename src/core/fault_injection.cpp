@@ -1,11 +1,13 @@
 #include "topotrain/core/fault_injection.h"
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -25,6 +27,13 @@ bool fault_injected(const char* variable, int rank, std::int64_t step) {
 
 void fault_inject_stall(int rank, std::int64_t step) {
   if (fault_injected("TOPOTRAIN_FAULT_STALL", rank, step)) std::raise(SIGSTOP);
+}
+
+void fault_inject_disk_full(std::int64_t step, const std::string& what) {
+  const char* spec = std::getenv("TOPOTRAIN_FAULT_DISK_FULL");
+  if (!spec || std::atoll(spec) != step) return;
+  errno = ENOSPC;
+  throw std::runtime_error(what);
 }
 
 void fault_inject_delay(const char* variable) {

@@ -1,12 +1,14 @@
 #include "topotrain/data/token_dataset.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <numeric>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/hdf5_handle.h"
+#include "topotrain/core/io_failure.h"
 
 namespace topotrain::data {
 namespace {
@@ -342,8 +344,12 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, uint64_t vocab_s
   impl_->vocab_size = vocab_size;
   impl_->eos_id = eos_id;
   impl_->tokenizer = tokenizer;
-  impl_->file = H5Handle(H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-                         cat("cannot create '", impl_->tmp_path, "'; check that its directory exists and is writable"));
+  const hid_t file = H5Fcreate(impl_->tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  // The output path is the user's to fix (another folder, a writable mount): bad input.
+  if (file < 0)
+    throw ConfigError(cat("cannot create '", impl_->tmp_path, "': ", errno ? os_error_text(errno) : "not writable",
+                          "; write the output into a folder that exists and is writable"));
+  impl_->file = H5Handle(file, H5Fclose, impl_->tmp_path);
   impl_->tokens = create_extendible(impl_->file, "tokens", H5T_STD_U32LE, options, path);
 }
 

@@ -1,6 +1,7 @@
 #include "topotrain/store/checkpoint_writer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <iterator>
@@ -19,6 +20,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/io_failure.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/run_dir_files.h"
@@ -127,6 +129,15 @@ void prune(const std::string& run_dir, int keep, const std::string& newest) {
   }
 }
 
+// What a checkpoint file holds, about: its tensors and texts (HDF5's own bookkeeping is small).
+std::uint64_t snapshot_bytes(const CheckpointState& state) {
+  std::uint64_t bytes = state.settings_toml.size() + state.topology_text.size() + state.model_config_json.size();
+  for (const auto& [name, tensor] : state.tensors) bytes += tensor.nbytes();
+  for (const auto& [name, text] : state.texts) bytes += text.size();
+  for (const auto& [name, text] : state.tokenizer_files) bytes += text.size();
+  return bytes;
+}
+
 void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snapshot& snapshot) {
   std::string copied;
 #ifdef TOPOTRAIN_CUDA
@@ -142,10 +153,28 @@ void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snap
   const std::string final_path = join_path(run_dir, name);
   const std::string temporary = final_path + ".tmp";
   fault_inject_delay("TOPOTRAIN_FAULT_SLOW_CHECKPOINT");
-  write_checkpoint_file(temporary, snapshot.state);
-  fsync_path(temporary);
-  rename_file(temporary, final_path);
-  fsync_path(run_dir);
+  try {
+    write_checkpoint_file(temporary, snapshot.state);
+    fault_inject_disk_full(snapshot.state.step, "cannot flush " + temporary);
+    fsync_path(temporary);
+    rename_file(temporary, final_path);
+    fsync_path(run_dir);
+  } catch (const std::exception& e) {
+    // A full disk or a quota is named with the space it took; the partial file goes, so that
+    // the space it held is free again and nothing but `latest`'s checkpoint looks like one.
+    const int error = errno;
+    try {
+      remove_file(temporary);
+    } catch (const std::system_error&) {
+      // what made the write fail may also refuse the removal: the message above is the one to read
+    }
+    const std::string said = e.what();
+    throw std::runtime_error(cat("cannot write ", final_path, " (", said, ")",
+                                 write_failure_detail(error, run_dir, snapshot_bytes(snapshot.state), said),
+                                 "; the run directory's latest checkpoint is unchanged. Free space there, keep "
+                                 "fewer checkpoints (checkpoint.keep) or point checkpoint.dir at a file system with "
+                                 "room, then resume with --resume auto"));
+  }
   write_file_atomically(join_path(run_dir, "latest"), name + "\n");
   // From the one rank that writes the run's checkpoints, whatever its rank number.
   log_info_here(cat("checkpoint ", final_path, " written: ",

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 
 #include "topotrain/core/files.h"
 #include "topotrain/core/error.h"
+#include "topotrain/core/io_failure.h"
 #include "topotrain/store/crc32c.h"
 #include "topotrain/store/protobuf_wire.h"
 
@@ -49,7 +51,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   make_directories(dir);
   path_ = new_file_in(dir);
   out_.open(path_, std::ios::binary);
-  if (!out_) throw std::runtime_error("cannot create " + path_);
+  if (!out_) throw std::runtime_error(cat("cannot create ", path_, write_failure_detail(errno, path_)));
   ProtoMessage event;
   event.double_field(kEventWallTime,
                      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
@@ -79,7 +81,7 @@ void TensorBoardWriter::write_record(const std::string& data) {
   out_ << length << little_endian_bytes(masked_crc(length.data(), length.size()), 4) << data
        << little_endian_bytes(masked_crc(data.data(), data.size()), 4);
   out_.flush();
-  if (!out_) throw std::runtime_error("cannot write " + path_);
+  if (!out_) throw std::runtime_error(cat("cannot write ", path_, write_failure_detail(errno, path_)));
 }
 
 }  // namespace topotrain

@@ -1,11 +1,13 @@
 #include "topotrain/store/timing_log.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/io_failure.h"
 #include "topotrain/core/log.h"
 #include "topotrain/store/h5_io.h"
 #include "topotrain/store/timings_file.h"
@@ -158,7 +160,11 @@ struct TimingLog::File {
     steps->append(step_rows);
     spans->append(span_rows);
     nvml->append(nvml_rows);
-    h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush the timing log");
+    try {
+      h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush the timing log " + live);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(cat(e.what(), write_failure_detail(errno, live, 0, e.what())));
+    }
   }
 
   // Copies the live file (flushed by every append) to timings.h5; unless `now`, only when

@@ -2,11 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
 
+#include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/io_failure.h"
 
 namespace topotrain {
 
@@ -27,7 +30,7 @@ nlohmann::json number(double value) { return std::isfinite(value) ? nlohmann::js
 MetricsLog::MetricsLog(const std::string& run_dir, int launch)
     : path_(join_path(run_dir, kMetricsFileName)), launch_(launch) {
   out_.open(path_, std::ios::app);
-  if (!out_) throw std::runtime_error("cannot open " + path_ + " for writing");
+  if (!out_) throw std::runtime_error(cat("cannot open ", path_, " for writing", write_failure_detail(errno, path_)));
 }
 
 void MetricsLog::record(std::int64_t step, double time, const std::vector<StepValue>& values) {
@@ -44,7 +47,7 @@ void MetricsLog::record(std::int64_t step, double time, const std::vector<StepVa
         value.value);
   out_ << line.dump() << '\n';
   out_.flush();
-  if (!out_) throw std::runtime_error("cannot write " + path_);
+  if (!out_) throw std::runtime_error(cat("cannot write ", path_, write_failure_detail(errno, path_)));
 }
 
 }  // namespace topotrain

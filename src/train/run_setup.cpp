@@ -198,6 +198,7 @@ TrainingData load_training_data(const RunConfig& config) {
 }
 
 std::shared_ptr<const data::TokenizerFiles> stored_tokenizer_files(const std::string& path) {
+  if (!is_regular_file(path)) return nullptr;  // a training set built in memory has no file to ask
   data::TokenizerFiles files = data::TokenDataset::stored_tokenizer_files(path);
   return files.empty() ? nullptr : std::make_shared<const data::TokenizerFiles>(std::move(files));
 }

@@ -242,7 +242,7 @@ weights)
     echo "a tiny-moe checkpoint was accepted as a tiny-dense target"; exit 1
   fi
   # One message and exit 2 on every rank, not an abort.
-  grep -q "^dflash_train: model.weights: checkpoint .*step-00000002.h5 holds a model trained as model preset 'tiny-moe', but this run builds model preset 'tiny-dense'" "$work/wrong.log" ||
+  grep -q "^dflash_train: error: model.preset = \"tiny-dense\" (--set) is not the model model.weights = \"$work/tiny-moe\" (--set) holds, model preset 'tiny-moe': model_type \"qwen3\" vs \"qwen3_moe\"" "$work/wrong.log" ||
     { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
   ;;

@@ -52,6 +52,11 @@
 #                                      metrics.jsonl, timings.h5 and the report, the LR schedule
 #                                      ending at max_steps (or not, with train.schedule = "tokens"),
 #                                      progress at log.level = "warn", a refusal as log.txt's last line
+#   moe_train_e2e.sh BIN_DIR disk_full a checkpoint.dir on a file system that holds one checkpoint and
+#                                      not two (a 4 MiB tmpfs; where mounts are refused, the second
+#                                      checkpoint's write fails with ENOSPC by TOPOTRAIN_FAULT_DISK_FULL):
+#                                      the job stops naming the OS's reason with the bytes needed and
+#                                      free; no .tmp is left and `latest` still names the first checkpoint
 #   moe_train_e2e.sh BIN_DIR auto      train.token_budget = "auto" under a train.memory_limit: a limit
 #                                      below what a rank holds is refused saying so; one with room
 #                                      for about a thousand tokens picks a budget well below the
@@ -96,6 +101,30 @@ same_losses() {  # same_losses RUN_A RUN_B: per-step losses agree to 1e-4 (relat
 }
 
 case $scenario in
+disk_full)
+  full=$work/full
+  mkdir -p "$full"
+  common=(--set train.max_steps=12 --set checkpoint.every_steps=5 --set checkpoint.keep=3 --set checkpoint.dir="$full")
+  space="[0-9.]+ MiB needed, [0-9.]+ (KiB|MiB|GiB) free of [0-9.]+ (MiB|GiB) on the file system holding $full/run"
+  if mount -t tmpfs -o size=4m tmpfs "$full" 2>/dev/null; then
+    trap 'umount "$full"; rm -rf "$work"' EXIT
+    reason="No space left on device \\(ENOSPC\\)\\): $space"
+  else
+    echo "cannot mount a tmpfs: the second checkpoint's write fails as on a full disk instead"
+    export TOPOTRAIN_FAULT_DISK_FULL=10
+    reason="\\): No space left on device \\(ENOSPC\\); $space"
+  fi
+  if train 1 run "${common[@]}" >/dev/null; then echo "the job did not stop on a full disk"; exit 1; fi
+  grep -Eq "checkpoint of step (5|10) in $full/run failed: cannot write $full/run/step-000000(05|10).h5 \(cannot (write|flush) .*$reason" \
+    "$work/run.log" || { cat "$work/run.log"; echo "the failure does not name the OS's reason"; exit 1; }
+  grep -q "keep fewer checkpoints (checkpoint.keep) or point checkpoint.dir at a file system with room" "$work/run.log" ||
+    { cat "$work/run.log"; exit 1; }
+  if ls "$full/run" | grep -q '\.tmp$'; then ls -la "$full/run"; echo "a .tmp was left behind"; exit 1; fi
+  if [[ -f $full/run/latest ]]; then
+    [[ $(cat "$full/run/latest") == step-00000005.h5 ]] && "$bin/checkpoint_diff" "$full/run/step-00000005.h5" \
+      "$full/run/step-00000005.h5" 0 >/dev/null || { echo "latest does not name a whole checkpoint"; exit 1; }
+  fi
+  ;;
 dp)
   # Adam divides by the root of tiny second moments, so fp32 summation-order noise in
   # rarely-seen embedding rows grows to ~1e-5 after a few steps at lr 1e-2: 1e-4 bounds it.

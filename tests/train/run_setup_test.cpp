@@ -274,7 +274,7 @@ TEST(RunConfig, RunDirectoryIsOneFolderUnderCheckpointDir) {
   settings.set_from_assignment("checkpoint.run=run1");
   EXPECT_EQ(run_config_of(settings).run_dir, "/data/ckpt/run1");
   for (const char* name : {"", ".", "..", "../elsewhere", "a/b"}) {
-    settings.set_from_assignment(std::string("checkpoint.run=") + name);
+    settings.set("checkpoint.run", std::string(name), "--set");  // "" as a file may give it (`--set key=` clears)
     EXPECT_NE(config_error_of([&] { run_config_of(settings); })
                   .find(cat("checkpoint.run = \"", name, "\" (--set) does not name one folder under checkpoint.dir "
                             "(/data/ckpt): use a name without '/'")),
@@ -298,7 +298,7 @@ TEST(RunConfig, DflashTapsAreWholeLayerNumbersAndTheBlockFitsTheTarget) {
   settings.set_from_assignment("model.taps= 1, 2");
   EXPECT_EQ(run_config_of(settings, "dflash_train").dflash->taps, (std::vector<int64_t>{1, 2}));
   for (const char* taps : {"1abc", "1.9", "1,,2", "-", ""}) {
-    settings.set_from_assignment(std::string("model.taps=") + taps);
+    settings.set("model.taps", std::string(taps), "--set");
     EXPECT_NE(config_error_of([&] { run_config_of(settings, "dflash_train"); }).find("is not a layer number"),
               std::string::npos)
         << taps;

@@ -7,6 +7,10 @@
 //   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
 //   TOPOTRAIN_FAULT_SLOW_CHECKPOINT  holds SECONDS instead: every checkpoint write takes that
 //                               much longer (store/checkpoint_writer.h), as on a slow disk
+//   TOPOTRAIN_FAULT_DISK_FULL   holds STEP instead: the checkpoint of that step fails to write
+//                               as on a full disk (errno ENOSPC after the file was begun;
+//                               store/checkpoint_writer.h), for machines that refuse a small
+//                               tmpfs mount
 //   TOPOTRAIN_FAULT_SLOW_DRAFTER  holds SECONDS: every drafter micro-batch's forward takes that
 //                               much longer (dflash_drafting.cpp), as on a slower GPU, without
 //                               using a core (CPU ranks sharing a few cores then run at the
@@ -14,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace topotrain {
 
@@ -27,5 +32,9 @@ void fault_inject_stall(int rank, std::int64_t step);
 
 // The SLOW variables: sleeps the seconds `variable` holds (none when unset).
 void fault_inject_delay(const char* variable);
+
+// TOPOTRAIN_FAULT_DISK_FULL: throws std::runtime_error("<what>") with errno set to ENOSPC, as a
+// write on a full disk fails, when `step` is the step the variable holds.
+void fault_inject_disk_full(std::int64_t step, const std::string& what);
 
 }  // namespace topotrain

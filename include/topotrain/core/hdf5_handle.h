@@ -14,7 +14,8 @@ class H5Handle {
   using Closer = herr_t (*)(hid_t);
 
   H5Handle() = default;
-  // Takes ownership of `id`; throws std::runtime_error("<what>") when id < 0.
+  // Takes ownership of `id`; throws std::runtime_error("<what>") when id < 0, followed by
+  // ": <the OS's reason>" where errno names a failed write (io_failure.h).
   H5Handle(hid_t id, Closer closer, const std::string& what);
   ~H5Handle() { reset(); }
   H5Handle(H5Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
@@ -32,7 +33,8 @@ class H5Handle {
   Closer closer_ = nullptr;
 };
 
-// Throws std::runtime_error(what) when an herr_t status is negative.
+// Throws std::runtime_error(what) when an herr_t status is negative, with the OS's reason as
+// H5Handle's constructor adds it.
 void h5_check(herr_t status, const std::string& what);
 
 // Stops HDF5 printing its error stack to stderr (once per process; idempotent).

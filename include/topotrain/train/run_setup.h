@@ -94,7 +94,7 @@ struct TrainingSetIdentity {
   std::shared_ptr<const data::TokenizerFiles> tokenizer_files;
 };
 
-// TokenDataset::stored_tokenizer_files of `path`, null when it stores none.
+// TokenDataset::stored_tokenizer_files of `path`, null when it stores none or is no file.
 std::shared_ptr<const data::TokenizerFiles> stored_tokenizer_files(const std::string& path);
 // The identity of `train`, the documents of `path` a run trains on (less any held out), and
 // the tokenizer files `path` stores.
