@@ -38,6 +38,7 @@ HeldOutSplit split_held_out(TokenDataset dataset, double fraction, std::uint64_t
   out.vocab_size = all.vocab_size;
   out.eos_id = all.eos_id;
   out.tokenizer = all.tokenizer;
+  out.file_tokens_crc32c = all.file_tokens_crc32c;
   // Kept documents move down over the held-out ones; `write` never passes `begin`, so
   // each move reads tokens not yet overwritten.
   std::uint64_t write = 0;

@@ -1,11 +1,13 @@
 #include "topotrain/data/token_dataset.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <numeric>
 
+#include "topotrain/core/crc32c.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/hdf5_handle.h"
 #include "topotrain/core/io_failure.h"
@@ -15,6 +17,16 @@ namespace {
 
 constexpr const char* kFormatHint = "write it with topotrain-prepare or h5py as docs/data.md shows";
 constexpr const char* kTokenizerFiles = "tokenizer_files";
+constexpr const char* kTokensCrc = "tokens_crc32c";
+
+// The checksum of tokens as the file stores them, little-endian uint32, continuing `before`.
+uint32_t tokens_crc32c(const uint32_t* tokens, size_t count, uint32_t before) {
+  static_assert(sizeof(uint32_t) == 4, "tokens are 4 bytes");
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tokens_crc32c reads tokens in the host's byte order, which must be little-endian as the file's"
+#endif
+  return crc32c(tokens, count * sizeof(uint32_t), before);
+}
 
 // Makes HDF5 fail a read instead of silently clamping a value that does not fit the
 // memory type (a negative token id read as uint32 would otherwise become 0).
@@ -317,6 +329,13 @@ TokenDataset TokenDataset::load(const std::string& path) {
   c.eos_id = header.eos_id;
   c.tokenizer = std::move(header.tokenizer);
   c.tokens = read_integer_dataset<uint32_t>(file, path, "tokens", H5T_NATIVE_UINT32, "uint32", true);
+  if (H5Aexists(file, kTokensCrc) > 0) {
+    c.file_tokens_crc32c = static_cast<uint32_t>(read_int_attribute(file, path, kTokensCrc));
+  } else {
+    const auto started = std::chrono::steady_clock::now();
+    c.file_tokens_crc32c = tokens_crc32c(c.tokens.data(), c.tokens.size(), 0);
+    c.file_tokens_crc32c_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
   c.offsets = read_integer_dataset<uint64_t>(file, path, "offsets", H5T_NATIVE_UINT64, "uint64", true);
   c.loss_mask = read_integer_dataset<uint8_t>(file, path, "loss_mask", H5T_NATIVE_UINT8, "uint8", false);
   TokenDataset dataset = from_contents(std::move(c), path);
@@ -331,6 +350,7 @@ struct TokenDatasetWriter::Impl {
   std::string tokenizer;
   TokenizerFiles tokenizer_files;
   H5Handle file, tokens, loss_mask;
+  uint32_t tokens_crc = 0;  // of the tokens appended so far
   bool finished = false;
 };
 
@@ -385,6 +405,7 @@ void TokenDatasetWriter::append(const std::vector<uint32_t>& tokens, const std::
     }
   }
   append_rows(impl_->tokens, H5T_NATIVE_UINT32, tokens_written_, tokens.size(), tokens.data(), "/tokens");
+  impl_->tokens_crc = tokens_crc32c(tokens.data(), tokens.size(), impl_->tokens_crc);
   if (impl_->loss_mask.valid()) {
     const std::vector<uint8_t> ones(loss_mask.empty() ? tokens.size() : 0, 1);
     append_rows(impl_->loss_mask, H5T_NATIVE_UINT8, tokens_written_, tokens.size(),
@@ -405,6 +426,7 @@ void TokenDatasetWriter::finish() {
   write_int_attribute(impl_->file, "vocab_size", static_cast<int64_t>(impl_->vocab_size));
   write_int_attribute(impl_->file, "eos_id", static_cast<int64_t>(impl_->eos_id));
   write_string_attribute(impl_->file, "tokenizer", impl_->tokenizer);
+  write_int_attribute(impl_->file, kTokensCrc, static_cast<int64_t>(impl_->tokens_crc));
   if (!impl_->tokenizer_files.empty()) {
     H5Handle group(H5Gcreate2(impl_->file, kTokenizerFiles, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    cat("cannot create /", kTokenizerFiles, " in '", impl_->path, "'"));

@@ -6,7 +6,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/suggest.h"
-#include "topotrain/store/crc32c.h"
+#include "topotrain/core/crc32c.h"
 #include "topotrain/store/h5_io.h"
 
 namespace topotrain {

@@ -10,7 +10,7 @@
 #include "topotrain/core/files.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/io_failure.h"
-#include "topotrain/store/crc32c.h"
+#include "topotrain/core/crc32c.h"
 #include "topotrain/store/protobuf_wire.h"
 
 namespace topotrain {

@@ -11,7 +11,7 @@
 #include "topotrain/core/log.h"
 #include "topotrain/core/process_memory.h"
 #include "topotrain/data/held_out_split.h"
-#include "topotrain/store/crc32c.h"
+#include "topotrain/core/crc32c.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/trained_models.h"
@@ -161,8 +161,13 @@ data::TokenDataset load_checked(const std::string& path, const RunConfig& config
   data::TokenDataset dataset = data::TokenDataset::load(path);
   check_vocabulary(path, {dataset.vocab_size(), dataset.eos_id(), dataset.tokenizer(), dataset.num_tokens()},
                    config.model);
+  const double checksum_seconds = dataset.contents().file_tokens_crc32c_seconds;
   log_info(cat("dataset ", path, ": ", dataset.num_samples(), " documents, ", dataset.num_tokens(),
-               " tokens, loaded in ", seconds_since(started)));
+               " tokens, loaded in ", seconds_since(started),
+               checksum_seconds > 0
+                   ? cat("; the file stores no token checksum, so computing the one that identifies it to a resume "
+                         "took ", fixed_point(checksum_seconds, 2), " s of that (topotrain-prepare stores it)")
+                   : std::string()));
   warn_past_positions(path, dataset, config);
   return dataset;
 }
@@ -210,6 +215,7 @@ TrainingSetIdentity training_set_identity(const data::TokenDataset& train, const
   identity.documents = static_cast<std::int64_t>(train.num_samples());
   identity.tokens = static_cast<std::int64_t>(train.num_tokens());
   identity.lengths_crc = crc32c(lengths.data(), lengths.size() * sizeof(std::uint64_t));
+  if (const auto& crc = train.file_tokens_crc32c()) identity.tokens_crc = *crc;
   identity.path = path;
   identity.tokenizer_files = stored_tokenizer_files(path);
   return identity;
@@ -231,7 +237,9 @@ std::string describe(const TrainingSetIdentity& set) {
 void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, const RunConfig& config) {
   TrainingSetIdentity& trained = state.data_set;
   const bool lengths_differ = differ(trained.lengths_crc, mine.lengths_crc);
-  if (differ(trained.documents, mine.documents) || differ(trained.tokens, mine.tokens) || lengths_differ) {
+  const bool tokens_differ = differ(trained.tokens_crc, mine.tokens_crc);
+  if (differ(trained.documents, mine.documents) || differ(trained.tokens, mine.tokens) || lengths_differ ||
+      tokens_differ) {
     const bool held_out = config.data.eval_fraction > 0;
     throw ConfigError(cat(
         "the checkpoint resumed (step ", state.step, ") was trained on ", describe(trained),
@@ -241,6 +249,9 @@ void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, c
                  : std::string(),
         lengths_differ && trained.documents == mine.documents && trained.tokens == mine.tokens
             ? "; as many documents and tokens, but of other lengths: another file, or the file changed"
+        : tokens_differ && !lengths_differ && trained.documents == mine.documents && trained.tokens == mine.tokens
+            ? cat("; documents of the same lengths, but other tokens (token checksum ", *mine.tokens_crc, ", trained ",
+                  *trained.tokens_crc, "): another file, or the file changed")
             : "",
         state.streams.empty()
             ? cat(". Its data position (sample ", state.data.consumed_samples, " of epoch ", state.data.epoch, ")")
@@ -253,6 +264,7 @@ void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, c
   if (mine.documents) trained.documents = mine.documents;
   if (mine.tokens) trained.tokens = mine.tokens;
   if (mine.lengths_crc) trained.lengths_crc = mine.lengths_crc;
+  if (mine.tokens_crc) trained.tokens_crc = mine.tokens_crc;
   trained.path = mine.path;
   trained.tokenizer_files = mine.tokenizer_files;
 }

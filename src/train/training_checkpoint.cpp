@@ -49,6 +49,7 @@ CheckpointState snapshot(const RunFile& run, const std::string& model_name, cons
   if (set.documents) checkpoint.ints["data_documents"] = *set.documents;
   if (set.tokens) checkpoint.ints["data_tokens"] = *set.tokens;
   if (set.lengths_crc) checkpoint.ints["data_lengths_crc"] = *set.lengths_crc;
+  if (set.tokens_crc) checkpoint.ints["data_tokens_crc"] = *set.tokens_crc;
   if (!set.path.empty()) checkpoint.texts["data_path"] = set.path;
   if (set.tokenizer_files) checkpoint.tokenizer_files = *set.tokenizer_files;
   if (state.measured_budget.budget > 0) {
@@ -187,6 +188,7 @@ void restore(const CheckpointState& checkpoint, const NamedParameters& parameter
   state.data_set.documents = optional_integer("data_documents");
   state.data_set.tokens = optional_integer("data_tokens");
   state.data_set.lengths_crc = optional_integer("data_lengths_crc");
+  state.data_set.tokens_crc = optional_integer("data_tokens_crc");
   const auto path = checkpoint.texts.find("data_path");
   state.data_set.path = path != checkpoint.texts.end() ? path->second : std::string();
   state.streams.clear();

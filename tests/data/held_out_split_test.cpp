@@ -59,6 +59,15 @@ TEST(HeldOutSplit, EveryDocumentOnceInFileOrderWithItsMask) {
   EXPECT_EQ(split.train.num_tokens() + split.held_out.num_tokens(), numbered(40).num_tokens());
 }
 
+// Both parts keep the file's token checksum: it names the file a resume must find again.
+TEST(HeldOutSplit, BothPartsKeepTheFilesTokenChecksum) {
+  TokenDatasetContents c = numbered(10).contents();
+  c.file_tokens_crc32c = 0xC0FFEEu;
+  const HeldOutSplit split = split_held_out(TokenDataset::from_contents(std::move(c), "file"), 0.2, 7);
+  EXPECT_EQ(split.train.file_tokens_crc32c(), std::optional<std::uint32_t>(0xC0FFEEu));
+  EXPECT_EQ(split.held_out.file_tokens_crc32c(), std::optional<std::uint32_t>(0xC0FFEEu));
+}
+
 TEST(HeldOutSplit, TheSeedAloneDecides) {
   const auto first = document_numbers(split_held_out(numbered(50), 0.2, 3).held_out);
   EXPECT_EQ(document_numbers(split_held_out(numbered(50), 0.2, 3).held_out), first);

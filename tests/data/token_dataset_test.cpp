@@ -286,6 +286,49 @@ TEST(TokenDataset, FileAsH5pyWritesItLoads) {
   std::remove(path.c_str());
 }
 
+// CRC-32C bit by bit over the tokens' little-endian bytes: the reference the file's checksum
+// must equal, independent of the library's table and instruction paths.
+uint32_t reference_tokens_crc(const std::vector<uint32_t>& tokens) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (uint32_t token : tokens)
+    for (int byte = 0; byte < 4; ++byte) {
+      crc ^= (token >> (8 * byte)) & 0xFFu;
+      for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
+    }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+// The token checksum a resume compares: stored by the writer over every append, computed at
+// load (and timed) for a file without it, kept by a held-out split as the file's.
+TEST(TokenDataset, TheTokensChecksumIsStoredOrComputedAtLoad) {
+  const std::string path = temp_path("checksum");
+  TokenDatasetWriter writer(path, 1000, 1, "test");
+  writer.append({5, 6, 7, 1}, {4}, {});
+  writer.append({999, 2, 3, 1, 0, 500}, {2, 4}, {});
+  writer.finish();
+  const std::vector<uint32_t> tokens = {5, 6, 7, 1, 999, 2, 3, 1, 0, 500};
+  const TokenDataset stored = TokenDataset::load(path);
+  EXPECT_EQ(stored.file_tokens_crc32c(), std::optional<uint32_t>(reference_tokens_crc(tokens)));
+  EXPECT_EQ(stored.contents().file_tokens_crc32c_seconds, 0.0);
+
+  const std::string raw = temp_path("checksum_h5py");
+  {
+    RawFile f(raw);
+    f.attribute("vocab_size", 1000);
+    f.attribute("eos_id", 1);
+    f.dataset<int64_t>("tokens", H5T_NATIVE_INT64, std::vector<int64_t>(tokens.begin(), tokens.end()));
+    f.dataset<int32_t>("offsets", H5T_NATIVE_INT32, {0, 4, 6, 10});
+  }
+  const TokenDataset computed = TokenDataset::load(raw);
+  EXPECT_EQ(computed.file_tokens_crc32c(), stored.file_tokens_crc32c());
+  EXPECT_GT(computed.contents().file_tokens_crc32c_seconds, 0.0);
+
+  TokenDatasetContents in_memory = three_documents();
+  EXPECT_FALSE(TokenDataset::from_contents(in_memory, "memory").file_tokens_crc32c());
+  std::remove(path.c_str());
+  std::remove(raw.c_str());
+}
+
 TEST(TokenDataset, DemoCorpusIsByteTokenizedParagraphs) {
   const TokenDataset d = TokenDataset::load(TOPOTRAIN_DEMO_DATASET);
   EXPECT_EQ(d.tokenizer(), "byte");

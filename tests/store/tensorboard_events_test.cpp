@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "topotrain/core/files.h"
-#include "topotrain/store/crc32c.h"
+#include "topotrain/core/crc32c.h"
 #include "topotrain/store/tensorboard_events.h"
 #include "../tfevents_reader.h"
 
@@ -32,6 +32,9 @@ TEST(Crc32c, Rfc3720Vectors) {
   EXPECT_EQ(crc32c(ascending.data(), ascending.size()), 0x46DD794Eu);
   EXPECT_EQ(crc32c(descending.data(), descending.size()), 0x113FDB5Cu);
   EXPECT_EQ(crc32c(nullptr, 0), 0u);
+  // Piece by piece, as a writer checksums a stream: the same as at once, whatever the cut.
+  for (std::size_t cut = 0; cut <= 9; ++cut)
+    EXPECT_EQ(crc32c("123456789" + cut, 9 - cut, crc32c("123456789", cut)), 0xE3069283u) << cut;
 }
 
 // file_version first, then one event per call with its step, wall time and scalars (float

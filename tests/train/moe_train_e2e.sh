@@ -36,7 +36,8 @@
 #                                      step's line is printed; <run>/log.txt holds rank 0's timestamped
 #                                      lines with the dataset and every checkpoint written; the report
 #                                      counts the steps trained; a resume on another dataset of as
-#                                      many documents is refused
+#                                      many documents is refused, and so is one on a dataset of the same
+#                                      lengths with other tokens (the token checksum)
 #   moe_train_e2e.sh BIN_DIR nodes     the README's several-node launch (hostfile, TCP between ranks, -x for
 #                                      the environment) on one node's slots trains what plain mpirun does;
 #                                      so do two emulated nodes of two ranks (emulated_node_agent.sh), with
@@ -556,6 +557,14 @@ epoch)
   refused="was trained on 33 documents of 11325 tokens ($work/small.h5), "
   refused+="but this launch trains on 33 documents of [0-9]* tokens ($work/other.h5)"
   grep -q "$refused" "$work/epoch.log" || { cat "$work/epoch.log"; exit 1; }
+  # The same text with other letters: documents of the same count and lengths, other tokens.
+  tr 'a-y' 'b-z' < /usr/share/common-licenses/Apache-2.0 > "$work/shifted.txt"
+  "$bin/topotrain-prepare" -q --split paragraph -o "$work/shifted.h5" "$work/shifted.txt" >/dev/null
+  if train 2 epoch --set data.path="$work/shifted.h5" --set train.epochs=2 --resume auto; then
+    echo "a resume on a dataset of the same lengths but other tokens was not refused"; exit 1
+  fi
+  grep -q "but this launch trains on 33 documents of 11325 tokens ($work/shifted.h5); documents of the same lengths, but other tokens" \
+    "$work/epoch.log" || { cat "$work/epoch.log"; exit 1; }
   ;;
 launches)
   # A launch prints a start block, not the ~60 settings: those go to settings.toml (this

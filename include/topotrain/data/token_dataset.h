@@ -4,7 +4,8 @@
 //   /tokens     uint32 [N]          every document's tokens, back to back (chunked)
 //   /offsets    uint64 [docs + 1]   document d is tokens[offsets[d], offsets[d+1])
 //   /loss_mask  uint8  [N]          optional; 1 where the token is trained on
-//   attributes  vocab_size (int), eos_id (int), tokenizer (string)
+//   attributes  vocab_size (int), eos_id (int), tokenizer (string), tokens_crc32c (int, optional:
+//               the CRC-32C of /tokens as little-endian uint32, which topotrain-prepare stores)
 //   /tokenizer_files/<name>  uint8 [bytes]  optional: the Hugging Face tokenizer's files the
 //               tokens were made with (data/tokenizer_files.h), stored by topotrain-prepare
 //
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +33,11 @@ struct TokenDatasetContents {
   uint64_t vocab_size = 0;
   uint64_t eos_id = 0;
   std::string tokenizer;
+  // The CRC-32C of the tokens of the file these contents were loaded from: all of its tokens,
+  // also after a held-out split took documents away, so that it names the file's contents
+  // (a resume on a file that changed is refused). Unset for contents built in memory.
+  std::optional<uint32_t> file_tokens_crc32c;
+  double file_tokens_crc32c_seconds = 0;  // what computing it at load took; 0 when the file stored it
 };
 
 // One sample: a view into the dataset's memory.
@@ -57,7 +64,8 @@ class TokenDataset {
   // one written by h5py or by a topotrain older than these files). ConfigError as load's.
   static TokenizerFiles stored_tokenizer_files(const std::string& path);
   // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
-  // (with the offending index) and how to fix it. A file with no next-token target
+  // (with the offending index) and how to fix it. A file without tokens_crc32c (one written by
+  // h5py or an older topotrain) has it computed here, the time that took kept in the contents. A file with no next-token target
   // (num_loss_targets() == 0) is refused too: a run on it would train nothing at loss 0.
   static TokenDataset load(const std::string& path);
   // Validates contents built in memory; `origin` names them in error messages.
@@ -69,6 +77,7 @@ class TokenDataset {
   uint64_t vocab_size() const { return contents_.vocab_size; }
   uint64_t eos_id() const { return contents_.eos_id; }
   const std::string& tokenizer() const { return contents_.tokenizer; }
+  const std::optional<uint32_t>& file_tokens_crc32c() const { return contents_.file_tokens_crc32c; }
   const std::string& path() const { return path_; }
 
   uint64_t sample_length(uint64_t i) const {

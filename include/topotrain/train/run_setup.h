@@ -88,6 +88,9 @@ struct TrainingSetIdentity {
   std::optional<std::int64_t> documents;
   std::optional<std::int64_t> tokens;
   std::optional<std::int64_t> lengths_crc;  // CRC-32C of the documents' lengths, in order
+  // CRC-32C of the tokens of the file the set was read from (TokenDataset::file_tokens_crc32c):
+  // the same lengths with other tokens are another set.
+  std::optional<std::int64_t> tokens_crc;
   std::string path;                         // the data.path it was read from, for messages
   // The tokenizer files the set's dataset file stores (tokenizer_files.h), which checkpoints
   // record for topotrain-export; null where it stores none. Shared: states are copied.

@@ -1,4 +1,4 @@
-#include "topotrain/store/crc32c.h"
+#include "topotrain/core/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -47,13 +47,14 @@ __attribute__((target("sse4.2"))) std::uint32_t crc32c_sse42(std::uint32_t crc, 
 
 }  // namespace
 
-std::uint32_t crc32c(const void* data, std::size_t size) {
+std::uint32_t crc32c(const void* data, std::size_t size, std::uint32_t before) {
   const auto* bytes = static_cast<const unsigned char*>(data);
+  const std::uint32_t state = before ^ 0xFFFFFFFFu;  // the final xor undone: the register as it was
 #ifdef TOPOTRAIN_CRC32C_SSE42
   static const bool sse42 = __builtin_cpu_supports("sse4.2");
-  if (sse42) return crc32c_sse42(0xFFFFFFFFu, bytes, size) ^ 0xFFFFFFFFu;
+  if (sse42) return crc32c_sse42(state, bytes, size) ^ 0xFFFFFFFFu;
 #endif
-  return crc32c_table(0xFFFFFFFFu, bytes, size) ^ 0xFFFFFFFFu;
+  return crc32c_table(state, bytes, size) ^ 0xFFFFFFFFu;
 }
 
 }  // namespace topotrain
