@@ -27,7 +27,8 @@
 #                                      train.skip_nonfinite = true skips that step, changing nothing
 #                                      (AdamW's step count included), on 2 ranks and on one
 #   moe_train_e2e.sh BIN_DIR stop      SIGUSR1 to mpirun stops every rank after the same step, with a
-#                                      checkpoint of that step, and exit 0
+#                                      checkpoint of that step, and exit 0; SIGTERM alike, but mpirun
+#                                      exits 1 (README "Failure and stopping" says why)
 #   moe_train_e2e.sh BIN_DIR epochs    train.epochs = 1 and 2 on 2 ranks x grad_accum 3: every token of
 #                                      the dataset trained exactly `epochs` times, none of the next
 #                                      epoch's order (the last step is short); a token_budget larger
@@ -399,6 +400,14 @@ stop)
   step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/stop.log" | awk '{print $NF}')
   [[ -n $step && -f $work/stop/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/stop.log"; exit 1; }
   echo "stopped after step $step with its checkpoint"
+  # SIGTERM (what a scheduler's time limit or scancel sends) stops alike, but Open MPI's mpirun
+  # reports a job it was told to terminate as failed: exit 1, every rank having exited 0.
+  STOP_SIGNAL=TERM STOP_EXIT=1 stop_on_signal "$work/term.log" "${mpirun[@]}" -np 2 "$bin/moe_train" "$(topology 2)" \
+    --set model.preset=tiny-moe --set train.token_budget=256 --set log.every=1 --set train.max_steps=100000 \
+    --set checkpoint.dir="$work" --set checkpoint.run=term
+  step=$(grep -Eo 'stopped on request after step [0-9]+' "$work/term.log" | awk '{print $NF}')
+  [[ -n $step && -f $work/term/step-$(printf '%08d' "$step").h5 ]] || { cat "$work/term.log"; exit 1; }
+  grep -q "MPI_ABORT\|exited with non-zero status" "$work/term.log" && { cat "$work/term.log"; exit 1; }
   ;;
 epochs)
   "$bin/topotrain-prepare" -q --split paragraph -o "$work/small.h5" /usr/share/common-licenses/Apache-2.0 >/dev/null
