@@ -26,7 +26,7 @@ cmake --build "$build" --target bench_data_packing topotrain_prepare -j "${JOBS:
   for _ in $(seq 1 200); do cat /usr/share/common-licenses/{Apache-2.0,GPL-3,LGPL-2.1,MPL-2.0,GFDL-1.3}; done \
     > "$work/corpus.txt"
   cat /usr/share/common-licenses/{Apache-2.0,GPL-3,LGPL-2.1,MPL-2.0,GFDL-1.3} > "$work/train.txt"
-  python3 "$root/bench/data/make_bpe_tokenizer.py" "$work/train.txt" 400 "$work/tokenizer.json"
+  python3 "$root/data/make_bpe_tokenizer.py" "$work/train.txt" 400 "$work/tokenizer.json"
   for tokenizer in byte "$work/tokenizer.json"; do
     for threads in 1 0; do
       echo "--tokenizer $(basename "$tokenizer") --threads $threads (0 = all $(nproc --all) cores), --split paragraph"

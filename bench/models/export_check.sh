@@ -21,7 +21,7 @@
 # hf_parity and greedy_continuation. Prints one PASS/FAIL row per check, also to
 # ${OUT:-/tmp}/export_check.txt; exit status 1 when a check fails. EXPORT_CHECK_DEVICE=cpu
 # trains on a CPU rank instead of GPU 0 (a check of the script on a machine without a GPU;
-# "generate" then uses tiny-dense and a byte-level tokenizer of tests/train, and skips the
+# "generate" then uses tiny-dense and data/make_bpe_tokenizer.py's byte-level tokenizer, and skips the
 # transformers step where python3 lacks transformers); EXPORT_CHECK_MODELS picks the checks
 # (default "tiny-moe moe-500m generate").
 set -uo pipefail
@@ -67,7 +67,7 @@ generate_check() {
   local steps=${GENERATE_STEPS:-100} budget=16384 conversations=6000 on=cuda:$device log=$work/generate.log
   if [[ $device == cpu ]]; then
     tokenizer=$work/byte-level preset=tiny-dense steps=${GENERATE_STEPS:-60} budget=1024 conversations=600 on=cpu
-    python3 tests/train/byte_level_tokenizer.py "$tokenizer"
+    mkdir -p "$tokenizer" && python3 data/make_bpe_tokenizer.py /dev/null 0 "$tokenizer/tokenizer.json"
   fi
   if [[ ! -f $tokenizer/tokenizer.json ]]; then
     echo "SKIP generate: no tokenizer.json in $tokenizer (TOKENIZER_DIR names a Qwen3 tokenizer's folder)"

@@ -129,7 +129,8 @@ drafter)
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
   ;;
 new_user)
-  python3 tests/train/byte_level_tokenizer.py "$work/tokenizer"
+  mkdir "$work/tokenizer"
+  python3 data/make_bpe_tokenizer.py /dev/null 0 "$work/tokenizer/tokenizer.json"
   python3 data/chat_demo.py 7 300 > "$work/chat.jsonl"
   "$bin/topotrain-prepare" -o "$work/data/chat.h5" --tokenizer "$work/tokenizer/tokenizer.json" "$work/chat.jsonl" \
     > "$work/prepare.log" 2>&1 || { cat "$work/prepare.log"; exit 1; }

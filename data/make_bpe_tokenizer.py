@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Learns a small byte-level BPE from a text file and writes it as a HF tokenizer.json
-(Qwen2 pre-tokenizer layout), so that topotrain-prepare's BPE path can be benchmarked on a
-machine without network access. Usage: make_bpe_tokenizer.py corpus.txt merges out.json"""
+(Qwen2 pre-tokenizer layout; the 256 bytes, the merges, then <|endoftext|>, <|im_start|> and
+<|im_end|>) with a tokenizer_config.json beside it that names <|im_end|> the eos token and
+<|endoftext|> the pad token, as a chat model's does: a Hugging Face tokenizer folder for
+machines without network access (bench/data/run.sh benchmarks topotrain-prepare's BPE path
+with one; with 0 merges and an empty corpus it is the byte-level tokenizer of 259 ids that
+the e2e tests prepare chat data with, small enough for the tiny presets).
+Usage: make_bpe_tokenizer.py corpus.txt merges out.json"""
 import collections
 import json
+import os
 import re
 import sys
 
@@ -65,6 +71,10 @@ def main(corpus_path, num_merges, out_path):
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
         "model": {"type": "BPE", "ignore_merges": False, "vocab": vocab, "merges": merges},
     }, open(out_path, "w", encoding="utf-8"), ensure_ascii=False)
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+              "bos_token": None, "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]}
+    with open(os.path.join(os.path.dirname(os.path.abspath(out_path)), "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=2)
 
 
 if __name__ == "__main__":
