@@ -16,9 +16,6 @@ constexpr int kPositionTag = 1;
 constexpr auto kCheckEvery = 200ms;
 constexpr auto kPollWithoutPause = 2ms;
 constexpr auto kLongestPause = 2ms;
-// A rank that sees a peer gone but is not its node's first survivor leaves the report to
-// that rank, unless it too has been quiet this long.
-constexpr double kDeathReportGrace = 1.0;
 
 // The Watchdog of the thread that built it; waits on other threads only sleep.
 std::atomic<Watchdog*> g_watchdog{nullptr};
@@ -135,7 +132,7 @@ void Watchdog::drain_reports() {
 }
 
 void Watchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
-  check_deaths(now);
+  check_deaths();
   if (timeout_s_ <= 0) return;
   const double waited = seconds(now - waiting_since);
   // One grace for a pipeline's feed waits (check_feed) to name a silent sender first, then
@@ -155,22 +152,12 @@ void Watchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
 }
 
 void Watchdog::check_feed(double waited, const std::vector<int>& silent) {
-  check_deaths(Clock::now());
+  check_deaths();
   if (timeout_s_ <= 0 || waited <= allowance_s_ || silent.empty()) return;
   end_job(waited, cat("nothing arrived from ", describe_ranks(peers_of(silent), runtime_.host())));
 }
 
-void Watchdog::check_deaths(Clock::time_point now) {
-  if (runtime_.ending()) return;  // another rank of this node is ending the job: its word stands
-  const std::vector<PeerProcess>& peers = runtime_.peers();
-  for (const PeerProcess& peer : peers) {
-    if (peer.rank == runtime_.rank() || process_state(peer, runtime_.host()) != ProcessState::gone) continue;
-    if (!death_seen_) death_seen_ = now;
-    const bool mine = first_survivor(peers, runtime_.host()) == runtime_.rank() ||
-                      seconds(now - *death_seen_) > kDeathReportGrace;
-    if (mine && runtime_.claim_ending()) runtime_.abort(cat(peer.name(), " died or left; stopping"));
-  }
-}
+void Watchdog::check_deaths() { runtime_.abort_if_peer_died(); }
 
 std::vector<PeerProcess> Watchdog::peers_of(const std::vector<int>& world_ranks) const {
   std::vector<PeerProcess> peers;

@@ -55,10 +55,26 @@ std::string describe_ranks(const std::vector<PeerProcess>& peers, const std::str
   return text;
 }
 
-int first_survivor(const std::vector<PeerProcess>& peers, const std::string& my_host) {
+bool NodeMarks::claim_ending() const { return bytes_ && __atomic_exchange_n(bytes_, 1, __ATOMIC_SEQ_CST) == 0; }
+
+bool NodeMarks::ending() const { return bytes_ && __atomic_load_n(bytes_, __ATOMIC_SEQ_CST) != 0; }
+
+void NodeMarks::mark_leaving(int local_rank) const {
+  if (bytes_ && local_rank >= 0) __atomic_store_n(bytes_ + 1 + local_rank, 1, __ATOMIC_SEQ_CST);
+}
+
+bool NodeMarks::died(int pid, int local_rank) const {
+  if (local_process_state(pid) != ProcessState::gone) return false;
+  // Read only now: a rank marks itself before it exits, so once it is seen gone its mark is there.
+  return !bytes_ || local_rank < 0 || __atomic_load_n(bytes_ + 1 + local_rank, __ATOMIC_SEQ_CST) == 0;
+}
+
+std::vector<PeerProcess> dead_peers(const std::vector<PeerProcess>& peers, int my_rank, const std::string& my_host,
+                                    const NodeMarks& marks) {
+  std::vector<PeerProcess> dead;
   for (const PeerProcess& peer : peers)
-    if (process_state(peer, my_host) != ProcessState::gone) return peer.rank;
-  return -1;
+    if (peer.rank != my_rank && peer.host == my_host && marks.died(peer.pid, peer.local_rank)) dead.push_back(peer);
+  return dead;
 }
 
 }  // namespace topotrain

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -32,14 +33,18 @@ Runtime::Runtime(int* argc, char*** argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_size(local, &local_size_);
-  // The node's "a rank is ending the job" flag: one byte of memory all its ranks share.
+  // The node's marks (NodeMarks: a rank is ending the job; who left on purpose): memory all
+  // its ranks share.
+  const auto marks_bytes = static_cast<MPI_Aint>(NodeMarks::bytes(local_size_));
   char* base = nullptr;
-  MPI_Win_allocate_shared(local_rank_ == 0 ? 1 : 0, 1, MPI_INFO_NULL, local, &base, &node_window_);
+  MPI_Win_allocate_shared(local_rank_ == 0 ? marks_bytes : 0, 1, MPI_INFO_NULL, local, &base, &node_window_);
   MPI_Aint bytes = 0;
   int unit = 0;
-  MPI_Win_shared_query(node_window_, 0, &bytes, &unit, &node_ending_);
-  if (local_rank_ == 0) *node_ending_ = 0;
-  MPI_Barrier(local);
+  char* marks = nullptr;
+  MPI_Win_shared_query(node_window_, 0, &bytes, &unit, &marks);
+  if (local_rank_ == 0) std::memset(marks, 0, static_cast<std::size_t>(marks_bytes));
+  node_marks_ = NodeMarks(marks);
+  MPI_Barrier(local);  // zeroed before any rank uses them
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME];
   int length = 0;
@@ -54,8 +59,10 @@ Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  // Leaving on purpose: a peer still waiting must not take this rank's exit for a death.
+  node_marks_.mark_leaving(local_rank_);
   if (role_comm_ != MPI_COMM_NULL) MPI_Comm_free(&role_comm_);
-  report_dead_peers_on_signal({}, rank_, host_, "", nullptr);  // the flag's memory goes with the window
+  report_dead_peers_on_signal({}, rank_, host_, "", NodeMarks());  // the marks' memory goes with the window
   MPI_Win_free(&node_window_);
   if (owns_mpi_) MPI_Finalize();
 }
@@ -95,9 +102,9 @@ void Runtime::bind(const Topology& topology, bool select_device) {
 }
 
 void Runtime::gather_peers(const Topology& topology) {
-  std::vector<int> pids(world_size_);
-  const int pid = static_cast<int>(getpid());
-  MPI_Allgather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::vector<int> processes(2 * static_cast<std::size_t>(world_size_));  // pid, local rank
+  const int mine_process[2] = {static_cast<int>(getpid()), local_rank_};
+  MPI_Allgather(mine_process, 2, MPI_INT, processes.data(), 2, MPI_INT, MPI_COMM_WORLD);
   std::string mine = host_;
   mine.resize(MPI_MAX_PROCESSOR_NAME, '\0');
   std::string hosts(static_cast<std::size_t>(world_size_) * MPI_MAX_PROCESSOR_NAME, '\0');
@@ -109,9 +116,10 @@ void Runtime::gather_peers(const Topology& topology) {
     peer.rank = r;
     peer.role = topology.role_of(r)->role;
     peer.host = hosts.c_str() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
-    peer.pid = pids[r];
+    peer.pid = processes[2 * static_cast<std::size_t>(r)];
+    peer.local_rank = processes[2 * static_cast<std::size_t>(r) + 1];
   }
-  report_dead_peers_on_signal(peers_, rank_, host_, cat("[rank ", rank_, ' ', role_, ']'), node_ending_);
+  report_dead_peers_on_signal(peers_, rank_, host_, cat("[rank ", rank_, ' ', role_, ']'), node_marks_);
 }
 
 Runtime::Outcome Runtime::first_failure(const Outcome& mine, MPI_Comm comm) const {
@@ -160,14 +168,38 @@ std::string Runtime::placement_table() const {
   return table;
 }
 
-bool Runtime::claim_ending() const { return __atomic_exchange_n(node_ending_, 1, __ATOMIC_SEQ_CST) == 0; }
+bool Runtime::claim_ending() const { return node_marks_.claim_ending(); }
 
-bool Runtime::ending() const { return __atomic_load_n(node_ending_, __ATOMIC_SEQ_CST) != 0; }
+bool Runtime::ending() const { return node_marks_.ending(); }
+
+std::vector<PeerProcess> Runtime::dead_peers() const { return topotrain::dead_peers(peers_, rank_, host_, node_marks_); }
+
+namespace {
+std::string death_line(const std::vector<PeerProcess>& dead, const std::string& host) {
+  return cat(describe_ranks(dead, host), " died or left; stopping");
+}
+}  // namespace
 
 void Runtime::abort(const std::string& message, int exit_code) const {
   exit_on_stop_signal(exit_code);  // mpirun's SIGTERM may come before MPI_Abort ends this rank
-  claim_ending();
-  std::fprintf(stderr, "%s %s\n", log_prefix().c_str(), message.c_str());
+  // A peer of this node that died is the cause of whatever this rank saw (a link that broke
+  // with it): the first rank of the node to say why the job ends names it.
+  const std::vector<PeerProcess> dead = ending() ? std::vector<PeerProcess>() : dead_peers();
+  const bool first = claim_ending();
+  leave_with(first && !dead.empty() ? cat(death_line(dead, host_), " (this rank: ", message, ")") : message, exit_code);
+}
+
+void Runtime::abort_if_peer_died() const {
+  if (ending()) return;  // a rank of this node already said why the job ends
+  const std::vector<PeerProcess> dead = dead_peers();
+  if (dead.empty() || !claim_ending()) return;
+  exit_on_stop_signal(1);
+  leave_with(death_line(dead, host_), 1);
+}
+
+void Runtime::leave_with(const std::string& line, int exit_code) const {
+  node_marks_.mark_leaving(local_rank_);
+  std::fprintf(stderr, "%s %s\n", log_prefix().c_str(), line.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   MPI_Abort(MPI_COMM_WORLD, exit_code);

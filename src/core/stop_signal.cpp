@@ -1,8 +1,10 @@
 #include "topotrain/core/stop_signal.h"
 
 #include <atomic>
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <unistd.h>
 
 #include "topotrain/core/error.h"
@@ -17,49 +19,75 @@ volatile std::sig_atomic_t g_exit_code = -1;  // >= 0: exit_on_stop_signal
 // never changed after: the handler only reads it.
 struct LocalPeer {
   int pid;
-  std::string line;  // "<prefix> rank N (role) died or left; stopping\n"
+  int local_rank;
+  std::string name;  // "7 (drafter)"
 };
 struct DeathReport {
-  std::vector<LocalPeer> lower;   // this node's ranks below this one, in rank order
-  std::vector<LocalPeer> others;  // and the rest
-  char* node_ending = nullptr;    // Runtime's shared flag
+  std::vector<LocalPeer> peers;  // this node's other ranks, in rank order
+  std::string prefix;            // "[rank 0 target]"
+  NodeMarks marks;               // Runtime's node marks
+  int my_local_rank = -1;
 };
 std::atomic<const DeathReport*> g_death_report{nullptr};
 
-void write_text(const std::string& text) {
-  ssize_t ignored = write(STDERR_FILENO, text.data(), text.size());
+void write_text(const char* text, std::size_t length) {
+  ssize_t ignored = write(STDERR_FILENO, text, length);
   (void)ignored;
 }
 
-// Whether a peer of this node is gone or the node is ending the job; a death is reported
-// by this rank when every lower rank of the node is gone too and no rank of the node has
-// begun ending the job (one line per node).
+// Appends `text` to the line being built in `line` (capacity `size`, `*used` so far), cut
+// off where it is full: no allocation in a signal handler.
+void append(char* line, std::size_t size, std::size_t* used, const char* text, std::size_t length) {
+  const std::size_t n = std::min(length, size - *used);
+  std::memcpy(line + *used, text, n);
+  *used += n;
+}
+void append(char* line, std::size_t size, std::size_t* used, const std::string& text) {
+  append(line, size, used, text.data(), text.size());
+}
+
+// Whether the job is ending: a rank of this node began ending it, or a peer of this node
+// died (gone without its leaving mark: peer_processes.h), in which case no collective can
+// complete. The first rank of the node to see the death names every peer that died, once
+// for the node; peers that left on purpose (torn down after the death) are never named.
 bool job_is_ending() {
   const DeathReport* report = g_death_report.load();
-  if (!report || !report->node_ending) return false;
-  if (__atomic_load_n(report->node_ending, __ATOMIC_SEQ_CST) != 0) return true;
-  const LocalPeer* dead = nullptr;
-  bool lower_alive = false;
-  for (const LocalPeer& peer : report->lower) {
-    if (local_process_state(peer.pid) == ProcessState::gone) {
-      if (!dead) dead = &peer;
-    } else {
-      lower_alive = true;
-    }
+  if (!report) return false;
+  if (report->marks.ending()) return true;
+  char names[1024];
+  std::size_t names_used = 0;
+  int dead = 0;
+  for (const LocalPeer& peer : report->peers) {
+    if (!report->marks.died(peer.pid, peer.local_rank)) continue;
+    if (dead++ > 0) append(names, sizeof names, &names_used, ", ", 2);
+    append(names, sizeof names, &names_used, peer.name);
   }
-  for (const LocalPeer& peer : report->others)
-    if (!dead && local_process_state(peer.pid) == ProcessState::gone) dead = &peer;
-  if (!dead) return false;
-  if (!lower_alive && __atomic_exchange_n(report->node_ending, 1, __ATOMIC_SEQ_CST) == 0) write_text(dead->line);
+  if (dead == 0) return false;
+  if (report->marks.claim_ending()) {
+    char line[2048];
+    std::size_t used = 0;
+    append(line, sizeof line, &used, report->prefix);
+    append(line, sizeof line, &used, dead == 1 ? " rank " : " ranks ", dead == 1 ? 6 : 7);
+    append(line, sizeof line, &used, names, names_used);
+    const char tail[] = " died or left; stopping\n";
+    append(line, sizeof line, &used, tail, sizeof tail - 1);
+    write_text(line, used);
+  }
   return true;
 }
 
+// Ends this process on purpose: marked first, so that no peer names it as dead.
+[[noreturn]] void leave(int code) {
+  if (const DeathReport* report = g_death_report.load()) report->marks.mark_leaving(report->my_local_rank);
+  std::_Exit(code);
+}
+
 extern "C" void on_stop_signal(int signal) {
-  if (g_exit_code >= 0) std::_Exit(g_exit_code);
-  if (g_stop) std::_Exit(128 + signal);
+  if (g_exit_code >= 0) leave(g_exit_code);
+  if (g_stop) std::_Exit(128 + signal);  // a second signal: killed, as asked
   g_stop = 1;
-  // A peer gone means no collective can complete: there is no orderly stop to wait for.
-  if (job_is_ending()) std::_Exit(1);
+  // A peer dead means no collective can complete: there is no orderly stop to wait for.
+  if (job_is_ending()) leave(1);
   // True wherever the flag is polled: at a step's end (then a checkpoint follows) and between
   // the candidates of train.token_budget = "auto" (before the first step: none to write).
   const char message[] =
@@ -87,16 +115,17 @@ void clear_stop() { g_stop = 0; }
 void exit_on_stop_signal(int exit_code) { g_exit_code = exit_code; }
 
 void report_dead_peers_on_signal(const std::vector<PeerProcess>& peers, int my_rank, const std::string& my_host,
-                                 const std::string& prefix, char* node_ending) {
+                                 const std::string& prefix, const NodeMarks& marks) {
   // Never freed: a handler may be reading the table published before this one.
   auto* report = new DeathReport;
-  report->node_ending = node_ending;
+  report->prefix = prefix;
+  report->marks = marks;
   for (const PeerProcess& peer : peers) {
+    if (peer.rank == my_rank) report->my_local_rank = peer.local_rank;
     if (peer.rank == my_rank || peer.host != my_host) continue;
-    LocalPeer local{peer.pid, cat(prefix, ' ', peer.name(), " died or left; stopping\n")};
-    (peer.rank < my_rank ? report->lower : report->others).push_back(std::move(local));
+    report->peers.push_back({peer.pid, peer.local_rank, cat(peer.rank, " (", peer.role, ")")});
   }
-  g_death_report.store(report);
+  g_death_report.store(peers.empty() ? nullptr : report);
 }
 
 }  // namespace topotrain

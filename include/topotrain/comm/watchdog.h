@@ -11,11 +11,12 @@
 // A Watchdog, while it exists, watches those waits (on the thread that built it) for the
 // ranks of one group that agree with each other every step (moe_train's trainers,
 // dflash_train's drafters):
-// * Every 0.2 s of a wait it checks whether a peer process of this node is gone; the
-//   node's first surviving rank then ends the job with "rank N (role) died or left;
-//   stopping" (exit 1), unless a rank of the node already began ending the job
-//   (Runtime::claim_ending). (mpirun's SIGTERM to the survivors is the other way the news
-//   arrives: stop_signal.h.)
+// * Every 0.2 s of a wait it checks whether a peer process of this node died (gone
+//   without having marked itself as leaving: peer_processes.h, so never a rank torn down
+//   after another's death); the first rank to see it ends the job with "rank N (role) died
+//   or left; stopping" (exit 1), unless a rank of the node already began ending the job
+//   (Runtime::abort_if_peer_died). (mpirun's SIGTERM to the survivors is the other way the
+//   news arrives: stop_signal.h.)
 // * Every rank of the group calls begin_step(step, slow) with the same arguments at the
 //   start of every step. The allowance of a step is train.hang_timeout_s, times
 //   kSlowStepFactor for a slow step (the first of a process: warm-up, NCCL set-up; one
@@ -91,7 +92,7 @@ class Watchdog {
   using Position = std::pair<std::int64_t, std::int64_t>;  // (step, wait in the step)
   void tell(int group_rank);
   void drain_reports();
-  void check_deaths(Clock::time_point now);
+  void check_deaths();
   std::vector<PeerProcess> peers_of(const std::vector<int>& world_ranks) const;
   // Ends every rank with the hang message, unless another rank of this node already is
   // ending the job (then returns: that rank's message stands and mpirun takes this one).
@@ -106,7 +107,6 @@ class Watchdog {
   Position position_{0, 0};
   std::vector<Position> known_;  // the monitor: every rank's; the others: the monitor's (index 0)
   std::deque<std::pair<std::vector<std::int64_t>, MPI_Request>> sends_;  // in flight
-  std::optional<Clock::time_point> death_seen_;  // when this rank first saw a peer gone
 };
 
 }  // namespace topotrain::comm

@@ -7,8 +7,15 @@
 // process_state and the table's reads are async-signal-safe (open/read/close of
 // /proc/PID/stat, no allocation), so the stop-signal handler may use them: the SIGTERM
 // that mpirun sends the survivors is the first moment some of them learn of a death.
+//
+// A process that is gone did not necessarily die: once one rank dies, the others leave
+// too (mpirun's SIGTERM, an abort, a link that broke), and a rank that looks later sees
+// them gone as well. NodeMarks tells the two apart: every rank marks itself before it
+// leaves on purpose, so a peer gone without its mark is one that died (killed, crashed,
+// taken by the OOM killer). Only such a peer is ever named as dead.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -19,6 +26,7 @@ struct PeerProcess {
   std::string role;
   std::string host;
   int pid = 0;
+  int local_rank = -1;  // among its node's ranks: where its NodeMarks mark is
   // "rank N (role)": how messages name a rank.
   std::string name() const;
 };
@@ -39,8 +47,34 @@ ProcessState local_process_state(int pid);
 // process is marked "(process stopped)".
 std::string describe_ranks(const std::vector<PeerProcess>& peers, const std::string& my_host);
 
-// The lowest rank this node sees alive (peers on other nodes count as alive): it alone
-// reports a dead peer, so that the job prints the news once per node.
-int first_survivor(const std::vector<PeerProcess>& peers, const std::string& my_host);
+// What the ranks of one node tell each other through memory they share (Runtime's node
+// window, bytes(local_size) bytes, zeroed before any rank uses it): byte 0 is set once a
+// rank of the node ends the job on purpose, so that the others, watching their peers
+// vanish as mpirun takes the job down, report nothing; byte 1 + local rank is set by
+// that rank before it leaves on purpose (any exit but a death). Plain bytes with atomic
+// loads and stores: async-signal-safe, and never stale across processes.
+class NodeMarks {
+ public:
+  NodeMarks() = default;  // no shared memory: every gone process counts as dead
+  explicit NodeMarks(char* bytes) : bytes_(bytes) {}
+  static std::size_t bytes(int local_size) { return 1 + static_cast<std::size_t>(local_size); }
+
+  // Sets the ending flag; true for the rank that set it first.
+  bool claim_ending() const;
+  bool ending() const;
+  void mark_leaving(int local_rank) const;
+  // Whether the process `pid` of this node, local rank `local_rank`, died: it is gone and
+  // left without its mark. The mark is read after the process is seen gone, and a rank
+  // marks itself before it exits, so a rank that left on purpose is never taken for dead.
+  bool died(int pid, int local_rank) const;
+
+ private:
+  char* bytes_ = nullptr;
+};
+
+// The peers of `peers` on `my_host`, other than `my_rank`, that died (NodeMarks::died):
+// the deaths this rank can vouch for. Peers on other nodes are never named.
+std::vector<PeerProcess> dead_peers(const std::vector<PeerProcess>& peers, int my_rank, const std::string& my_host,
+                                    const NodeMarks& marks);
 
 }  // namespace topotrain

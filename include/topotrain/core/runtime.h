@@ -64,21 +64,31 @@ class Runtime {
   std::string placement_table() const;
 
   // Prints "[rank N role] message" to stderr and takes every rank down (MPI_Abort). Marks
-  // the node as ending first (below).
+  // the node as ending and this rank as leaving first (NodeMarks). When a peer of this node
+  // died and no rank of the node has yet said why the job ends, the line names the death
+  // ("rank 7 (drafter) died or left; stopping (this rank: <message>)"): what this rank saw
+  // (a link that broke, a collective that failed) follows from it.
   [[noreturn]] void abort(const std::string& message, int exit_code = 1) const;
+  // When a peer of this node died (dead_peers) and no rank of the node has yet said why the
+  // job ends: prints "rank N (role) died or left; stopping" and takes every rank down (exit
+  // 1). Otherwise returns. For the waits that watch their peers (comm/watchdog.h).
+  void abort_if_peer_died() const;
 
-  // A flag in memory shared by the ranks of this node: set once a rank of the node ends
-  // the job, so that the others, watching their peers vanish as mpirun takes the job
-  // down, do not report those as deaths. claim_ending sets it and says whether this rank
-  // was the first; ending reads it.
+  // The node's ending flag (NodeMarks): set once a rank of the node ends the job, so that
+  // the others, watching their peers vanish as mpirun takes the job down, do not report
+  // those as deaths. claim_ending sets it and says whether this rank was the first.
   bool claim_ending() const;
   bool ending() const;
+  // This node's peers that died: gone without having marked themselves as leaving, so
+  // never a rank torn down after another's death. Peers on other nodes are not checked.
+  std::vector<PeerProcess> dead_peers() const;
 
   // GPUs visible to this process (0 in CPU builds).
   static int gpus_present();
 
  private:
   void gather_peers(const Topology& topology);  // collective over the world
+  [[noreturn]] void leave_with(const std::string& line, int exit_code) const;
 
   bool owns_mpi_ = true;
   int rank_ = 0;
@@ -93,7 +103,7 @@ class Runtime {
   Device device_;
   std::vector<PeerProcess> peers_;
   MPI_Win node_window_ = MPI_WIN_NULL;
-  char* node_ending_ = nullptr;  // in node_window_
+  NodeMarks node_marks_;  // in node_window_
 };
 
 }  // namespace topotrain

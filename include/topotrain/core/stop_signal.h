@@ -13,10 +13,12 @@
 //
 // A rank killed outright (SIGKILL) tells no one; mpirun then sends the survivors SIGTERM.
 // Once report_dead_peers_on_signal has the peer table, the handler first looks for a peer
-// of this node that is gone, and the lowest surviving rank of the node prints
-// "rank N (role) died or left; stopping" instead of the orderly-stop line; the rank then
-// exits (code 1), as no collective can complete any more. A rank of a node whose ending
-// flag is set (Runtime::claim_ending: the job is being ended on purpose) exits quietly.
+// of this node that died (gone without its leaving mark: peer_processes.h), and the first
+// rank of the node to find one prints "rank N (role) died or left; stopping" instead of
+// the orderly-stop line; every rank that finds one then exits (code 1), as no collective
+// can complete any more. A rank of a node whose ending flag is set (NodeMarks: the job is
+// being ended on purpose, or the death was already reported) exits quietly. Every exit
+// the handler makes on purpose is marked first, so that no peer names this rank as dead.
 #pragma once
 
 #include <string>
@@ -34,10 +36,9 @@ void clear_stop();
 // rank that is leaving anyway (a configuration error), which mpirun signals as soon as
 // the first rank has exited; the orderly-stop message would be untrue there.
 void exit_on_stop_signal(int exit_code);
-// Gives the handler every rank's process and the node's ending flag (Runtime::bind calls
-// it; an empty table and a null flag withdraw them); `prefix` starts the line it prints
-// ("[rank 0 trainer]").
+// Gives the handler every rank's process and the node's marks (Runtime::bind calls it; an
+// empty table withdraws them); `prefix` starts the line it prints ("[rank 0 trainer]").
 void report_dead_peers_on_signal(const std::vector<PeerProcess>& peers, int my_rank, const std::string& my_host,
-                                 const std::string& prefix, char* node_ending);
+                                 const std::string& prefix, const NodeMarks& marks);
 
 }  // namespace topotrain
