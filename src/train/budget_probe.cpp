@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "topotrain/batch/packed_batch.h"
+#include "topotrain/comm/device_sharers.h"
 #include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
@@ -41,28 +41,6 @@ std::string bytes_text(std::int64_t bytes) {
   return cat(fixed_point(b / double(1 << 30), 2), " GiB");
 }
 
-// The ranks of `group` whose memory is this rank's: those on the same GPU (by its PCI bus
-// id, which CUDA_VISIBLE_DEVICES does not renumber), or on CPU this node's. Collective.
-MPI_Comm memory_sharers(const torch::Device& device, MPI_Comm group) {
-  char host[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(host, &length);
-  std::string key(host, static_cast<std::size_t>(length));
-  key += device.is_cuda() ? "/" + compat::device_bus_id(device.index()) : "/cpu";
-  key.resize(MPI_MAX_PROCESSOR_NAME + 32, '\0');
-  int size = 0, rank = 0;
-  MPI_Comm_size(group, &size);
-  MPI_Comm_rank(group, &rank);
-  std::vector<char> keys(key.size() * static_cast<std::size_t>(size));
-  MPI_Allgather(key.data(), static_cast<int>(key.size()), MPI_CHAR, keys.data(), static_cast<int>(key.size()),
-                MPI_CHAR, group);
-  int color = 0;  // the first rank with this key
-  while (std::memcmp(keys.data() + key.size() * static_cast<std::size_t>(color), key.data(), key.size()) != 0) ++color;
-  MPI_Comm sharers = MPI_COMM_NULL;
-  MPI_Comm_split(group, color, rank, &sharers);
-  return sharers;
-}
-
 // The memory one rank may plan with: train.memory_limit, else its share of its GPU's or,
 // on CPU, of its node's RAM.
 std::int64_t capacity_bytes(const StepConfig& step, const torch::Device& device, int sharers) {
@@ -74,16 +52,13 @@ std::int64_t capacity_bytes(const StepConfig& step, const torch::Device& device,
 // What the device holds outside torch's allocator (the CUDA contexts, libraries' workspaces,
 // other processes): this rank's share of it among the ranks on its GPU; 0 on CPU.
 // Collective over `sharers`, which allocate nothing meanwhile.
-std::int64_t outside_torch_share(const torch::Device& device, MPI_Comm sharers) {
+std::int64_t outside_torch_share(const torch::Device& device, const comm::DeviceSharers& sharers) {
   if (!device.is_cuda()) return 0;
-  MPI_Barrier(sharers);
-  std::int64_t reserved = compat::allocator_bytes(device, compat::AllocatorBytes::reserved, false);
-  comm::all_reduce_in_place(&reserved, 1, MPI_INT64_T, MPI_SUM, sharers, "the memory outside torch");
+  sharers.barrier();
+  const std::int64_t reserved = sharers.sum(compat::allocator_bytes(device, compat::AllocatorBytes::reserved, false));
   const std::int64_t used = compat::device_used_bytes();
-  MPI_Barrier(sharers);
-  int count = 1;
-  MPI_Comm_size(sharers, &count);
-  return std::max<std::int64_t>(0, used - reserved) / count;
+  sharers.barrier();
+  return std::max<std::int64_t>(0, used - reserved) / sharers.size();
 }
 
 // Memory of this rank against its capacity. On CUDA: what torch's allocator reserves
@@ -287,16 +262,11 @@ BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net) {
 MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& step, const BudgetBounds& bounds,
                                   const torch::Device& device, MPI_Comm stage_group, MPI_Comm job_group) {
   const auto started = std::chrono::steady_clock::now();
-  struct Sharers {
-    MPI_Comm comm;
-    int size = 1, rank = 0;
-    ~Sharers() { MPI_Comm_free(&comm); }
-  } sharers{memory_sharers(device, job_group)};
-  MPI_Comm_size(sharers.comm, &sharers.size);
-  MPI_Comm_rank(sharers.comm, &sharers.rank);
+  // The ranks whose memory is this rank's: those on its GPU, or on CPU its node's.
+  const comm::DeviceSharers sharers(job_group, device);
   MeasuredBudget measured;
   measured.stage = stage.name;
-  measured.capacity_bytes = capacity_bytes(step, device, sharers.size);
+  measured.capacity_bytes = capacity_bytes(step, device, sharers.size());
   measured.planned_bytes = static_cast<std::int64_t>(step.memory_fraction * static_cast<double>(measured.capacity_bytes));
   // AdamW keeps exp_avg and exp_avg_sq like each parameter it trains.
   std::int64_t adamw_bytes = 0;
@@ -307,7 +277,7 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
 
   const RestoresCpuGenerator restores_generator;
   std::mt19937_64 draws(step.seed);
-  PeakMeter meter(device, outside_torch_share(device, sharers.comm));
+  PeakMeter meter(device, outside_torch_share(device, sharers));
   meter.reset();
   measured.fixed_bytes = meter.now() + adamw_bytes;
   std::map<std::int64_t, std::int64_t> peaks;  // budget -> peak, of the fits
@@ -358,9 +328,9 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
   BudgetSearch search;
   if (!device.is_cuda()) search = search_mine();
   else
-    for (int turn = 0; turn < sharers.size; ++turn) {
-      if (turn == sharers.rank) search = search_mine();
-      MPI_Barrier(sharers.comm);
+    for (int turn = 0; turn < sharers.size(); ++turn) {
+      if (turn == sharers.rank()) search = search_mine();
+      sharers.barrier();
     }
   measured.probes = search.probes;
   int any_stopped = stopped ? 1 : 0;
