@@ -44,11 +44,12 @@ std::optional<std::string> CheckpointReader::resolve_resume(const std::string& r
                             "'s checkpoints to continue the run there"));
     return path;
   };
-  if (resume.empty()) {
+  // "fresh": the job moved an earlier run's files aside first (train/run_directory.h).
+  if (resume.empty() || resume == "fresh") {
     if (auto latest = find_latest(run_dir))
       throw ConfigError(cat(run_dir, " already holds the checkpoints of a run (the latest: ", *latest,
-                            "): pass --resume auto to continue it, or start afresh under another checkpoint.run (or "
-                            "after removing ", run_dir, ")"));
+                            "): pass --resume auto to continue it, or start afresh under another checkpoint.run, or "
+                            "here with --resume fresh (which moves that run's files aside)"));
     return std::nullopt;
   }
   if (resume == "auto") {

@@ -1,7 +1,11 @@
 #include "topotrain/train/job.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <optional>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +16,7 @@
 #include "topotrain/core/stop_signal.h"
 #include "topotrain/train/build_info.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/run_directory.h"
 #include "topotrain/train/run_setup.h"
 
 namespace topotrain {
@@ -50,6 +55,12 @@ std::string load_and_validate(Runtime& runtime, const JobSpec& job, const JobOpt
   return device_warning;
 }
 
+// Who holds the run directory, as a second job there is told.
+LockHolder this_launch(const Runtime& runtime, const JobSpec& job, const JobOptions& options) {
+  return {runtime.host(), static_cast<std::int64_t>(::getpid()), static_cast<std::int64_t>(std::time(nullptr)),
+          cat(job.name, ", ", runtime.world_size(), " ranks, ", options.topology_path)};
+}
+
 }  // namespace
 
 std::string resolved_settings_toml(const JobOptions& options, const JobSpec& job) {
@@ -80,7 +91,8 @@ CommandLine read_command_line(int argc, const char* const* argv, const JobSpec& 
                "print the resolved settings this job reads (TOML, usable as a --config file) and exit; no mpirun "
                "needed");
   app.add_option("--resume", options.resume,
-                 "resume: 'auto' (latest checkpoint, or fresh), a checkpoint file or a run directory");
+                 "resume: 'auto' (the latest checkpoint; a fresh start where the run directory holds no run), "
+                 "'fresh' (start over, moving an earlier run's files aside), a checkpoint file or a run directory");
   app.add_flag("--help-settings", help_settings, "list every run setting with its type, default and accepted values");
   app.add_flag("--version", version, "print topotrain's version and the LibTorch, CUDA and NCCL it was built with");
   std::ostringstream out, err;
@@ -142,6 +154,8 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
   }
   const std::string device_warning = runtime.first_error(local_warning);
 
+  // Rank 0's hold on the run directory, for the launch's whole life (run_directory.h).
+  std::optional<RunDirectoryClaim> claim;
   try {
     runtime.bind(run.topology, /*select_device=*/!options.dry_run);
     log_configure(runtime.rank(), runtime.role(), config.log_level, config.log_all_ranks);
@@ -158,9 +172,26 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
       if (runtime.rank() == 0 && !device_warning.empty())
         std::fprintf(stderr, "%s: warning: %s (--dry-run goes on; a real run on this node refuses it)\n",
                      job.name.c_str(), device_warning.c_str());
+      if (runtime.rank() == 0)
+        for (const std::string& note : inspect_run_directory(config.run_dir, options.resume))
+          std::fprintf(stderr, "%s: warning: %s\n", job.name.c_str(), note.c_str());
       return 0;
     }
-    if (runtime.rank() == 0) log_run_to_file(config.run_dir);
+    // Before anything is written into the run directory; a refusal writes nothing there.
+    std::string claim_error;
+    if (runtime.rank() == 0) {
+      try {
+        claim = claim_run_directory(config.run_dir, options.resume, this_launch(runtime, job, options));
+      } catch (const std::exception& e) {  // ConfigError, or a directory that cannot be listed
+        claim_error = e.what();
+      }
+    }
+    claim_error = runtime.first_error(claim_error);
+    if (!claim_error.empty()) throw JobExit(2, claim_error);
+    if (runtime.rank() == 0) {
+      log_run_to_file(config.run_dir);
+      for (const std::string& warning : claim->warnings) log_warn(warning);
+    }
     JobContext context{job, runtime, run, config, options};
     body(context);
   } catch (const JobExit& e) {
@@ -172,9 +203,11 @@ int run_job(int argc, char** argv, const JobSpec& job, const JobOptions& options
     return e.code();
   } catch (const ConfigError& e) {
     log_error_in_file(e.what());  // where this rank writes log.txt (rank 0, a first drafter)
+    claim.reset();                // released in order: the next launch has no leftover lock to report
     runtime.abort(e.what(), 2);
   } catch (const std::exception& e) {
     log_error_in_file(e.what());
+    claim.reset();
     runtime.abort(e.what());
   }
   return 0;

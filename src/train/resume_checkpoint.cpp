@@ -32,7 +32,7 @@ std::optional<ResumedCheckpoint> load_resume_checkpoint(const Runtime& runtime, 
     if (!older)
       throw CheckpointDamaged(cat(damage, "\n--resume auto: ", run_dir, " holds no older complete checkpoint to fall "
                                   "back to; restore the run directory from a copy, or start afresh under another "
-                                  "checkpoint.run"));
+                                  "checkpoint.run, or here with --resume fresh (which moves this run's files aside)"));
     if (runtime.role_rank() == 0)
       log_warn(cat(damage, "\n--resume auto falls back to ", *older, ", the newest complete checkpoint before it"));
     path = comm::agree_resume_path(older, group, who);

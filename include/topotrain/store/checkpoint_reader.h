@@ -16,8 +16,8 @@ class CheckpointReader {
   // else the highest-step complete step-*.h5 (temporary .tmp files are never taken).
   static std::optional<std::string> find_latest(const std::string& run_dir);
 
-  // What --resume asks for: "" (no resume: a fresh start, refused with ConfigError where
-  // run_dir already holds a complete checkpoint), "auto" (find_latest, or start fresh with a
+  // What --resume asks for: "" or "fresh" (no resume: a fresh start, refused with ConfigError
+  // where run_dir already holds a complete checkpoint; "fresh" moved it aside before), "auto" (find_latest, or start fresh with a
   // log line saying so), a checkpoint file, which must exist, or a run directory (its
   // latest, as checkpoint_at). A file or directory outside run_dir is refused, as a fresh
   // start is, where run_dir holds a complete checkpoint. ConfigError otherwise.

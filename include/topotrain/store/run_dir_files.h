@@ -18,6 +18,12 @@ std::optional<std::int64_t> checkpoint_step(const std::string& file_name);
 // (step, path) of every step-*.h5 in run_dir, lowest step first; completeness not checked.
 std::vector<std::pair<std::int64_t, std::string>> checkpoint_files(const std::string& run_dir);
 
+// Where a run directory's files past `step` are moved when a launch goes back to `step` (a
+// resume from an earlier checkpoint; step 0: --resume fresh) so that the new files never mix
+// with them: run_dir/superseded-after-step-<8 digits>, with -2, -3, ... for the first name not
+// taken. Nothing is created.
+std::string superseded_folder(const std::string& run_dir, std::int64_t step);
+
 // Flushes a file's or directory's contents to disk.
 void fsync_path(const std::string& path);
 

@@ -12,8 +12,14 @@
 // train.hang_timeout_s (exit 5), and a rank that died by a survivor (exit 1):
 // comm/watchdog.h.
 //
+// Before the body, rank 0 claims the run directory (train/run_directory.h: its lock, its
+// shape, its records against --resume) before anything is written there; a refusal ends
+// every rank with exit 2 and one message, like bad input.
+//
 // --dry-run of a topology whose GPUs this node lacks (a login node, a laptop) prints the
-// map and the settings with a warning and exits 0; a real run refuses it.
+// map and the settings with a warning and exits 0; a real run refuses it. What a launch
+// would refuse in the run directory (a job holding it, ...) is a warning there too: a dry
+// run reads the directory and writes and locks nothing.
 #pragma once
 
 #include <functional>
@@ -32,7 +38,7 @@ struct JobOptions {
   std::vector<std::string> config_paths;  // --config FILE (repeatable)
   std::vector<std::string> overrides;     // --set key=value (repeatable)
   bool dry_run = false;
-  std::string resume;  // "", "auto" or a checkpoint path
+  std::string resume;  // "", "auto", "fresh" or a checkpoint path
 };
 
 struct JobContext {
