@@ -90,9 +90,14 @@ Watchdog::~Watchdog() {
   MPI_Comm_free(&reports_);
 }
 
+double step_allowance_s(double timeout_s, bool slow) {
+  if (!slow || timeout_s <= 0) return timeout_s;
+  return std::max(kSlowStepFactor * timeout_s, timeout_s + kSlowStepMinimumExtraS);
+}
+
 void Watchdog::begin_step(std::int64_t step, bool slow) {
   position_ = {step, 0};
-  allowance_s_ = timeout_s_ * (slow ? kSlowStepFactor : 1.0);
+  allowance_s_ = step_allowance_s(timeout_s_, slow);
 }
 
 void Watchdog::wait_begins() {

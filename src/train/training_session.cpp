@@ -66,6 +66,14 @@ PhaseTimer::Scope stream_scope(PhaseTimer& timer, Phase phase, const torch::Devi
   return timer.scope(phase);
 }
 
+// How long a stalled rank may go unnoticed (comm/watchdog.h), for the start block.
+std::string hang_watchdog_text(double timeout_s) {
+  if (timeout_s <= 0) return "off (train.hang_timeout_s = 0): a stalled rank holds the job up unnoticed";
+  return cat("a stalled rank is named after ", format_duration(comm::step_allowance_s(timeout_s, false)), " (",
+             format_duration(comm::step_allowance_s(timeout_s, true)),
+             " on a process's first step and around checkpoints; train.hang_timeout_s)");
+}
+
 }  // namespace
 
 PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
@@ -154,6 +162,7 @@ StartBlock TrainingSession::start_block(std::vector<std::pair<std::string, std::
   block.resumed_from = resumed_from_;
   block.resumed_step = first_step_ - 1;
   block.lines = std::move(lines);
+  block.lines.emplace_back("watchdog", hang_watchdog_text(config_.step.hang_timeout_s));
   block.lines.emplace_back("settings", settings_path_.empty() ? std::string("(written by the lead)") : settings_path_);
   return block;
 }

@@ -590,6 +590,7 @@ launches)
     "  data      [^ ]+: [0-9]+ documents, [0-9]+ tokens" \
     "  budget    2 ranks x 1 micro-batches of 256 tokens = 512 tokens per step" \
     "  length    1 epoch\(s\) or 3 steps, whichever comes first; LR schedule over the run: 3 steps, or [0-9]+ tokens if they come first" \
+    "  watchdog  a stalled rank is named after 10m00s \(20m00s on a process's first step and around checkpoints; train.hang_timeout_s\)" \
     "  settings  $work/runs/settings.toml"; do
     grep -Eq "^$stamp $line\$" "$work/runs.log" || { cat "$work/runs.log"; echo "no start line: $line"; exit 1; }
   done

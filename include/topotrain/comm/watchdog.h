@@ -18,10 +18,10 @@
 //   (Runtime::abort_if_peer_died). (mpirun's SIGTERM to the survivors is the other way the
 //   news arrives: stop_signal.h.)
 // * Every rank of the group calls begin_step(step, slow) with the same arguments at the
-//   start of every step. The allowance of a step is train.hang_timeout_s, times
-//   kSlowStepFactor for a slow step (the first of a process: warm-up, NCCL set-up; one
-//   that writes a checkpoint, and the step after it). Every rank knows the checkpoint
-//   cadence, so they agree on it without talking.
+//   start of every step. The allowance of a step is train.hang_timeout_s, more for a slow
+//   step (the first of a process: warm-up, NCCL set-up; one that snapshots a checkpoint,
+//   and the step after it): step_allowance_s. Every rank knows the checkpoint cadence, so
+//   they agree on it without talking.
 // * The n-th watched wait of step s is "position (s, n)". On entering a wait, a rank tells
 //   the group's rank 0 (the monitor) its position on a private duplicate communicator
 //   (a 16-byte MPI_Isend), and the monitor tells every other rank its own. This is
@@ -55,7 +55,17 @@
 namespace topotrain::comm {
 
 constexpr int kHangExitCode = 5;
-constexpr double kSlowStepFactor = 10;
+// A slow step's allowance: kSlowStepFactor times train.hang_timeout_s, and at least
+// kSlowStepMinimumExtraS more than it. Twice, because the one-off work of those steps is
+// bounded: warm-up takes seconds to a few minutes, and a checkpoint step only copies the
+// state into host memory reserved at the start (the write runs in the background); torch's
+// NCCL watchdog gives every collective, its first included, the same 10 minutes. The minute
+// keeps the small timeouts of tests and CPU runs clear of a loaded machine's first step.
+constexpr double kSlowStepFactor = 2;
+constexpr double kSlowStepMinimumExtraS = 60;
+
+// The allowance of a step for train.hang_timeout_s = `timeout_s` (0: none).
+double step_allowance_s(double timeout_s, bool slow);
 
 // Waits for `request` as described above; `what` names the operation in MPI errors.
 void wait_request(MPI_Request* request, const char* what);
