@@ -59,6 +59,15 @@ std::string os_error_text(int error) {
   return name ? cat(std::strerror(error), " (", name, ")") : std::string(std::strerror(error));
 }
 
+std::string system_error_text(const std::system_error& error) {
+  // what() is "<what_arg>: <code().message()>"; the message is replaced, not repeated.
+  std::string text = error.what();
+  const std::string reason = ": " + error.code().message();
+  if (text.size() >= reason.size() && text.compare(text.size() - reason.size(), reason.size(), reason) == 0)
+    text.resize(text.size() - reason.size());
+  return cat(text, ": ", os_error_text(error.code().value()));
+}
+
 std::string byte_size_text(std::uint64_t bytes) {
   char text[32];
   const double b = static_cast<double>(bytes);

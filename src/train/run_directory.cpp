@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <system_error>
 
@@ -14,6 +13,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/io_failure.h"
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/run_dir_files.h"
@@ -82,8 +82,8 @@ std::string latest_problem(const std::string& run_dir) {
 }
 
 std::string unwritable(const std::string& run_dir, const std::string& probe, int error) {
-  return cat("run directory ", run_dir, " is not writable: cannot create ", probe, ": ", std::strerror(error),
-             " (errno ", error, "). Point checkpoint.dir at a writable directory (--set checkpoint.dir=PATH), or "
+  return cat("run directory ", run_dir, " is not writable: cannot create ", probe, ": ", os_error_text(error),
+             ". Point checkpoint.dir at a writable directory (--set checkpoint.dir=PATH), or "
              "make ", run_dir, " writable");
 }
 
@@ -198,8 +198,8 @@ RunDirectoryClaim claim_run_directory(const std::string& run_dir, const std::str
   try {
     make_directories(run_dir);
   } catch (const std::system_error& e) {
-    throw ConfigError(cat("run directory ", run_dir, " (checkpoint.dir/checkpoint.run) cannot be created: ", e.what(),
-                          ". Point checkpoint.dir at a directory this job can create and write (--set "
+    throw ConfigError(cat("run directory ", run_dir, " (checkpoint.dir/checkpoint.run) cannot be created: ",
+                          system_error_text(e), ". Point checkpoint.dir at a directory this job can create and write (--set "
                           "checkpoint.dir=PATH)"));
   }
   RunDirectoryClaim claim{RunDirectoryLock::take(run_dir, me), {}};

@@ -1,10 +1,10 @@
 #include "topotrain/train/run_directory_lock.h"
 
-#include <cstring>
 #include <system_error>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/io_failure.h"
 
 namespace topotrain {
 namespace {
@@ -46,7 +46,7 @@ RunDirectoryLock RunDirectoryLock::take(const std::string& run_dir, const LockHo
   try {
     attempt = FileLock::try_acquire(path, me);
   } catch (const std::system_error& e) {
-    throw ConfigError(cat("cannot lock run directory ", run_dir, ": ", e.what(),
+    throw ConfigError(cat("cannot lock run directory ", run_dir, ": ", system_error_text(e),
                           ": point checkpoint.dir at a directory this job can write"));
   }
   RunDirectoryLock lock;
@@ -58,7 +58,7 @@ RunDirectoryLock RunDirectoryLock::take(const std::string& run_dir, const LockHo
       break;
     case LockOutcome::unsupported: {
       const auto left = parse_lock_holder(attempt.previous);
-      lock.warning_ = cat("cannot lock ", path, ": ", std::strerror(attempt.error),
+      lock.warning_ = cat("cannot lock ", path, ": ", os_error_text(attempt.error),
                           ": the file system holding ", run_dir, " has no file locks (NFS without lockd, Lustre "
                           "mounted without -o flock), so another job started in this run directory would not be "
                           "refused; going on without the lock",

@@ -175,7 +175,7 @@ shape)
   touch "$work/file"
   launch "$work/notdir.log" 2 "${moe[@]}" --set checkpoint.dir="$work/file/runs" --set checkpoint.run=run
   has "$work/notdir.log" "run directory $work/file/runs/run (checkpoint.dir/checkpoint.run) cannot be created: " \
-    "Not a directory" "Point checkpoint.dir at a directory this job can create and write"
+    "is a file: Not a directory (ENOTDIR)" "Point checkpoint.dir at a directory this job can create and write"
   ;;
 *)
   echo "unknown scenario $scenario"; exit 2

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <system_error>
 
 namespace topotrain {
 
@@ -27,6 +28,10 @@ bool is_write_errno(int error);
 
 // "No space left on device (ENOSPC)"; strerror's words with the symbolic name where known.
 std::string os_error_text(int error);
+
+// A std::system_error of files.h or file_lock.h with its reason as os_error_text gives it:
+// "cannot create directory 'a/b': 'a' is a file: Not a directory (ENOTDIR)".
+std::string system_error_text(const std::system_error& error);
 
 // What a failed write of `bytes_needed` bytes (0: unknown) under `path` says after its own
 // message `said` ("cannot write X"): ": <reason>; <needed> needed, <free> free of <total> on
