@@ -242,10 +242,7 @@ std::string CheckpointWriter::set_aside_after(std::int64_t step, const std::stri
   for (const auto& [file_step, path] : checkpoint_files(run_dir_))
     if (file_step > step) later.push_back(path);
   if (later.empty()) return "";
-  const std::string name = file_name(step);
-  const std::string base = join_path(run_dir_, "superseded-after-" + name.substr(0, name.size() - 3));  // no .h5
-  std::string folder = base;
-  for (int n = 2; file_exists(folder); ++n) folder = cat(base, "-", n);
+  const std::string folder = superseded_folder(run_dir_, step);
   std::string names;
   try {
     // `latest` first: a process killed among the moves then resumes from `resumed` again,

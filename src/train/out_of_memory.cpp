@@ -4,6 +4,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
+#include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/train/budget_probe.h"
 
 namespace topotrain {
@@ -37,10 +38,19 @@ std::string out_of_memory_message(const JobContext& context, int rank, std::int6
   for (const auto& config : context.options.config_paths) command += " --config " + config;
   for (const auto& assignment : context.options.overrides)
     if (assignment.rfind("train.token_budget=", 0) != 0) command += " --set " + assignment;
-  command += cat(" --set train.token_budget=", std::max(kMinTokenBudget, token_budget / 2), " --resume auto");
+  // The session saves the last good step as it ends, unless checkpoints are off: then, with no
+  // earlier checkpoint, --resume auto would be refused beside the steps this launch recorded
+  // (train/run_directory.h), and the run starts over.
+  const bool checkpointed =
+      context.config.cadences.checkpoint_every >= 0 || !CheckpointReader::list(run_dir).empty();
+  command += cat(" --set train.token_budget=", std::max(kMinTokenBudget, token_budget / 2),
+                 checkpointed ? " --resume auto" : " --resume fresh");
   return cat("out of memory on rank ", rank, " at step ", step, " with train.token_budget = ", token_budget,
              " (peak allocated ", static_cast<double>(peak_bytes) / (1 << 30), " GiB).\n",
-             "The last checkpoint in ", run_dir, " is intact; resume with half the budget:\n  ", command,
+             checkpointed ? cat("The last checkpoint in ", run_dir, " is intact; resume with half the budget:\n  ")
+                          : cat("checkpoint.every_steps = -1 left no checkpoint in ", run_dir,
+                                " to resume; start over with half the budget:\n  "),
+             command,
              read_by_job(*find_setting("train.oom"), context.job.name)
                  ? "\n(or set train.oom = \"shrink\" to halve the budget in-process)"
                  : "");

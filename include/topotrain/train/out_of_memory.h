@@ -37,6 +37,9 @@ std::string shrink_cause(const StepConfig& step);
 // out-of-memory error once, in that step, so the failure path can be tested without a GPU.
 void fault_inject_out_of_memory(int rank, std::int64_t step);
 
+// The job's end after an out-of-memory: the rank, step, budget and peak, and the command that
+// goes on with half the budget: --resume auto from run_dir's last checkpoint, or --resume fresh
+// where checkpoints are off and it holds none.
 std::string out_of_memory_message(const JobContext& context, int rank, std::int64_t step,
                                   std::int64_t token_budget, std::int64_t peak_bytes, const std::string& run_dir);
 
