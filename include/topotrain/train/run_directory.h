@@ -4,8 +4,9 @@
 //
 //   1. created (mkdir -p), or the OS's reason it cannot be (a file in the path: ENOTDIR);
 //   2. locked for this job (run_directory_lock.h);
-//   3. its shape: `latest` a regular file or absent, and the directory writable (a probe file
-//      created and removed: EROFS, EACCES, ...);
+//   3. its shape: the directory writable (a probe file created and removed: EROFS, EACCES,
+//      ...), and `latest` a regular file or absent (checked after step 5's move, which takes a
+//      wrong `latest` aside with the rest);
 //   4. its records against --resume. A run directory holds one run, whose records are its
 //      checkpoints and log.txt, metrics.jsonl, timings.h5, settings.toml, ... (every launch
 //      appends to them). Where they record trained steps but no complete checkpoint is left
