@@ -11,7 +11,8 @@
 #                                   remain (or whose `latest` names a missing file): --resume auto and
 #                                   a launch without --resume exit 2 naming what was found and both
 #                                   fixes, touching nothing; --resume fresh moves the records aside
-#                                   and starts at step 0 with records of its own
+#                                   and starts at step 0 with records of its own; every checkpoint
+#                                   damaged: --resume auto stops with the same fixes
 #   run_dir_e2e.sh BIN_DIR shape    `latest` a directory: exit 2 before step 1, naming it; a
 #                                   checkpoint.dir under a regular file: exit 2 with the OS's reason
 set -euo pipefail
@@ -164,6 +165,14 @@ PY
   launch "$work/missing.log" 2 "${moe[@]}" --set checkpoint.run=run "${common[@]}" --resume auto
   has "$work/missing.log" "but no complete checkpoint (\`latest\` names step-00000004.h5, which is missing)" \
     "${fixes[0]}-2"
+  # Every checkpoint damaged: --resume auto stops too, with the same fixes; --resume fresh starts over.
+  launch "$work/damaged.log" 0 "${moe[@]}" --set checkpoint.run=damaged "${common[@]}"
+  for file in "$work"/damaged/step-*.h5; do python3 "$(dirname "$0")/flip_bytes.py" "$file"; done
+  launch "$work/damaged.log" 2 "${moe[@]}" --set checkpoint.run=damaged "${common[@]}" --resume auto
+  has "$work/damaged.log" "$work/damaged holds no older complete checkpoint to fall back to" \
+    "or here with --resume fresh (which moves this run's files aside)"
+  launch "$work/damaged.log" 0 "${moe[@]}" --set checkpoint.run=damaged "${common[@]}" --resume fresh
+  has "$work/damaged.log" "--resume fresh: moved the earlier run's" "done: 4 steps"
   ;;
 shape)
   launch "$work/first.log" 0 "${moe[@]}" --set checkpoint.run=run --set train.max_steps=2
