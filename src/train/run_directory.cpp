@@ -90,9 +90,15 @@ std::string unwritable(const std::string& run_dir, const std::string& probe, int
 void check_writable(const std::string& run_dir) {
   const std::string probe = join_path(run_dir, cat(kWriteProbePrefix, ::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) throw ConfigError(unwritable(run_dir, probe, errno));
+  if (fd < 0) {
+    const int error = errno;
+    throw ConfigError(unwritable(run_dir, probe, error));
+  }
   ::close(fd);
-  if (::unlink(probe.c_str()) != 0) throw ConfigError(unwritable(run_dir, probe + " (removing it)", errno));
+  if (::unlink(probe.c_str()) != 0) {
+    const int error = errno;  // before the message's strings are built
+    throw ConfigError(unwritable(run_dir, probe + " (removing it)", error));
+  }
 }
 
 // Step 4 of the header: "" when the launch may go on.
@@ -223,7 +229,10 @@ std::vector<std::string> inspect_run_directory(const std::string& run_dir, const
   if (!is_directory(existing))
     return {cat(refused, "run directory ", run_dir, " (checkpoint.dir/checkpoint.run) cannot be created: ", existing,
                 " is a file")};
-  if (::access(existing.c_str(), W_OK | X_OK) != 0) return {refused + unwritable(run_dir, existing, errno)};
+  if (::access(existing.c_str(), W_OK | X_OK) != 0) {
+    const int error = errno;
+    return {refused + unwritable(run_dir, existing, error)};
+  }
   if (existing != run_dir) return {};  // nothing there yet
   std::vector<std::string> notes;
   if (const std::string holder = RunDirectoryLock::refusal_if_held(run_dir); !holder.empty())
