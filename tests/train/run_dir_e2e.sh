@@ -52,6 +52,14 @@ wait_for() {
 # holder RUN_DIR: the pid its lock file names
 holder() { awk '/^pid: /{print $2}' "$1/.lock"; }
 
+stop_background() {  # stop_background LOG: SIGUSR1 to the job started in the background, which must end with exit 0
+  kill -USR1 "$background"
+  local code=0
+  wait "$background" || code=$?
+  background=
+  [[ $code -eq 0 ]] || { cat "$1"; echo "the job started in the background ($1) exited $code"; exit 1; }
+}
+
 case $scenario in
 lock)
   # schedule = "tokens": the LR does not depend on max_steps, so a run stopped at step S equals
@@ -76,11 +84,7 @@ lock)
   launch "$work/dry.log" 0 "${moe[@]}" --set checkpoint.run=shared --dry-run
   has "$work/dry.log" "warning: a launch now would be refused: $refusal"
   # The first job, stopped with a checkpoint, ends normally; every checkpoint is its own.
-  kill -USR1 "$background"
-  code=0
-  wait "$background" || code=$?
-  background=
-  [[ $code -eq 0 ]] || { cat "$work/first.log"; echo "the first job exited $code"; exit 1; }
+  stop_background "$work/first.log"
   [[ ! -s $work/shared/.lock ]] || { cat "$work/shared/.lock"; echo "the lock was not released in order"; exit 1; }
   stopped=$(grep -Eo 'stopped on request after step [0-9]+' "$work/first.log" | awk '{print $NF}')
   launch "$work/alone.log" 0 "${moe[@]}" --set checkpoint.run=alone "${common[@]}" --set train.max_steps="$stopped"
@@ -124,11 +128,7 @@ lock)
   first=$(holder "$work/dflash")
   launch "$work/dflash-second.log" 2 "${dflash[@]}" --set train.max_steps=3
   has "$work/dflash-second.log" "run directory $work/dflash is in use by another job: pid $first on host "
-  kill -USR1 "$background"
-  code=0
-  wait "$background" || code=$?
-  background=
-  [[ $code -eq 0 ]] || { cat "$work/dflash-first.log"; echo "the first dflash job exited $code"; exit 1; }
+  stop_background "$work/dflash-first.log"
   ;;
 records)
   common=(--set train.max_steps=4 --set checkpoint.every_steps=2)
