@@ -93,7 +93,9 @@ kill_named() {
   kill -9 "$pid"
   finish "$log" 30 nonzero
   one_line "$log" 'died or left'
-  one_line "$log" "^\\[rank [0-9]+ [a-z]+\\] rank $victim \\($role\\) died or left; stopping\$"
+  # Not anchored to the line's start: mpirun forwards each rank's output in chunks of at most a
+  # few KiB, so under load another rank's long progress line may be cut around it.
+  one_line "$log" "\\[rank [0-9]+ [a-z]+\\] rank $victim \\($role\\) died or left; stopping"
   grep -E 'died or left' "$log"
 }
 repeat=${REPEAT:-3}
