@@ -12,7 +12,7 @@
 namespace topotrain {
 
 std::optional<std::string> CheckpointReader::find_latest(const std::string& run_dir) {
-  std::ifstream latest(join_path(run_dir, "latest"));
+  std::ifstream latest(join_path(run_dir, kLatestFileName));
   std::string name;
   if (latest && std::getline(latest, name) && checkpoint_step(name)) {
     const std::string path = join_path(run_dir, name);
@@ -80,7 +80,7 @@ std::optional<std::string> CheckpointReader::newest_before(const std::string& ru
 
 std::optional<std::string> CheckpointReader::checkpoint_at(const std::string& path) {
   if (is_regular_file(path) && file_extension(path) == ".h5") return path;
-  const bool run_dir = is_directory(path) && (file_exists(join_path(path, "latest")) || !checkpoint_files(path).empty() ||
+  const bool run_dir = is_directory(path) && (file_exists(join_path(path, kLatestFileName)) || !checkpoint_files(path).empty() ||
                                               file_exists(join_path(path, kTimingsFileName)));
   if (!run_dir) return std::nullopt;
   auto latest = find_latest(path);

@@ -175,7 +175,7 @@ void write_snapshot(const std::string& run_dir, int keep, CheckpointWriter::Snap
                                  "fewer checkpoints (checkpoint.keep) or point checkpoint.dir at a file system with "
                                  "room, then resume with --resume auto"));
   }
-  write_file_atomically(join_path(run_dir, "latest"), name + "\n");
+  write_file_atomically(join_path(run_dir, kLatestFileName), name + "\n");
   // From the one rank that writes the run's checkpoints, whatever its rank number.
   log_info_here(cat("checkpoint ", final_path, " written: ",
                     fixed_point(static_cast<double>(file_size(final_path)) / (1 << 30), 2), " GiB in ",
@@ -248,7 +248,7 @@ std::string CheckpointWriter::set_aside_after(std::int64_t step, const std::stri
     // `latest` first: a process killed among the moves then resumes from `resumed` again,
     // and moves the rest.
     if (same_file(parent_directory(resumed), run_dir_))
-      write_file_atomically(join_path(run_dir_, "latest"), topotrain::file_name(resumed) + "\n");
+      write_file_atomically(join_path(run_dir_, kLatestFileName), topotrain::file_name(resumed) + "\n");
     make_directories(folder);
     for (const std::string& path : later) {
       rename_file(path, join_path(folder, topotrain::file_name(path)));

@@ -40,7 +40,7 @@ std::vector<std::pair<std::int64_t, std::string>> checkpoint_files(const std::st
 
 std::string superseded_folder(const std::string& run_dir, std::int64_t step) {
   char name[64];
-  std::snprintf(name, sizeof name, "superseded-after-step-%08lld", static_cast<long long>(step));
+  std::snprintf(name, sizeof name, "%safter-step-%08lld", kSupersededPrefix, static_cast<long long>(step));
   const std::string base = join_path(run_dir, name);
   std::string folder = base;
   for (int n = 2; file_exists(folder); ++n) folder = base + "-" + std::to_string(n);

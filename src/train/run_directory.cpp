@@ -17,6 +17,7 @@
 #include "topotrain/store/checkpoint_file.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/run_dir_files.h"
+#include "topotrain/store/timings_file.h"
 #include "topotrain/train/launch_settings.h"
 #include "topotrain/train/metrics_log.h"
 #include "topotrain/train/tensorboard_log.h"
@@ -24,8 +25,6 @@
 namespace topotrain {
 namespace {
 
-constexpr const char* kLatestFileName = "latest";
-constexpr const char* kLogFileName = "log.txt";
 constexpr const char* kWriteProbePrefix = ".write-probe-";
 
 bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
@@ -35,7 +34,7 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
 std::vector<std::string> run_entries(const std::string& run_dir) {
   std::vector<std::string> names;
   for (const std::string& name : list_directory(run_dir))
-    if (name != kRunLockFileName && !starts_with(name, kWriteProbePrefix) && !starts_with(name, "superseded-"))
+    if (name != kRunLockFileName && !starts_with(name, kWriteProbePrefix) && !starts_with(name, kSupersededPrefix))
       names.push_back(name);
   return names;
 }
@@ -168,7 +167,7 @@ RunRecords read_run_records(const std::string& run_dir) {
                                                   : unreadable ? std::string(" (no step readable)")
                                                                : std::string(" (no step)")));
   }
-  for (const std::string name : {kTimingsFileName, "timings.h5.live"}) {
+  for (const std::string& name : {std::string(kTimingsFileName), cat(kTimingsFileName, kTimingsLiveSuffix)}) {
     if (!has(name)) continue;
     records.found.push_back(name);
     records.trained = records.trained || !has_metrics;  // no metrics.jsonl to say: a run's timings

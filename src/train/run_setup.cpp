@@ -12,6 +12,7 @@
 #include "topotrain/core/process_memory.h"
 #include "topotrain/data/held_out_split.h"
 #include "topotrain/core/crc32c.h"
+#include "topotrain/store/run_dir_files.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/trained_models.h"
@@ -271,7 +272,7 @@ void adopt_training_set(TrainingState& state, const TrainingSetIdentity& mine, c
 
 void log_run_to_file(const std::string& run_dir) {
   make_directories(run_dir);
-  log_to_file(join_path(run_dir, "log.txt"));
+  log_to_file(join_path(run_dir, kLogFileName));
 }
 
 TrainingState initial_state(std::uint64_t seed) {

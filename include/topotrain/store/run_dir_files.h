@@ -11,6 +11,9 @@
 namespace topotrain {
 
 constexpr const char* kTimingsFileName = "timings.h5";  // the run's step timings (timings_file.h)
+constexpr const char* kLatestFileName = "latest";       // the name of the newest complete checkpoint
+constexpr const char* kLogFileName = "log.txt";         // the lead rank's log lines
+constexpr const char* kSupersededPrefix = "superseded-";  // superseded_folder's names begin so
 
 // The step of "step-00000100.h5" (exactly that pattern), or nothing.
 std::optional<std::int64_t> checkpoint_step(const std::string& file_name);
