@@ -3,11 +3,11 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/core/log.h"
 
 namespace topotrain {
 namespace {
@@ -68,16 +68,6 @@ std::string system_error_text(const std::system_error& error) {
   return cat(text, ": ", os_error_text(error.code().value()));
 }
 
-std::string byte_size_text(std::uint64_t bytes) {
-  char text[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes >= (std::uint64_t{1} << 30)) std::snprintf(text, sizeof text, "%.2f GiB", b / (1 << 30));
-  else if (bytes >= (std::uint64_t{1} << 20)) std::snprintf(text, sizeof text, "%.1f MiB", b / (1 << 20));
-  else if (bytes >= (std::uint64_t{1} << 10)) std::snprintf(text, sizeof text, "%.1f KiB", b / (1 << 10));
-  else std::snprintf(text, sizeof text, "%llu bytes", static_cast<unsigned long long>(bytes));
-  return text;
-}
-
 std::string write_failure_detail(int error, const std::string& path, std::uint64_t bytes_needed,
                                  const std::string& said) {
   const std::optional<FileSystemSpace> space = file_system_space(path);
@@ -85,8 +75,8 @@ std::string write_failure_detail(int error, const std::string& path, std::uint64
   std::string detail =
       error && said.find(os_error_text(error)) == std::string::npos ? cat(": ", os_error_text(error)) : std::string();
   if (space && (error == 0 || error == ENOSPC || error == EDQUOT)) {
-    detail += cat(detail.empty() ? ": " : "; ", bytes_needed ? cat(byte_size_text(bytes_needed), " needed, ") : std::string(),
-                  byte_size_text(space->available), " free of ", byte_size_text(space->total),
+    detail += cat(detail.empty() ? ": " : "; ", bytes_needed ? cat(format_bytes(static_cast<std::int64_t>(bytes_needed)), " needed, ") : std::string(),
+                  format_bytes(static_cast<std::int64_t>(space->available)), " free of ", format_bytes(static_cast<std::int64_t>(space->total)),
                   " on the file system holding ", existing_directory(path));
   }
   return detail;

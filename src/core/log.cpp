@@ -86,6 +86,12 @@ std::string fixed_point(double value, int decimals) {
   return text;
 }
 
+std::string format_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (std::abs(bytes) < (std::int64_t{1} << 30)) return cat(fixed_point(b / double(1 << 20), 1), " MiB");
+  return cat(fixed_point(b / double(1 << 30), 2), " GiB");
+}
+
 std::string format_rate(double per_second, const std::string& unit) {
   if (!std::isfinite(per_second)) return cat(per_second, ' ', unit);
   const double magnitude = std::fabs(per_second);

@@ -34,13 +34,6 @@ std::int64_t round_down(std::int64_t budget, std::int64_t granule) {
   return budget >= granule ? budget / granule * granule : budget;
 }
 
-// "312.4 MiB", "1.25 GiB".
-std::string bytes_text(std::int64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (std::abs(bytes) < (std::int64_t{1} << 30)) return cat(fixed_point(b / double(1 << 20), 1), " MiB");
-  return cat(fixed_point(b / double(1 << 30), 2), " GiB");
-}
-
 // The memory one rank may plan with: train.memory_limit, else its share of its GPU's or,
 // on CPU, of its node's RAM.
 std::int64_t capacity_bytes(const StepConfig& step, const torch::Device& device, int sharers) {
@@ -197,10 +190,10 @@ std::string MeasuredBudget::describe() const {
   // moe_train has one stage; dflash_train's stream has the budget of its smallest.
   const bool one_stage = stage == "trainer";
   return cat("train.token_budget = \"auto\": ", budget, " tokens per micro-batch; ",
-             one_stage ? std::string() : cat(stage, "s: "), "measured peak ", bytes_text(peak_bytes), " (",
-             bytes_text(fixed_bytes), " before the micro-batch + ",
-             fixed_point(bytes_per_token() / 1024.0, 1), " KiB per token) of ", bytes_text(planned_bytes),
-             " planned, capacity ", bytes_text(capacity_bytes), ", headroom ", bytes_text(capacity_bytes - peak_bytes),
+             one_stage ? std::string() : cat(stage, "s: "), "measured peak ", format_bytes(peak_bytes), " (",
+             format_bytes(fixed_bytes), " before the micro-batch + ",
+             fixed_point(bytes_per_token() / 1024.0, 1), " KiB per token) of ", format_bytes(planned_bytes),
+             " planned, capacity ", format_bytes(capacity_bytes), ", headroom ", format_bytes(capacity_bytes - peak_bytes),
              "; ", probes, " probes in ", fixed_point(seconds, 2), " s",
              one_stage ? std::string()
                        : stage_budget > budget ? cat("; the ", stage, "s alone fit ", stage_budget, " tokens")
@@ -315,7 +308,7 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - tried).count();
           // A search can run for minutes: each candidate is news.
           log_info(cat("train.token_budget = \"auto\": ", budget, " tokens ", fits ? "fit" : "do not fit",
-                       peak ? cat(" (peak ", bytes_text(*peak), " of ", bytes_text(measured.planned_bytes), " planned)")
+                       peak ? cat(" (peak ", format_bytes(*peak), " of ", format_bytes(measured.planned_bytes), " planned)")
                             : std::string(" (out of memory)"),
                        ", measured in ", fixed_point(seconds, 1), " s"));
           if (fits) peaks[budget] = *peak;
@@ -352,10 +345,10 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
   if (agreed == 0)
     throw JobExit(2, cat("train.token_budget = \"auto\": not even a micro-batch of ",
                          std::min(kBudgetGranule, bounds.max_budget), " tokens fits train.memory_fraction = ",
-                         step.memory_fraction, " of ", bytes_text(measured.capacity_bytes),
+                         step.memory_fraction, " of ", format_bytes(measured.capacity_bytes),
                          step.memory_limit > 0 ? " (train.memory_limit)" : "", " on one of the ranks",
                          measured.stage_budget == 0 ? cat(" (the fullest ", stage.name, " holds ",
-                                                          bytes_text(measured.fixed_bytes), " before any micro-batch)")
+                                                          format_bytes(measured.fixed_bytes), " before any micro-batch)")
                                                     : std::string(),
                          ": raise train.memory_limit or train.memory_fraction, or train a smaller model"));
   measured.budget = agreed;

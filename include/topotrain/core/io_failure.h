@@ -42,7 +42,4 @@ std::string system_error_text(const std::system_error& error);
 std::string write_failure_detail(int error, const std::string& path, std::uint64_t bytes_needed = 0,
                                  const std::string& said = "");
 
-// "1.25 GiB", "312.0 MiB", "4.0 KiB", "17 bytes".
-std::string byte_size_text(std::uint64_t bytes);
-
 }  // namespace topotrain

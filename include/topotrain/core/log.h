@@ -5,6 +5,7 @@
 // every line it prints to that file, so a run's log outlives the terminal.
 #pragma once
 
+#include <cstdint>
 #include <ctime>
 #include <string>
 
@@ -26,6 +27,9 @@ std::string fixed_point(double value, int decimals);
 // A rate with three significant digits and the SI prefix its magnitude asks for, so that no
 // rate rounds to zero: "0.05 tok/s", "12.3 tok/s", "41.2 Ktok/s", "5.00 Mtok/s".
 std::string format_rate(double per_second, const std::string& unit = "tok/s");
+
+// A size in memory or on disk: "312.4 MiB" below a GiB (negative too: a headroom), "1.25 GiB".
+std::string format_bytes(std::int64_t bytes);
 
 // From now on the lines this process prints are also appended to `path` (created if
 // missing; an earlier file, a resumed run's, is kept and appended to). Throws
