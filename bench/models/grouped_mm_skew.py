@@ -9,7 +9,8 @@ of the forward (x @ W^T, W the [E, out, in] weight as the model passes it), the 
 as autograd computes it (grad @ W) and the weight gradient (x^T @ grad, grouped along the rows);
 then the weight gradient with the empty experts' groups moved after the others ("empty last":
 the rows keep their order, the groups' outputs would be permuted back), the one reordering that
-needs no rows moved. bench/moe/RESULTS.md ("2026-12-04") sets these against the same GEMMs
+needs no rows moved; and with the groups busiest first (the layout ExpertBackend's
+grouped_mm_busiest_first gives, rows moved by the dispatch's sort, weights gathered). bench/moe/RESULTS.md ("2026-12-04") sets these against the same GEMMs
 inside a training step.
 
     python3 bench/models/grouped_mm_skew.py       (on a GPU machine; pip torch)
@@ -39,6 +40,7 @@ def main():
     for name, counts in routings.items():
         offs = counts.cumsum(0).to(torch.int32).to(DEV)
         empty_last = counts[torch.argsort((counts == 0).to(torch.int8), stable=True)].cumsum(0).to(torch.int32).to(DEV)
+        busiest_first = counts.sort(stable=True, descending=True).values.cumsum(0).to(torch.int32).to(DEV)
         line = [f"{name:14} max/mean {counts.max().item() / counts.float().mean().item():4.2f}"]
         for proj, out_dim, in_dim in (("gate_up", 2 * I, H), ("down", H, I)):
             w = torch.randn(E, out_dim, in_dim, device=DEV, dtype=torch.bfloat16) * 0.02
@@ -49,8 +51,9 @@ def main():
             dgrad = median_ms(lambda: torch._grouped_mm(grad, w, offs), reps=20)
             wgrad = median_ms(lambda: torch._grouped_mm(x.t(), grad, offs), reps=20)
             last = median_ms(lambda: torch._grouped_mm(x.t(), grad, empty_last), reps=20)
+            busiest = median_ms(lambda: torch._grouped_mm(x.t(), grad, busiest_first), reps=20)
             line.append(f"{proj}: fwd {fwd * 1e3:4.0f} dgrad {dgrad * 1e3:4.0f} wgrad {wgrad * 1e3:4.0f} "
-                        f"(empty last {last * 1e3:4.0f}) us")
+                        f"(empty last {last * 1e3:4.0f}, busiest first {busiest * 1e3:4.0f}) us")
         print("  ".join(line))
 
 

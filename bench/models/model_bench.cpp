@@ -2,8 +2,9 @@
 // (fp32 master weights, bf16 compute, chunked LM loss, MoE aux loss). No optimizer step runs,
 // so the weights' bf16 copies are made once (a trainer makes them once per step).
 //
-//   model_bench PRESET [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]
+//   model_bench PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]
 //   MODEL_BENCH_ATTENTION=flash|grid|math model_bench ...   (forces an attention backend)
+//   MODEL_BENCH_EXPERTS=grouped|busiest_first model_bench ... (forces the experts' group layout)
 //
 // With PROFILE_DIR, one more step runs under torch's profiler and its summary (kernels by
 // time, GPU busy share, host calls) goes to PROFILE_DIR/profile-step1-rank0.txt.
@@ -35,9 +36,11 @@ constexpr double kPeakFlops = 989e12;
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: %s PRESET [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
+                 "usage: %s PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
+                 "  CONFIG.json: an HF config.json (bench/moe/reference_shape.py writes the reference shape's)\n"
                  "  MIN-MAX: document lengths drawn uniformly from [MIN, MAX] (seeded), the last one cut to fit\n"
-                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n",
+                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n"
+                 "  MODEL_BENCH_EXPERTS=grouped|busiest_first forces the experts' group layout\n",
                  argv[0]);
     return 2;
   }
@@ -62,7 +65,8 @@ int main(int argc, char** argv) {
   }
   const torch::Device device(torch::kCUDA, 0);
   torch::manual_seed(0);
-  const auto config = mdl::ModelConfig::preset(preset);
+  const bool from_file = preset.size() > 5 && preset.compare(preset.size() - 5, 5, ".json") == 0;
+  const auto config = from_file ? mdl::ModelConfig::from_json_file(preset) : mdl::ModelConfig::preset(preset);
   std::printf("%s\n", mdl::describe(config).c_str());
   mdl::Qwen3CausalLM model(config);
   model->to(device);
@@ -76,6 +80,16 @@ int main(int argc, char** argv) {
     model->force_attention_backend(name == "flash"  ? mdl::AttentionBackend::flash_varlen
                                    : name == "grid" ? mdl::AttentionBackend::dense_grid
                                                     : mdl::AttentionBackend::math_per_document);
+  }
+
+  if (const char* forced = std::getenv("MODEL_BENCH_EXPERTS"); forced && *forced) {
+    const std::string name = forced;
+    if (name != "grouped" && name != "busiest_first") {
+      std::fprintf(stderr, "MODEL_BENCH_EXPERTS=%s: use grouped or busiest_first (or leave it unset)\n", forced);
+      return 2;
+    }
+    model->force_expert_backend(name == "grouped" ? mdl::ExpertBackend::grouped_mm
+                                                  : mdl::ExpertBackend::grouped_mm_busiest_first);
   }
 
   std::vector<std::vector<int64_t>> docs;
@@ -92,8 +106,10 @@ int main(int argc, char** argv) {
   // What this batch's attention runs (the model lays it out the same way in every forward).
   const std::string attention = mdl::describe(model->layer_context(batch).documents);
 
+  torch::Tensor peak_load;  // the busiest expert's rows over the mean, last step (1.00: even)
   auto step = [&] {
     auto out = model->forward_backbone(batch);
+    peak_load = out.peak_expert_load;
     auto lm = mdl::lm_loss(*model, out.hidden, batch);
     (lm.loss_sum / static_cast<double>(lm.num_targets) + config.router_aux_loss_coef * out.aux_loss).backward();
   };
@@ -108,10 +124,11 @@ int main(int argc, char** argv) {
   const double context = square_sum / static_cast<double>(tokens);
   const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, context) / kPeakFlops;
   std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s, elementwise %s: %.1f ms "
-              "fwd+bwd, %.0f tokens/s, MFU %.1f%%\n",
+              "fwd+bwd, %.0f tokens/s, MFU %.1f%%, peak expert load %.2f\n",
               preset.c_str(), static_cast<long long>(tokens), docs.size(), doc_arg.c_str(), attention.c_str(),
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
-              model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100);
+              model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100,
+              peak_load.item<double>());
   if (argc > 5) {
     topotrain::StepProfile profile({1, 1, true}, argv[5], 0, device);
     auto profiled = profile.step(1);
