@@ -9,8 +9,8 @@ of the forward (x @ W^T, W the [E, out, in] weight as the model passes it), the 
 as autograd computes it (grad @ W) and the weight gradient (x^T @ grad, grouped along the rows);
 then the weight gradient with the empty experts' groups moved after the others ("empty last":
 the rows keep their order, the groups' outputs would be permuted back), the one reordering that
-needs no rows moved; and with the groups busiest first (the layout ExpertBackend's
-grouped_mm_busiest_first gives, rows moved by the dispatch's sort, weights gathered). bench/moe/RESULTS.md ("2026-12-04") sets these against the same GEMMs
+needs no rows moved; and with the groups busiest first (rows and weights moved into that order:
+bench/moe/RESULTS.md "2026-12-06, later" tried it in training). bench/moe/RESULTS.md ("2026-12-04") sets these against the same GEMMs
 inside a training step.
 
     python3 bench/models/grouped_mm_skew.py       (on a GPU machine; pip torch)

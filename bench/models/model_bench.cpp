@@ -4,7 +4,6 @@
 //
 //   model_bench PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]
 //   MODEL_BENCH_ATTENTION=flash|grid|math model_bench ...   (forces an attention backend)
-//   MODEL_BENCH_EXPERTS=grouped|busiest_first model_bench ... (forces the experts' group layout)
 //
 // With PROFILE_DIR, one more step runs under torch's profiler and its summary (kernels by
 // time, GPU busy share, host calls) goes to PROFILE_DIR/profile-step1-rank0.txt.
@@ -39,8 +38,7 @@ int main(int argc, char** argv) {
                  "usage: %s PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
                  "  CONFIG.json: an HF config.json (bench/moe/reference_shape.py writes the reference shape's)\n"
                  "  MIN-MAX: document lengths drawn uniformly from [MIN, MAX] (seeded), the last one cut to fit\n"
-                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n"
-                 "  MODEL_BENCH_EXPERTS=grouped|busiest_first forces the experts' group layout\n",
+                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n",
                  argv[0]);
     return 2;
   }
@@ -80,16 +78,6 @@ int main(int argc, char** argv) {
     model->force_attention_backend(name == "flash"  ? mdl::AttentionBackend::flash_varlen
                                    : name == "grid" ? mdl::AttentionBackend::dense_grid
                                                     : mdl::AttentionBackend::math_per_document);
-  }
-
-  if (const char* forced = std::getenv("MODEL_BENCH_EXPERTS"); forced && *forced) {
-    const std::string name = forced;
-    if (name != "grouped" && name != "busiest_first") {
-      std::fprintf(stderr, "MODEL_BENCH_EXPERTS=%s: use grouped or busiest_first (or leave it unset)\n", forced);
-      return 2;
-    }
-    model->force_expert_backend(name == "grouped" ? mdl::ExpertBackend::grouped_mm
-                                                  : mdl::ExpertBackend::grouped_mm_busiest_first);
   }
 
   std::vector<std::vector<int64_t>> docs;

@@ -13,20 +13,6 @@
 namespace topotrain::model {
 namespace {
 
-// t.index_select(0, index) for a tensor stored as whole rows in some order of its other dims (a
-// grouped GEMM's weight gradient arrives as a transposed view of [E, in, out]), selected as a
-// 2-D view in its memory order: torch gathers 2-D rows with 16-byte copies, where a 3-D
-// select ran at about a third of that (an expert weight on an H100).
-torch::Tensor gather_rows(const torch::Tensor& t, const torch::Tensor& index) {
-  if (t.dim() == 3 && !t.is_contiguous() && t.transpose(1, 2).is_contiguous()) {
-    return gather_rows(t.transpose(1, 2), index).transpose(1, 2);
-  }
-  if (t.dim() <= 2 || !t.is_contiguous()) return t.index_select(0, index);
-  auto sizes = t.sizes().vec();
-  sizes[0] = index.size(0);
-  return t.flatten(1).index_select(0, index).view(sizes);
-}
-
 // rows[i] = x[order[i]] for a permutation `order` with inverse `inverse`. Its backward is the
 // inverse gather; index_select's would scatter-add (atomics, nondeterministic order), which
 // a permutation never needs.
@@ -35,12 +21,12 @@ class PermuteRowsFunction : public torch::autograd::Function<PermuteRowsFunction
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& order, const torch::Tensor& inverse) {
     ctx->save_for_backward({inverse});
-    return gather_rows(x, order);
+    return x.index_select(0, order);
   }
 
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
                                                torch::autograd::tensor_list grads) {
-    return {gather_rows(grads[0], ctx->get_saved_variables()[0]), torch::Tensor(), torch::Tensor()};
+    return {grads[0].index_select(0, ctx->get_saved_variables()[0]), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -198,37 +184,6 @@ class CombineFunction : public torch::autograd::Function<CombineFunction> {
 };
 #endif
 
-// The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
-torch::Tensor inverse_permutation(const torch::Tensor& order) {
-  return torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
-}
-
-// How the dispatch lays out the experts' row groups: each (token, choice) row's sort key, the
-// groups' row counts and, where the groups are not in expert order, which expert each group
-// holds and where each expert's group is.
-struct ExpertGroups {
-  torch::Tensor row_keys;   // [T * k], the rows' order is the keys' stable ascending sort
-  torch::Tensor counts;     // integer [E]: group g's rows
-  torch::Tensor experts;    // int64 [E]: group g holds experts[g] (undefined: expert order)
-  torch::Tensor positions;  // int64 [E]: expert e's group (the inverse of `experts`)
-};
-
-// The busiest-first layout pays only where the experts' weight gradients are computed: without
-// them (a frozen target, decoding) its gathers of the weights would be all it did.
-ExpertGroups expert_groups(const Routing& routing, ExpertBackend backend, bool weight_gradients_follow) {
-  const auto choices = routing.selected.reshape({-1});
-  if (backend != ExpertBackend::grouped_mm_busiest_first || !weight_gradients_follow) {
-    return {choices, routing.counts, {}, {}};
-  }
-  // Stable, so that experts of equal load keep expert order and a layout does not flicker.
-  auto [counts, experts] = routing.counts.sort(/*stable=*/true, 0, /*descending=*/true);
-  auto positions = inverse_permutation(experts);
-  // A row's key is its expert's group, in the choices' dtype: the kernel's uint8 (E <= 256)
-  // keeps the rows' sort one radix pass.
-  auto row_keys = positions.to(choices.scalar_type()).index_select(0, choices.to(torch::kInt64));
-  return {row_keys, counts, experts, positions};
-}
-
 }  // namespace
 
 torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::Tensor& rows,
@@ -245,9 +200,9 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
     return CombineFunction::apply(y_rows, rows, weights);
   }
 #endif
-  // The permutation's inverse, so that the gather's backward is a gather too.
+  // The permutation's inverse by one scatter, so that the gather's backward is a gather too.
   const auto order = rows.reshape({-1});
-  const auto inverse = inverse_permutation(order);
+  const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   auto y = permute_rows(y_rows, order, inverse).view({rows.size(0), rows.size(1), y_rows.size(1)});
   return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
 }
@@ -288,22 +243,14 @@ Routing route_tokens(const torch::Tensor& logits, int64_t k, bool renormalize) {
 }
 
 std::string to_string(ExpertBackend backend) {
-  switch (backend) {
-    case ExpertBackend::sorted_loop:
-      return "sorted loop";
-    case ExpertBackend::grouped_mm:
-      return "grouped_mm";
-    case ExpertBackend::grouped_mm_busiest_first:
-      return "grouped_mm, busiest experts first";
-  }
-  return "unknown";
+  return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
 }
 
 ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& c) {
   // CUTLASS grouped GEMM wants 16-byte aligned rows in every operand.
   const bool aligned = c.hidden_size % 8 == 0 && c.moe_intermediate_size % 8 == 0;
   if (compat::kHasGroupedMm && device.is_cuda() && dtype == torch::kBFloat16 && aligned) {
-    return ExpertBackend::grouped_mm_busiest_first;
+    return ExpertBackend::grouped_mm;
   }
   return ExpertBackend::sorted_loop;
 }
@@ -335,17 +282,12 @@ ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermedia
   down_proj = register_parameter("down_proj", torch::randn({num_experts, hidden, intermediate}) * init_std);
 }
 
-torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend,
-                                   const torch::Tensor& group_experts, const torch::Tensor& expert_groups) {
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend) {
   const auto dtype = x_sorted.scalar_type();
   auto gate_up = gate_up_compute_.get({gate_up_proj}, dtype);
   auto down = down_compute_.get({down_proj}, dtype);
-  if (backend != ExpertBackend::sorted_loop) {
+  if (backend == ExpertBackend::grouped_mm) {
 #if TOPOTRAIN_HAS_GROUPED_MM
-    if (group_experts.defined()) {
-      gate_up = permute_rows(gate_up, group_experts, expert_groups);
-      down = permute_rows(down, group_experts, expert_groups);
-    }
     // offs holds each group's end row; weights go in as [E, in, out] views of the
     // [E, out, in] storage, the column-major operand layout the kernel prefers.
     auto offs = counts.cumsum(0, torch::kInt32);
@@ -354,9 +296,6 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::T
 #else
     throw std::runtime_error("experts: this build has no at::_grouped_mm (needs CUDA LibTorch >= 2.8)");
 #endif
-  }
-  if (group_experts.defined() || expert_groups.defined()) {
-    throw std::invalid_argument("experts: the sorted loop takes its groups in expert order");
   }
   const auto host_counts = counts.to(torch::kCPU).to(torch::kInt64);
   const auto* n = host_counts.data_ptr<int64_t>();
@@ -383,19 +322,16 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   const int64_t tokens = x.size(0);
   const auto routing = route_tokens(router_logits(x, gate->weight), top_k_, norm_topk_prob_);
 
-  // Dropless dispatch: every (token, choice) pair becomes one row, rows grouped by expert.
+  // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
   // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a
   // token's k rows), so both are deterministic and atomic-free. The sort is stable, so rows of
   // one expert keep token order and the experts' weight gradients sum in the same order every
   // run; on the kernel's uint8 keys it is one radix pass.
-  const bool weight_gradients_follow =
-      torch::GradMode::is_enabled() && (experts->gate_up_proj.requires_grad() || experts->down_proj.requires_grad());
-  const ExpertGroups groups = expert_groups(routing, backend, weight_gradients_follow);
-  const auto order = std::get<1>(groups.row_keys.sort(/*stable=*/true, 0, /*descending=*/false));
-  auto inverse = inverse_permutation(order);
+  const auto order = std::get<1>(routing.selected.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false));
+  // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
+  auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   if (load != nullptr) load->add(routing.probs, routing.counts);
-  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), groups.counts, backend,
-                          groups.experts, groups.positions);
+  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), routing.counts, backend);
   // inverse[t * k + j] is the sorted row of token t's choice j: the combine reads the experts'
   // outputs where they are, in expert order.
   return combine_expert_outputs(y_sorted, inverse.view({tokens, top_k_}), routing.weights);

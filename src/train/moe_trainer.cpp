@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -33,10 +32,6 @@ model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device&
   load_model_weights(context.runtime, config.weights, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype(config.dtype, device));
-  // A benchmark's A/B switch, not a setting: both layouts give the same results bit for bit.
-  if (const char* layout = std::getenv("TOPOTRAIN_EXPERT_LAYOUT"); layout && std::string(layout) == "expert_order") {
-    net->force_expert_backend(model::ExpertBackend::grouped_mm);
-  }
   if (context.runtime.rank() == 0) {
     log_info(model::describe(config.model));
     log_info(cat("compute ", net->compute_dtype(), " with fp32 master weights and AdamW state; attention ",

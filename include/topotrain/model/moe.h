@@ -20,12 +20,6 @@ enum class ExpertBackend {
   // Tokens sorted by expert, one at::_grouped_mm per projection (CUDA bf16,
   // TOPOTRAIN_HAS_GROUPED_MM); no host synchronisation.
   grouped_mm,
-  // grouped_mm with the experts' row groups laid out busiest first, their weights gathered into
-  // that order each forward (the gradients gathered back). CUTLASS deals a weight gradient's
-  // output tiles to its CTAs group by group; busy experts between idle ones leave some CTAs 3-4
-  // full tiles where an even deal gives 2 (bench/moe/RESULTS.md). Results equal grouped_mm's;
-  // without weight gradients to compute (a frozen model, decoding) it runs as grouped_mm.
-  grouped_mm_busiest_first,
 };
 
 std::string to_string(ExpertBackend backend);
@@ -92,11 +86,8 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
 class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, double init_std);
-  // x_sorted [N, H]: rows grouped by expert, counts integer [E] (sum N) the groups' rows. The
-  // groups come in expert order, or with `group_experts` int64 [E] defined, group g holds expert
-  // group_experts[g]'s rows (`expert_groups` its inverse: expert e's group); grouped backends only.
-  torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend,
-                        const torch::Tensor& group_experts = {}, const torch::Tensor& expert_groups = {});
+  // x_sorted [N, H]: rows grouped by expert in expert order, counts int64 [E] (sum N).
+  torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend);
 
   torch::Tensor gate_up_proj, down_proj;
 
