@@ -51,6 +51,27 @@ bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const
   return true;
 }
 
+bool add_permuted_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad) {
+  const torch::Tensor& sum = master.grad();
+  if (!sum.defined()) return false;
+  if (sum.sizes() != grad.sizes() || grad.dim() < 1 || rows.dim() != 1 || rows.size(0) != grad.size(0))
+    throw std::invalid_argument(cat("add_permuted_into_grad: rows ", rows.sizes(), " of a gradient ", grad.sizes(),
+                                    " for a .grad() of shape ", sum.sizes()));
+#ifdef TOPOTRAIN_CUDA
+  const int64_t columns = grad.size(0) > 0 ? grad.numel() / grad.size(0) : 0;
+  if (bf16_kernel_applies(sum, grad, columns) && rows.device() == grad.device() &&
+      rows.scalar_type() == torch::kInt64) {
+    const auto order = rows.contiguous();
+    check_launch(kernels::accumulate_bf16_permuted(sum.data_ptr<float>(), grad.data_ptr(), order.data_ptr<int64_t>(),
+                                                   grad.size(0), columns, stream_of(grad)),
+                 "accumulate_bf16_permuted");
+    return true;
+  }
+#endif
+  sum.index_add_(0, rows, grad.to(sum.scalar_type()));
+  return true;
+}
+
 bool add_rows_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad) {
   const torch::Tensor& sum = master.grad();
   if (!sum.defined()) return false;

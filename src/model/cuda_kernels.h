@@ -120,6 +120,15 @@ cudaError_t router_logits_backward_weight(const void* x_bf16, const float* grad_
 // sum fp32 [n] += grad bf16 [n], each value converted exactly and added in fp32 (what
 // sum.add_(grad.to(float)) computes, in one pass). n % 8 == 0, both pointers 16-byte aligned.
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream);
+// A stacked weight's rows in another order, rows int64 [n] a permutation of [0, n), columns % 8
+// == 0, every pointer 16-byte aligned (model/compute_weight.h's row order):
+// dst bf16 [n, columns] row i = src fp32 [n, columns] row rows[i], rounded to nearest even (what
+// src.index_select(0, rows).to(bf16) computes, in one pass; cast_rows_kernels.cu);
+cudaError_t cast_rows_bf16(const float* src, const int64_t* rows, void* dst_bf16, int64_t n, int64_t columns,
+                           cudaStream_t stream);
+// sum fp32 [n, columns] row rows[i] += grad bf16 [n, columns] row i, as accumulate_bf16 adds.
+cudaError_t accumulate_bf16_permuted(float* sum, const void* grad_bf16, const int64_t* rows, int64_t n,
+                                     int64_t columns, cudaStream_t stream);
 // sum fp32 [rows, columns] row sorted_rows[i] += grad bf16 [n, columns] row order[i], for i in
 // [0, n): sorted_rows ascending (a stable sort of the row indices, order its permutation).
 // Each row's run is summed in position order, then added: deterministic. columns % 8 == 0,

@@ -1,6 +1,7 @@
 // fp32 += bf16: a master weight's gradient added where it accumulates, without an fp32 copy of
-// the bf16 gradient first (model/accumulate_into_grad.h): a whole tensor in one pass, or rows
-// gathered by index (an embedding table's).
+// the bf16 gradient first (model/accumulate_into_grad.h): a whole tensor in one pass, its rows in
+// another order (a compute copy laid out by model/compute_weight.h), or rows gathered by index
+// (an embedding table's).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -29,14 +30,31 @@ __device__ inline void add_eight(float4* out, const float (&v)[kVector]) {
   out[1] = hi;
 }
 
-// Vector i covers values [8i, 8i + 8): one 16-byte load of the gradient, two of the sum.
-__global__ void accumulate_bf16_kernel(float4* sum, const uint4* grad, int64_t vectors) {
+// Vector i covers values [8i, 8i + 8) of grad row i / per_row: one 16-byte load of the gradient,
+// two of the sum, added into sum row rows[i / per_row] (rows null: the same row). A permutation
+// writes every sum value once, so no two threads meet.
+__global__ void accumulate_bf16_kernel(float4* sum, const uint4* grad, const int64_t* rows, int64_t per_row,
+                                       int64_t vectors) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vectors;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v[kVector];
     bf16x8_to_floats(grad[i], v);
-    add_eight(sum + 2 * i, v);
+    int64_t at = i;
+    if (rows) {
+      const int64_t row = i / per_row;
+      at = rows[row] * per_row + (i - row * per_row);
+    }
+    add_eight(sum + 2 * at, v);
   }
+}
+
+cudaError_t launch_accumulate_bf16(float* sum, const void* grad_bf16, const int64_t* rows, int64_t per_row,
+                                   int64_t vectors, cudaStream_t stream) {
+  if (vectors == 0) return cudaSuccess;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 16384));
+  accumulate_bf16_kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<float4*>(sum),
+                                                         static_cast<const uint4*>(grad_bf16), rows, per_row, vectors);
+  return cudaGetLastError();
 }
 
 // One warp per position of the sorted row indices. The warp at the first position of a run of
@@ -76,12 +94,12 @@ cudaError_t accumulate_bf16_rows(float* sum, const void* grad_bf16, const int64_
 }
 
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream) {
-  const int64_t vectors = n / kVector;
-  if (vectors == 0) return cudaSuccess;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>((vectors + kThreads - 1) / kThreads, 16384));
-  accumulate_bf16_kernel<<<blocks, kThreads, 0, stream>>>(reinterpret_cast<float4*>(sum),
-                                                         static_cast<const uint4*>(grad_bf16), vectors);
-  return cudaGetLastError();
+  return launch_accumulate_bf16(sum, grad_bf16, nullptr, std::max<int64_t>(n / kVector, 1), n / kVector, stream);
+}
+
+cudaError_t accumulate_bf16_permuted(float* sum, const void* grad_bf16, const int64_t* rows, int64_t n,
+                                     int64_t columns, cudaStream_t stream) {
+  return launch_accumulate_bf16(sum, grad_bf16, rows, columns / kVector, n * (columns / kVector), stream);
 }
 
 }  // namespace topotrain::model::kernels

@@ -246,6 +246,10 @@ std::string to_string(ExpertBackend backend) {
   return backend == ExpertBackend::grouped_mm ? "grouped_mm" : "sorted loop";
 }
 
+std::string to_string(ExpertLayout layout) {
+  return layout == ExpertLayout::busiest_first ? "busiest first" : "expert order";
+}
+
 ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& c) {
   // CUTLASS grouped GEMM wants 16-byte aligned rows in every operand.
   const bool aligned = c.hidden_size % 8 == 0 && c.moe_intermediate_size % 8 == 0;
@@ -282,10 +286,17 @@ ExpertsImpl::ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermedia
   down_proj = register_parameter("down_proj", torch::randn({num_experts, hidden, intermediate}) * init_std);
 }
 
-torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend) {
+bool ExpertsImpl::compute_copies_current(torch::ScalarType dtype, const torch::Tensor& group_experts) const {
+  return gate_up_compute_.current({gate_up_proj}, dtype, group_experts) &&
+         down_compute_.current({down_proj}, dtype, group_experts);
+}
+
+torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend,
+                                   const torch::Tensor& group_experts) {
   const auto dtype = x_sorted.scalar_type();
-  auto gate_up = gate_up_compute_.get({gate_up_proj}, dtype);
-  auto down = down_compute_.get({down_proj}, dtype);
+  // Weights in group order: weight g is expert group_experts[g]'s.
+  auto gate_up = gate_up_compute_.get({gate_up_proj}, dtype, group_experts);
+  auto down = down_compute_.get({down_proj}, dtype, group_experts);
   if (backend == ExpertBackend::grouped_mm) {
 #if TOPOTRAIN_HAS_GROUPED_MM
     // offs holds each group's end row; weights go in as [E, in, out] views of the
@@ -318,20 +329,54 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& c)
       "experts", Experts(c.num_experts, c.hidden_size, c.moe_intermediate_size, c.initializer_range));
 }
 
+// The dispatch's row groups: each (token, choice) row's sort key (its group), the groups' row
+// counts and which expert each group holds (undefined: expert order).
+struct SparseMoeBlockImpl::Groups {
+  torch::Tensor row_keys, counts, experts;
+};
+
+SparseMoeBlockImpl::Groups SparseMoeBlockImpl::groups(const torch::Tensor& x, const Routing& routing) {
+  const auto choices = routing.selected.reshape({-1});
+  const bool weight_gradients = torch::GradMode::is_enabled() &&
+                                (experts->gate_up_proj.requires_grad() || experts->down_proj.requires_grad());
+  if (layout_ != ExpertLayout::busiest_first || !weight_gradients ||
+      x.scalar_type() == experts->gate_up_proj.scalar_type()) {
+    return {choices, routing.counts, {}};
+  }
+  // A new order only with new compute copies, so that every micro-batch of a step keeps the
+  // order its copies were cast in; the loads are the last forward's (the copies are cast
+  // before this forward's routing is known). Stable: equal loads keep expert order.
+  if (!group_experts_.defined() || !experts->compute_copies_current(x.scalar_type(), group_experts_)) {
+    const int64_t num_experts = routing.counts.size(0);
+    group_experts_ = previous_counts_.defined()
+                         ? std::get<1>(previous_counts_.sort(/*stable=*/true, 0, /*descending=*/true))
+                         : torch::arange(num_experts, routing.counts.options().dtype(torch::kInt64));
+    // In the choices' dtype: the kernel's uint8 keys (E <= 256) keep the rows' sort one radix pass.
+    group_keys_ = torch::empty_like(group_experts_)
+                      .scatter_(0, group_experts_, torch::arange(num_experts, group_experts_.options()))
+                      .to(choices.scalar_type());
+  }
+  previous_counts_ = routing.counts;
+  return {group_keys_.index_select(0, choices.to(torch::kInt64)), routing.counts.index_select(0, group_experts_),
+          group_experts_};
+}
+
 torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load) {
   const int64_t tokens = x.size(0);
   const auto routing = route_tokens(router_logits(x, gate->weight), top_k_, norm_topk_prob_);
 
-  // Dropless dispatch: every (token, choice) pair becomes one row, rows sorted by expert.
-  // Dispatch and combine are gathers forward and backward (the dispatch's backward sums a
-  // token's k rows), so both are deterministic and atomic-free. The sort is stable, so rows of
-  // one expert keep token order and the experts' weight gradients sum in the same order every
-  // run; on the kernel's uint8 keys it is one radix pass.
-  const auto order = std::get<1>(routing.selected.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/false));
+  // Dropless dispatch: every (token, choice) pair becomes one row, rows grouped by expert in the
+  // layout's group order. Dispatch and combine are gathers forward and backward (the dispatch's
+  // backward sums a token's k rows), so both are deterministic and atomic-free. The sort is
+  // stable, so rows of one expert keep token order and the experts' weight gradients sum in the
+  // same order every run; on the kernel's uint8 keys it is one radix pass.
+  const Groups grouped = groups(x, routing);
+  const auto order = std::get<1>(grouped.row_keys.sort(/*stable=*/true, 0, /*descending=*/false));
   // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
   auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
   if (load != nullptr) load->add(routing.probs, routing.counts);
-  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), routing.counts, backend);
+  auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), grouped.counts, backend,
+                          grouped.experts);
   // inverse[t * k + j] is the sorted row of token t's choice j: the combine reads the experts'
   // outputs where they are, in expert order.
   return combine_expert_outputs(y_sorted, inverse.view({tokens, top_k_}), routing.weights);

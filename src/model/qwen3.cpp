@@ -106,6 +106,13 @@ ExpertBackend Qwen3CausalLMImpl::expert_backend() const {
   return choose_expert_backend(model->embed_tokens->weight.device(), compute_dtype_, config_);
 }
 
+void Qwen3CausalLMImpl::set_expert_layout(ExpertLayout layout) {
+  expert_layout_ = layout;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    if (auto moe = layer(i)->sparse_mlp) moe->set_layout(layout);
+  }
+}
+
 std::string Qwen3CausalLMImpl::elementwise_backend() const {
   return own_kernels_apply(model->embed_tokens->weight.device(), compute_dtype_) ? "own CUDA kernels" : "torch ops";
 }

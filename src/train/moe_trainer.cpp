@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -32,10 +33,20 @@ model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device&
   load_model_weights(context.runtime, config.weights, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype(config.dtype, device));
+  // A benchmark's switch until a GPU measures the layout in training (docs/model.md): both
+  // layouts give the same results bit for bit.
+  if (const char* layout = std::getenv("TOPOTRAIN_EXPERT_LAYOUT"); layout && *layout) {
+    const std::string name = layout;
+    if (name != "busiest_first" && name != "expert_order")
+      throw ConfigError(cat("TOPOTRAIN_EXPERT_LAYOUT=", name, ": use busiest_first or expert_order (or leave it unset)"));
+    net->set_expert_layout(name == "busiest_first" ? model::ExpertLayout::busiest_first
+                                                   : model::ExpertLayout::expert_order);
+  }
   if (context.runtime.rank() == 0) {
     log_info(model::describe(config.model));
     log_info(cat("compute ", net->compute_dtype(), " with fp32 master weights and AdamW state; attention ",
                  model::to_string(net->attention_backend()), ", experts ", model::to_string(net->expert_backend()),
+                 " in ", model::to_string(net->expert_layout()),
                  ", norms/rotary/SwiGLU/loss ", net->elementwise_backend(), ", device ", compat::device_name(device)));
   }
   return net;

@@ -43,4 +43,5 @@ TEST_F(AccumulateIntoGradTest, MasterWithoutGradGetsItThroughAutogradInsideTheSc
   EXPECT_THROW(mdl::add_into_grad(b, torch::ones({4, 2})), std::invalid_argument);
   EXPECT_THROW(mdl::add_rows_into_grad(b, torch::zeros({3}, torch::kInt64), torch::ones({2, 4})),
                std::invalid_argument);
+  EXPECT_THROW(mdl::add_permuted_into_grad(b, torch::arange(3), torch::ones({2, 4})), std::invalid_argument);
 }

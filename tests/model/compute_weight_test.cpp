@@ -1,9 +1,11 @@
 // ComputeWeight on CPU: the kept compute-dtype copy equals a fresh cast, routes gradients to
 // each master, is reused while the masters are unchanged and remade when one changes; a
-// model whose copies were made before an update computes what a fresh model does after it.
+// model whose copies were made before an update computes what a fresh model does after it; a
+// copy in a row order gathers and scatters back each row.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/qwen3.h"
@@ -84,4 +86,38 @@ TEST_F(ComputeWeightTest, ModelAfterAParameterUpdateComputesWhatAFreshModelDoes)
     }
     EXPECT_TRUE(torch::equal(loss(*model), loss(*fresh)));
   }
+}
+
+// A row order (the experts' busiest-first layout): the copy's row i is master row rows[i], its
+// gradient goes back to master row rows[i] through autograd and, inside an AccumulateIntoGrad
+// scope, into .grad() directly; the copy is kept for the same order tensor only.
+TEST_F(ComputeWeightTest, CopyInARowOrderTakesAndGivesBackEachRowAtItsMasterRow) {
+  auto a = torch::randn({4, 2, 8}).requires_grad_();
+  const auto rows = torch::tensor({2, 0, 3, 1}, torch::kInt64);
+  const auto r = torch::randn({4, 2, 8});
+  // The reference: the master's rows gathered by hand, then cast.
+  const auto want = torch::stack({a[2], a[0], a[3], a[1]}).to(torch::kBFloat16);
+  const auto want_grad = torch::stack({r[1], r[3], r[0], r[2]});  // master row m gets the copy row i with rows[i] = m
+  mdl::ComputeWeight weight;
+  auto w = weight.get({a}, torch::kBFloat16, rows);
+  EXPECT_TRUE(torch::equal(w, want));
+  (w.to(torch::kFloat32) * r).sum().backward();
+  EXPECT_TRUE(torch::equal(a.grad(), want_grad.to(torch::kBFloat16).to(torch::kFloat32)));
+  {
+    mdl::AccumulateIntoGrad scope;  // .grad() is defined now: the add goes straight into it
+    (weight.get({a}, torch::kBFloat16, rows).to(torch::kFloat32) * r).sum().backward();
+  }
+  EXPECT_TRUE(torch::equal(a.grad(), 2 * want_grad.to(torch::kBFloat16).to(torch::kFloat32)));
+  // Kept for the same order tensor; another order (even of equal values) or none is a new cast.
+  EXPECT_TRUE(weight.current({a}, torch::kBFloat16, rows));
+  EXPECT_FALSE(weight.current({a}, torch::kBFloat16, rows.clone()));
+  EXPECT_FALSE(weight.current({a}, torch::kBFloat16));
+  EXPECT_TRUE(torch::equal(weight.values({a}, torch::kBFloat16), a.to(torch::kBFloat16)));
+  EXPECT_FALSE(weight.current({a}, torch::kBFloat16, rows));
+  // A master already in the compute dtype is gathered (its gradient through autograd).
+  EXPECT_TRUE(torch::equal(weight.get({a}, torch::kFloat32, rows), torch::stack({a[2], a[0], a[3], a[1]})));
+  // An order takes one master of as many rows.
+  auto b = torch::randn({2, 2, 8});
+  EXPECT_THROW(weight.get({a, b}, torch::kBFloat16, rows), std::invalid_argument);
+  EXPECT_THROW(weight.get({b}, torch::kBFloat16, rows), std::invalid_argument);
 }

@@ -2,16 +2,19 @@
 // alone and over a fused q/k/v projection, row cross-entropy and its weight gradient, MoE
 // combine and dispatch, the router and its GEMM, bf16 gradients added into an fp32 .grad(),
 // whole or by rows) against the torch-op path run in fp32 on the same bf16 inputs: outputs and
-// every gradient. Also: the LM loss enqueues without waiting for the device, and gradients the
-// ops add into .grad() (AccumulateIntoGrad) equal autograd's.
+// every gradient. Also: the LM loss enqueues without waiting for the device, gradients the ops
+// add into .grad() (AccumulateIntoGrad) equal autograd's, and the experts' busiest-first layout
+// (a weight copy cast in a row order, its gradient added back through it) equals expert order.
 #include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "expert_layout_check.h"
 #include "into_grad_check.h"
 #include "topotrain/batch/packed_batch.h"
+#include "topotrain/model/compute_weight.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/moe.h"
@@ -303,6 +306,33 @@ TEST_F(FusedOpsGpu, SparseMoeBlockInBf16MatchesItsFp32TorchOpPath) {
     const char* names[] = {"output", "grad x", "grad router", "grad gate_up", "grad down"};
     for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(relative_error(got[i], want[i]), 2e-2) << names[i];
   }
+}
+
+// The experts' busiest-first layout on the grouped GEMMs (expert_layout_check.h): the order of
+// the groups moves tiles between CTAs, not a tile's sum.
+TEST_F(FusedOpsGpu, BusiestFirstExpertLayoutEqualsExpertOrderBitForBitOnTheGroupedGemms) {
+  if (!topotrain::compat::kHasGroupedMm) GTEST_SKIP() << "no at::_grouped_mm in this LibTorch";
+  test_support::expect_busiest_first_equals_expert_order(torch::kCUDA, mdl::ExpertBackend::grouped_mm);
+}
+
+// A compute copy in a row order (ComputeWeight's rows, the busiest-first layout's weights): the
+// cast reading through the order and the gradient added back through it (own kernels) equal
+// torch's gather, cast and index_add.
+TEST_F(FusedOpsGpu, CopyInARowOrderIsCastAndAddedBackThroughTheOrder) {
+  const auto fp32 = kBf16.dtype(torch::kFloat32);
+  auto master = torch::randn({16, 64, 40}, fp32).requires_grad_();
+  const auto rows = torch::randperm(16, kBf16.dtype(torch::kInt64));
+  mdl::ComputeWeight weight;
+  EXPECT_TRUE(torch::equal(weight.get({master}, torch::kBFloat16, rows),
+                           master.detach().index_select(0, rows).to(torch::kBFloat16)));
+  master.mutable_grad() = torch::randn_like(master);
+  const auto before = master.grad().clone();
+  const auto upstream = torch::randn({16, 64, 40}, kBf16);
+  {
+    mdl::AccumulateIntoGrad scope;
+    (weight.get({master}, torch::kBFloat16, rows).to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum().backward();
+  }
+  EXPECT_TRUE(torch::equal(master.grad(), before.index_add(0, rows, upstream.to(torch::kFloat32))));
 }
 
 TEST_F(FusedOpsGpu, RowCrossEntropyMatchesTorchOpsInFp32) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "expert_layout_check.h"
 #include "topotrain/core/error.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
@@ -288,6 +289,12 @@ TEST_F(ModelTest, SortedExpertDispatchEqualsPerTokenLoop) {
     EXPECT_EQ(load.rows, 13);
     EXPECT_FLOAT_EQ(torch::stack(load.layer_counts).sum().item<float>(), 13.0f * config.num_experts_per_tok);
   }
+}
+
+// The busiest-first layout on the sorted loop (expert_layout_check.h).
+TEST_F(ModelTest, BusiestFirstExpertLayoutEqualsExpertOrderBitForBit) {
+  topotrain::model::test_support::expect_busiest_first_equals_expert_order(torch::kCPU,
+                                                                           mdl::ExpertBackend::sorted_loop);
 }
 
 // HF's load_balancing_loss_func on a case worked by hand: 3 experts, top-2, two rows

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end checks of moe_train on CPU ranks (tests/train/CMakeLists.txt runs each):
-#   moe_train_e2e.sh BIN_DIR dp        np 2 and 4 at grad_accum 3 = one process over the same micro-batches
+#   moe_train_e2e.sh BIN_DIR dp        np 2 and 4 at grad_accum 3 = one process over the same micro-batches;
+#                                      the experts' busiest-first layout = expert order, bit for bit
 #   moe_train_e2e.sh BIN_DIR mask      the loss covers the targets of loss mask 1 only, normalised by
 #                                      their global count: np 2 and 4 = one process on masked data
 #   moe_train_e2e.sh BIN_DIR resume    interrupted + resumed = uninterrupted (weights, and the losses
@@ -142,8 +143,21 @@ dp)
   fi
   grep -Eq "log.profile_host = false records only GPU activity, and rank [01] runs on cpu" "$work/hostless.log" ||
     { cat "$work/hostless.log"; echo "no error naming log.profile_host"; exit 1; }
-  grep -q "attention math (per document), experts sorted loop, norms/rotary/SwiGLU/loss torch ops" "$work/np2.log" ||
-    { echo "the start line does not name the CPU kernels"; exit 1; }
+  grep -q "attention math (per document), experts sorted loop in expert order, norms/rotary/SwiGLU/loss torch ops" \
+    "$work/np2.log" || { echo "the start line does not name the CPU kernels"; exit 1; }
+  # The experts' busiest-first layout trains what expert order does, bit for bit (bf16 compute
+  # copies, which the layout needs, on CPU ranks too; docs/model.md).
+  layout=(--set model.dtype=bf16 --set train.grad_accum=2 --set train.max_steps=4)
+  TOPOTRAIN_EXPERT_LAYOUT=expert_order train 1 order "${layout[@]}"
+  TOPOTRAIN_EXPERT_LAYOUT=busiest_first train 1 busiest "${layout[@]}"
+  grep -q "experts sorted loop in busiest first" "$work/busiest.log" ||
+    { cat "$work/busiest.log"; echo "TOPOTRAIN_EXPERT_LAYOUT=busiest_first did not act"; exit 1; }
+  "$bin/checkpoint_diff" "$(latest order)" "$(latest busiest)" 0
+  if TOPOTRAIN_EXPERT_LAYOUT=loads train 1 badlayout --set train.max_steps=1 >/dev/null; then
+    echo "TOPOTRAIN_EXPERT_LAYOUT=loads was accepted"; exit 1
+  fi
+  grep -q "TOPOTRAIN_EXPERT_LAYOUT=loads: use busiest_first or expert_order" "$work/badlayout.log" ||
+    { cat "$work/badlayout.log"; exit 1; }
   train 1 ref12 --set train.grad_accum=12 --set train.max_steps=4
   train 4 np4 --set train.grad_accum=3 --set train.max_steps=4
   same_losses ref6 np2

@@ -42,6 +42,11 @@ class AccumulateIntoGrad {
 // scale is defined) into it and returns true. Otherwise returns false and changes nothing.
 // A bf16 gradient into an fp32 .grad() on a GPU is one kernel (kernels::accumulate_bf16).
 bool add_into_grad(const torch::Tensor& master, const torch::Tensor& grad, const torch::Tensor& scale = {});
+// When master.grad() is defined: adds grad, of the master's shape with its dim-0 rows in another
+// order (row i is master row rows[i]; rows int64 a permutation of [0, rows)), into it and
+// returns true; otherwise false. A bf16 gradient into an fp32 .grad() on a GPU is one kernel
+// (kernels::accumulate_bf16_permuted), elsewhere index_add_ of the gradient in the .grad()'s dtype.
+bool add_permuted_into_grad(const torch::Tensor& master, const torch::Tensor& rows, const torch::Tensor& grad);
 // When master.grad() ([rows, columns]) is defined: adds row i of grad [n, columns] into its row
 // rows[i] (int64 [n], every index in range; repeats sum) and returns true; otherwise false. The
 // sum of a row's repeats does not depend on scheduling: on a GPU with a bf16 gradient one

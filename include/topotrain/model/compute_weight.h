@@ -27,15 +27,26 @@ class ComputeWeight {
   // The masters concatenated along dim 0 and cast to `dtype`; differentiable with respect to
   // each master, whose gradient comes back in the master's dtype. A single master in `dtype`
   // is returned as it is.
-  torch::Tensor get(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype);
+  //
+  // With `rows` (int64 [R] on the master's device, a permutation of [0, R)), one master [R, ...]
+  // with its dim-0 rows in that order: row i is master row rows[i], and row i's gradient goes
+  // back to master row rows[i]. The copy is current only for the same `rows` tensor. On a GPU
+  // (fp32 master, bf16 copy) the cast reads through the order in its one pass and the gradient
+  // is added back through it (add_permuted_into_grad): an order costs no pass of its own.
+  torch::Tensor get(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype,
+                    const torch::Tensor& rows = {});
   // The same values without autograd history, for a consumer that routes the masters'
   // gradients itself (the LM loss).
-  torch::Tensor values(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype);
+  torch::Tensor values(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype,
+                       const torch::Tensor& rows = {});
+  // Whether the kept copy is these masters' values as they are now, in `dtype` and in the
+  // order of `rows`: the next get() or values() with them reuses it.
+  bool current(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype,
+               const torch::Tensor& rows = {}) const;
 
  private:
-  bool current(const std::vector<torch::Tensor>& masters, torch::ScalarType dtype) const;
-
   torch::Tensor copy_;  // no autograd history
+  torch::Tensor rows_;  // the copy's row order (undefined: the masters' own)
   // The masters as of the copy, held so that a freed master's address cannot come back as a
   // "same" tensor.
   std::vector<torch::Tensor> masters_;

@@ -23,6 +23,26 @@ enum class ExpertBackend {
 };
 
 std::string to_string(ExpertBackend backend);
+
+// Which expert each of the dispatch's row groups holds. Both layouts give the same results bit
+// for bit: a group's rows, their order and its expert's weights are the same, only the groups'
+// order differs.
+enum class ExpertLayout {
+  // Group e holds expert e's rows.
+  expert_order,
+  // The groups busiest first, by the experts' loads in the forward before the one that cast
+  // the experts' compute copies (once per optimizer step: every micro-batch of a step has one
+  // order). CUTLASS deals a grouped weight gradient's output tiles to its CTAs group by group,
+  // and the collapsed routing's busy experts between idle ones leave some CTAs 3-4 full tiles
+  // where an even deal gives 2: 3.1 ms of the reference shape's step on an H100
+  // (bench/moe/RESULTS.md, "2026-12-06, later"). The copies are cast in that order and their
+  // gradients added back through it (ComputeWeight's row order), so the order itself costs no
+  // pass over the weights. Acts where the experts' weight gradients are computed in a compute
+  // dtype other than the masters' (a bf16 copy); elsewhere the groups stay in expert order.
+  busiest_first,
+};
+
+std::string to_string(ExpertLayout layout);
 ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& config);
 
 // Router statistics of a forward's MoE layers. HF's load_balancing_loss_func concatenates
@@ -86,8 +106,13 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
 class ExpertsImpl : public torch::nn::Module {
  public:
   ExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, double init_std);
-  // x_sorted [N, H]: rows grouped by expert in expert order, counts int64 [E] (sum N).
-  torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend);
+  // x_sorted [N, H]: rows grouped by expert, counts integer [E] (sum N) the groups' rows. Group
+  // g holds expert group_experts[g]'s rows (int64 [E], a permutation; undefined: expert g's).
+  torch::Tensor forward(const torch::Tensor& x_sorted, const torch::Tensor& counts, ExpertBackend backend,
+                        const torch::Tensor& group_experts = {});
+  // Whether the compute copies in `dtype` kept for the order `group_experts` are current: the
+  // next forward with them reuses them rather than casting the masters again.
+  bool compute_copies_current(torch::ScalarType dtype, const torch::Tensor& group_experts) const;
 
   torch::Tensor gate_up_proj, down_proj;
 
@@ -101,13 +126,24 @@ class SparseMoeBlockImpl : public torch::nn::Module {
   explicit SparseMoeBlockImpl(const ModelConfig& config);
   // x [T, H]; adds this layer's router statistics to `load` when it is given.
   torch::Tensor forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load);
+  // The layout of the forwards to come (expert_order until set).
+  void set_layout(ExpertLayout layout) { layout_ = layout; }
+  // Which expert each group of the last busiest-first forward held (undefined before one).
+  const torch::Tensor& group_experts() const { return group_experts_; }
 
   Projection gate{nullptr};
   Experts experts{nullptr};
 
  private:
+  struct Groups;
+  Groups groups(const torch::Tensor& x, const Routing& routing);
+
   int64_t top_k_;
   bool norm_topk_prob_;
+  ExpertLayout layout_ = ExpertLayout::expert_order;
+  torch::Tensor previous_counts_;  // the last forward's, with gradients: the next order's loads
+  torch::Tensor group_experts_;    // int64 [E]: group g holds expert group_experts_[g]
+  torch::Tensor group_keys_;       // [E] in the router's choice dtype: expert e's group
 };
 TORCH_MODULE(SparseMoeBlock);
 
