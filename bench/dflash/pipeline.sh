@@ -7,6 +7,9 @@
 #            one drafter on GPU 1
 # Each run's log (targets' rates, the drafter's progress lines) and topotrain-report's
 # breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
+#   1t1d-one-gpu  the 1t1d pipeline with both ranks on GPU 0 (CUDA IPC within one device): the
+#            one-GPU drafter goal's run; the drafter's MFU there counts its own FLOPs over its
+#            step, which now shares the GPU with the target's forwards
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
 # qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
 # (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
@@ -42,6 +45,10 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
     case $name in
       1t1d) run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}" ;;
       fan-in) run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}" ;;
+      1t1d-one-gpu)
+        sed -e 's/^devices = \[1\]$/devices = [0]/' topology/1t1d.toml > "$work/$name.toml"
+        grep -q '^devices = \[1\]' "$work/$name.toml" && { echo "topology/1t1d.toml: no drafter on GPU 1 to move" >&2; exit 2; }
+        run "$name" 2 "$work/$name.toml" "${STEPS_1T1D:-30}" ;;
       small-*-*)
         IFS=- read -r _ link depth <<< "$name"
         sed -e "s/^hidden_states = .*/hidden_states = \"$link\"/" -e "s/^queue_depth = .*/queue_depth = $depth/" \
