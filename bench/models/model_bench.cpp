@@ -4,7 +4,6 @@
 //
 //   model_bench PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]
 //   MODEL_BENCH_ATTENTION=flash|grid|math model_bench ...   (forces an attention backend)
-//   MODEL_BENCH_EXPERT_LAYOUT=busiest_first model_bench ...  (the experts' group layout; see docs/model.md)
 //
 // With PROFILE_DIR, one more step runs under torch's profiler and its summary (kernels by
 // time, GPU busy share, host calls) goes to PROFILE_DIR/profile-step1-rank0.txt.
@@ -39,8 +38,7 @@ int main(int argc, char** argv) {
                  "usage: %s PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
                  "  CONFIG.json: an HF config.json (bench/moe/reference_shape.py writes the reference shape's)\n"
                  "  MIN-MAX: document lengths drawn uniformly from [MIN, MAX] (seeded), the last one cut to fit\n"
-                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n"
-                 "  MODEL_BENCH_EXPERT_LAYOUT=busiest_first|expert_order sets the experts' group layout\n",
+                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n",
                  argv[0]);
     return 2;
   }
@@ -82,17 +80,6 @@ int main(int argc, char** argv) {
                                                     : mdl::AttentionBackend::math_per_document);
   }
 
-  if (const char* layout = std::getenv("MODEL_BENCH_EXPERT_LAYOUT"); layout && *layout) {
-    const std::string name = layout;
-    if (name != "busiest_first" && name != "expert_order") {
-      std::fprintf(stderr, "MODEL_BENCH_EXPERT_LAYOUT=%s: use busiest_first or expert_order (or leave it unset)\n",
-                   layout);
-      return 2;
-    }
-    model->set_expert_layout(name == "busiest_first" ? mdl::ExpertLayout::busiest_first
-                                                     : mdl::ExpertLayout::expert_order);
-  }
-
   std::vector<std::vector<int64_t>> docs;
   double square_sum = 0;  // of the lengths: attention's work grows with each document's length squared
   for (int64_t begin = 0; begin < tokens;) {
@@ -124,11 +111,10 @@ int main(int argc, char** argv) {
   // A token's mean causal context over these documents is sum(len^2) / (2 sum(len)).
   const double context = square_sum / static_cast<double>(tokens);
   const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, context) / kPeakFlops;
-  std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s (%s), elementwise %s: %.1f ms "
+  std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s, elementwise %s: %.1f ms "
               "fwd+bwd, %.0f tokens/s, MFU %.1f%%, peak expert load %.2f\n",
               preset.c_str(), static_cast<long long>(tokens), docs.size(), doc_arg.c_str(), attention.c_str(),
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
-              mdl::to_string(model->expert_layout()).c_str(),
               model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100,
               peak_load.item<double>());
   if (argc > 5) {

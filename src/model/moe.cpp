@@ -30,6 +30,11 @@ class PermuteRowsFunction : public torch::autograd::Function<PermuteRowsFunction
   }
 };
 
+// The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
+torch::Tensor inverse_permutation(const torch::Tensor& order) {
+  return torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+}
+
 torch::Tensor permute_rows(const torch::Tensor& x, const torch::Tensor& order, const torch::Tensor& inverse) {
   return PermuteRowsFunction::apply(x, order, inverse);
 }
@@ -200,9 +205,9 @@ torch::Tensor combine_expert_outputs(const torch::Tensor& y_rows, const torch::T
     return CombineFunction::apply(y_rows, rows, weights);
   }
 #endif
-  // The permutation's inverse by one scatter, so that the gather's backward is a gather too.
+  // The permutation's inverse, so that the gather's backward is a gather too.
   const auto order = rows.reshape({-1});
-  const auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  const auto inverse = inverse_permutation(order);
   auto y = permute_rows(y_rows, order, inverse).view({rows.size(0), rows.size(1), y_rows.size(1)});
   return (y * weights.to(y.scalar_type()).unsqueeze(-1)).sum(1);
 }
@@ -352,9 +357,7 @@ SparseMoeBlockImpl::Groups SparseMoeBlockImpl::groups(const torch::Tensor& x, co
                          ? std::get<1>(previous_counts_.sort(/*stable=*/true, 0, /*descending=*/true))
                          : torch::arange(num_experts, routing.counts.options().dtype(torch::kInt64));
     // In the choices' dtype: the kernel's uint8 keys (E <= 256) keep the rows' sort one radix pass.
-    group_keys_ = torch::empty_like(group_experts_)
-                      .scatter_(0, group_experts_, torch::arange(num_experts, group_experts_.options()))
-                      .to(choices.scalar_type());
+    group_keys_ = inverse_permutation(group_experts_).to(choices.scalar_type());
   }
   previous_counts_ = routing.counts;
   return {group_keys_.index_select(0, choices.to(torch::kInt64)), routing.counts.index_select(0, group_experts_),
@@ -372,8 +375,7 @@ torch::Tensor SparseMoeBlockImpl::forward(const torch::Tensor& x, ExpertBackend 
   // same order every run; on the kernel's uint8 keys it is one radix pass.
   const Groups grouped = groups(x, routing);
   const auto order = std::get<1>(grouped.row_keys.sort(/*stable=*/true, 0, /*descending=*/false));
-  // The inverse of a permutation by one scatter (inverse[order[i]] = i) instead of a second sort.
-  auto inverse = torch::empty_like(order).scatter_(0, order, torch::arange(order.size(0), order.options()));
+  auto inverse = inverse_permutation(order);
   if (load != nullptr) load->add(routing.probs, routing.counts);
   auto y_sorted = experts(DispatchRowsFunction::apply(x, order, inverse, top_k_), grouped.counts, backend,
                           grouped.experts);
