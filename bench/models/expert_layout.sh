@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The experts' two group layouts side by side on one GPU: expert order (the default) and busiest
-# first (model::ExpertLayout, docs/model.md). Sections (SECTIONS, default all three):
+# The experts' two group layouts side by side on one GPU: busiest first (the default) and expert
+# order (model::ExpertLayout, docs/model.md). Sections (SECTIONS, default all three):
 #   alone    the grouped GEMMs alone (grouped_mm_skew.py: per routing, each projection's forward,
 #            input and weight gradient, the weight gradient also with its groups busiest first);
 #   train    moe_train at the HF Qwen3Moe reference shape, STEPS (110) steps with checkpoints off

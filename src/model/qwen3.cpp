@@ -113,6 +113,10 @@ void Qwen3CausalLMImpl::set_expert_layout(ExpertLayout layout) {
   }
 }
 
+ExpertLayout Qwen3CausalLMImpl::expert_layout() const {
+  return compute_dtype_ == model->embed_tokens->weight.scalar_type() ? ExpertLayout::expert_order : expert_layout_;
+}
+
 std::string Qwen3CausalLMImpl::elementwise_backend() const {
   return own_kernels_apply(model->embed_tokens->weight.device(), compute_dtype_) ? "own CUDA kernels" : "torch ops";
 }

@@ -33,8 +33,8 @@ model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device&
   load_model_weights(context.runtime, config.weights, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype(config.dtype, device));
-  // A benchmark's switch until a GPU measures the layout in training (docs/model.md): both
-  // layouts give the same results bit for bit.
+  // The A/B switch of bench/models/expert_layout.sh (docs/model.md): both layouts give the same
+  // results bit for bit, so it is no setting of the run.
   if (const char* layout = std::getenv("TOPOTRAIN_EXPERT_LAYOUT"); layout && *layout) {
     const std::string name = layout;
     if (name != "busiest_first" && name != "expert_order")

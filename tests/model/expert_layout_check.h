@@ -24,6 +24,7 @@ inline void expect_busiest_first_equals_expert_order(const torch::Device& device
   auto config = ModelConfig::preset("tiny-moe");
   config.hidden_size = 128, config.moe_intermediate_size = 64;  // the grouped GEMM's 16-byte rows
   SparseMoeBlock ordered(config), busiest(config);
+  ordered->set_layout(ExpertLayout::expert_order);
   busiest->set_layout(ExpertLayout::busiest_first);
   // A direction every token shares, as a residual stream's common part, and two experts whose
   // router rows point along it: uneven loads.

@@ -297,6 +297,27 @@ TEST_F(ModelTest, BusiestFirstExpertLayoutEqualsExpertOrderBitForBit) {
                                                                            mdl::ExpertBackend::sorted_loop);
 }
 
+// Busiest first is the default and acts in a bf16-compute training forward (its blocks choose
+// an order); with fp32 compute, or expert order set, the groups stay in expert order, and
+// expert_layout() (what moe_train's start line names) says which runs.
+TEST_F(ModelTest, BusiestFirstIsTheDefaultLayoutWhereItActs) {
+  const auto batch = PackedBatch::from_documents(random_documents({7, 5}, 512));
+  auto first_block_ordered = [&](torch::ScalarType compute, std::optional<mdl::ExpertLayout> layout) {
+    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+    model->set_compute_dtype(compute);
+    if (layout) model->set_expert_layout(*layout);
+    model->forward_backbone(batch).hidden.to(torch::kFloat32).sum().backward();
+    const auto block = model->layer(0)->sparse_mlp;
+    EXPECT_TRUE(block);
+    return std::make_pair(model->expert_layout(), block && block->group_experts().defined());
+  };
+  EXPECT_EQ(first_block_ordered(torch::kBFloat16, std::nullopt),
+            std::make_pair(mdl::ExpertLayout::busiest_first, true));
+  EXPECT_EQ(first_block_ordered(torch::kFloat32, std::nullopt), std::make_pair(mdl::ExpertLayout::expert_order, false));
+  EXPECT_EQ(first_block_ordered(torch::kBFloat16, mdl::ExpertLayout::expert_order),
+            std::make_pair(mdl::ExpertLayout::expert_order, false));
+}
+
 // HF's load_balancing_loss_func on a case worked by hand: 3 experts, top-2, two rows
 // (in two "layers", which HF concatenates before averaging).
 //   probs [0.5, 0.3, 0.2] -> experts {0, 1};  probs [0.1, 0.6, 0.3] -> experts {1, 2}

@@ -39,6 +39,8 @@ enum class ExpertLayout {
   // gradients added back through it (ComputeWeight's row order), so the order itself costs no
   // pass over the weights. Acts where the experts' weight gradients are computed in a compute
   // dtype other than the masters' (a bf16 copy); elsewhere the groups stay in expert order.
+  // The default: it trained the reference shape 2.3-2.4% faster than expert order on an H100
+  // (bench/moe/RESULTS.md, "2026-12-06, evening").
   busiest_first,
 };
 
@@ -126,7 +128,7 @@ class SparseMoeBlockImpl : public torch::nn::Module {
   explicit SparseMoeBlockImpl(const ModelConfig& config);
   // x [T, H]; adds this layer's router statistics to `load` when it is given.
   torch::Tensor forward(const torch::Tensor& x, ExpertBackend backend, RouterLoad* load);
-  // The layout of the forwards to come (expert_order until set).
+  // The layout of the forwards to come (busiest_first until set).
   void set_layout(ExpertLayout layout) { layout_ = layout; }
   // Which expert each group of the last busiest-first forward held (undefined before one).
   const torch::Tensor& group_experts() const { return group_experts_; }
@@ -140,7 +142,7 @@ class SparseMoeBlockImpl : public torch::nn::Module {
 
   int64_t top_k_;
   bool norm_topk_prob_;
-  ExpertLayout layout_ = ExpertLayout::expert_order;
+  ExpertLayout layout_ = ExpertLayout::busiest_first;
   torch::Tensor previous_counts_;  // the last forward's, with gradients: the next order's loads
   torch::Tensor group_experts_;    // int64 [E]: group g holds expert group_experts_[g]
   torch::Tensor group_keys_;       // [E] in the router's choice dtype: expert e's group

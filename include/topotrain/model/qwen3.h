@@ -103,9 +103,11 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   std::string elementwise_backend() const;
   void force_attention_backend(std::optional<AttentionBackend> backend) { forced_attention_ = backend; }
   void force_expert_backend(std::optional<ExpertBackend> backend) { forced_experts_ = backend; }
-  // The experts' row-group layout of every MoE layer (expert_order until set).
+  // The experts' row-group layout of every MoE layer (busiest_first until set).
   void set_expert_layout(ExpertLayout layout);
-  ExpertLayout expert_layout() const { return expert_layout_; }
+  // The layout training's forwards run in: the one set where it acts (a compute dtype other
+  // than the fp32 masters'), else expert order.
+  ExpertLayout expert_layout() const;
 
   // Taps are decoder layer indices in [0, num_hidden_layers); tap i is the output of
   // layer i (HF's hidden_states[i + 1]).
@@ -131,7 +133,7 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   torch::ScalarType compute_dtype_ = torch::kFloat32;
   std::optional<AttentionBackend> forced_attention_;
   std::optional<ExpertBackend> forced_experts_;
-  ExpertLayout expert_layout_ = ExpertLayout::expert_order;
+  ExpertLayout expert_layout_ = ExpertLayout::busiest_first;
   ComputeWeight lm_head_compute_;
 };
 TORCH_MODULE(Qwen3CausalLM);
