@@ -9,7 +9,9 @@
 # breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
 #   1t1d-one-gpu  the 1t1d pipeline with both ranks on GPU 0 (CUDA IPC within one device): the
 #            one-GPU drafter goal's run; the drafter's MFU there counts its own FLOPs over its
-#            step, which now shares the GPU with the target's forwards
+#            step, which now shares the GPU with the target's forwards. ONE_GPU_BUDGET (16384)
+#            sets its token_budget: on an 80 GB H100 the drafter runs out of memory at 16384
+#            beside the target (8192 fits); an H200 holds both at 16384
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
 # qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
 # (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
@@ -48,7 +50,7 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
       1t1d-one-gpu)
         sed -e 's/^devices = \[1\]$/devices = [0]/' topology/1t1d.toml > "$work/$name.toml"
         grep -q '^devices = \[1\]' "$work/$name.toml" && { echo "topology/1t1d.toml: no drafter on GPU 1 to move" >&2; exit 2; }
-        run "$name" 2 "$work/$name.toml" "${STEPS_1T1D:-30}" ;;
+        run "$name" 2 "$work/$name.toml" "${STEPS_1T1D:-30}" --set "train.token_budget=${ONE_GPU_BUDGET:-16384}" ;;
       small-*-*)
         IFS=- read -r _ link depth <<< "$name"
         sed -e "s/^hidden_states = .*/hidden_states = \"$link\"/" -e "s/^queue_depth = .*/queue_depth = $depth/" \
