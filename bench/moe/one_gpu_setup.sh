@@ -1,5 +1,5 @@
-# Sourced first by bench/moe's one-GPU scripts (profile.sh, checkpoint_interference.sh,
-# snapshot_forward_probe.sh): moves to the project root and sets BUILD_DIR (default
+# Sourced first by the one-GPU scripts (bench/moe: profile.sh, checkpoint_interference.sh;
+# bench/models/expert_layout.sh, bench/dflash/speculate.sh): moves to the project root and sets BUILD_DIR (default
 # build-gpu) and OUT (default a new temporary folder, created). Then, for the script:
 #   build_unless_skipped NAME   launch/build.sh into BUILD_DIR unless SKIP_BUILD=1; its log is
 #                               $OUT/NAME-build.log, whose tail a failure prints (then exit 1)

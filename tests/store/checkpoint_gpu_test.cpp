@@ -1,6 +1,9 @@
 // The snapshot of CUDA tensors (GPU machines only, ctest label gpu): the host does not
-// wait for the device, and the saved values are those the stream had computed when save()
-// was called, even though the tensor is overwritten right after.
+// wait for the device, the saved values are those the stream had computed when save() was
+// called, even though the tensor is overwritten right after, and a read issued after save()
+// does not wait for the whole snapshot.
+#include <chrono>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -66,6 +69,40 @@ TEST(CheckpointGpu, PageableBuffersSaveTheSameValues) {
     writer.wait();
     const CheckpointState saved = CheckpointReader::load(join_path(dir, CheckpointWriter::file_name(2)), {});
     EXPECT_TRUE(torch::equal(saved.tensors.at("model/x"), expected));
+  }
+  remove_tree(dir);
+}
+
+// The snapshot's copies go out a chunk at a time: a small device-to-host read issued after
+// save() (the step's read, on the compute stream) queues behind a chunk on the copy engine,
+// not behind the whole snapshot. 2 GiB take tens of milliseconds over any host link; the read
+// must come back in under half of that.
+TEST(CheckpointGpu, AReadAfterSaveWaitsForAChunkNotForTheWholeSnapshot) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = make_temp_directory("topotrain-ckpt-gpu-");
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
+  CheckpointState state;
+  state.step = 3;
+  state.tensors["model/big"] = torch::full({int64_t{1} << 29}, 2.5f, options);  // 2 GiB
+  const torch::Tensor small = torch::arange(16, options);
+  {
+    CheckpointWriter writer(dir, 0);
+    writer.reserve(state.tensors);
+    torch::cuda::synchronize();
+    using clock = std::chrono::steady_clock;
+    const auto saved_at = clock::now();
+    writer.save(state);
+    const torch::Tensor read = small.cpu();
+    const double read_s = std::chrono::duration<double>(clock::now() - saved_at).count();
+    writer.order_updates_after_snapshot();
+    torch::cuda::synchronize();
+    const double copy_s = std::chrono::duration<double>(clock::now() - saved_at).count();
+    EXPECT_TRUE(torch::equal(read, torch::arange(16, torch::kFloat32)));
+    EXPECT_LT(read_s, 0.5 * copy_s) << "the read took " << read_s << " s of the snapshot's " << copy_s << " s";
+    state.tensors["model/big"].fill_(0);  // the update the wait ordered after the copies
+    writer.wait();
+    const CheckpointState back = CheckpointReader::load(join_path(dir, CheckpointWriter::file_name(3)), {});
+    EXPECT_TRUE(torch::equal(back.tensors.at("model/big"), torch::full({int64_t{1} << 29}, 2.5f)));
   }
   remove_tree(dir);
 }

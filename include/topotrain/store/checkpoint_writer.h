@@ -2,16 +2,20 @@
 //
 // The snapshot: one set of host buffers sized to the state, allocated once (reserve(), or
 // the first save) and reused by every checkpoint. For CUDA tensors they are pinned (one
-// exact-size allocation), and save() issues the copies on a side stream that first waits,
-// by an event, for the work already enqueued on the tensor's current stream (the optimizer
-// step that produced it), then returns: the host does not wait, and the next step's
-// forward and backward run while the copies do. Before the tensors change in place again,
-// order_updates_after_snapshot() makes the current stream wait for those copies (a wait on
-// the device; the host goes on; snapshot_unordered() says whether one is due, so that the
-// trainer can time it as the checkpoint's). Without pinned buffers (pinned = false) the copies block
-// the host until they are done; CPU tensors are copied by the host.
+// exact-size allocation), and the copies run on a side stream that first waits, by an event
+// that save() records, for the work already enqueued on the tensor's current stream (the
+// optimizer step that produced it); save() then returns: the host does not wait, and the
+// next step's forward and backward run while the copies do. The writer thread issues them a
+// few MiB at a time, never more than two chunks queued, so that what the device orders behind
+// copies in flight (another device-to-host copy, an allocation) waits for a chunk, not for
+// the whole snapshot. Before the tensors change in place again,
+// order_updates_after_snapshot() makes the current stream wait for those copies (the host
+// waits until the last chunk is issued, the device for the rest; snapshot_unordered() says
+// whether one is due, so that the trainer can time it as the checkpoint's). Without pinned
+// buffers (pinned = false) the copies block the host until they are done; CPU tensors are
+// copied by the host.
 //
-// The write: a background thread waits for the copies, writes `step-00000100.h5.tmp`,
+// The write: the background thread then waits for the copies, writes `step-00000100.h5.tmp`,
 // fsyncs it, renames it to `step-00000100.h5`, points `latest` at it (a one-line text file
 // replaced by rename), deletes all but the newest `keep` checkpoints, and logs the file's
 // path and size, the write time, the snapshot's copy time and how long it held the host.
