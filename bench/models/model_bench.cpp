@@ -10,13 +10,21 @@
 //
 // MFU = training matmul FLOPs per token (3 x model::forward_flops_per_token) x tokens/s over 989 TFLOP/s,
 // the dense bf16 peak of an H100/H200 SXM.
+//
+// MODEL_BENCH_FROZEN_TAPS=1,9,17,25,33 (decoder layers, or "-" for none) times a frozen DFlash
+// target's forward instead: weights held in bf16, no gradients, forward_backbone returning those
+// taps' hidden states, no LM head (what dflash_train's target ranks run; its reference is
+// bench/dflash/target_forward_reference.py). Its MFU counts 1 x forward_flops_per_token, as the
+// target rank's progress line does.
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
@@ -38,7 +46,8 @@ int main(int argc, char** argv) {
                  "usage: %s PRESET|CONFIG.json [TOKENS=16384] [DOC_LEN=2048 | MIN-MAX] [STEPS=10] [PROFILE_DIR]\n"
                  "  CONFIG.json: an HF config.json (bench/moe/reference_shape.py writes the reference shape's)\n"
                  "  MIN-MAX: document lengths drawn uniformly from [MIN, MAX] (seeded), the last one cut to fit\n"
-                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n",
+                 "  MODEL_BENCH_ATTENTION=flash|grid|math forces an attention backend\n"
+                 "  MODEL_BENCH_FROZEN_TAPS=L1,L2,...|- times a frozen DFlash target's forward (bf16 weights, no grad)\n",
                  argv[0]);
     return 2;
   }
@@ -66,9 +75,27 @@ int main(int argc, char** argv) {
   const bool from_file = preset.size() > 5 && preset.compare(preset.size() - 5, 5, ".json") == 0;
   const auto config = from_file ? mdl::ModelConfig::from_json_file(preset) : mdl::ModelConfig::preset(preset);
   std::printf("%s\n", mdl::describe(config).c_str());
+  // A frozen target's forward: its taps, or none ("-").
+  std::vector<int64_t> taps;
+  const char* frozen_taps = std::getenv("MODEL_BENCH_FROZEN_TAPS");
+  const bool frozen = frozen_taps && *frozen_taps;
+  if (frozen && std::string(frozen_taps) != "-") {
+    std::stringstream list(frozen_taps);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long long layer = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || layer < 0 || layer >= config.num_hidden_layers) {
+        std::fprintf(stderr, "MODEL_BENCH_FROZEN_TAPS=%s: give decoder layers in [0, %lld) separated by commas, or -\n",
+                     frozen_taps, static_cast<long long>(config.num_hidden_layers));
+        return 2;
+      }
+      taps.push_back(layer);
+    }
+  }
   mdl::Qwen3CausalLM model(config);
   model->to(device);
   model->set_compute_dtype(mdl::default_compute_dtype(device));
+  if (frozen) model->to(mdl::default_compute_dtype(device));  // a frozen target keeps no fp32 masters
   if (const char* forced = std::getenv("MODEL_BENCH_ATTENTION"); forced && *forced) {
     const std::string name = forced;
     if (name != "flash" && name != "grid" && name != "math") {
@@ -96,6 +123,11 @@ int main(int argc, char** argv) {
 
   torch::Tensor peak_load;  // the busiest expert's rows over the mean, last step (1.00: even)
   auto step = [&] {
+    if (frozen) {
+      torch::NoGradGuard no_grad;
+      peak_load = model->forward_backbone(batch, taps).peak_expert_load;
+      return;
+    }
     auto out = model->forward_backbone(batch);
     peak_load = out.peak_expert_load;
     auto lm = mdl::lm_loss(*model, out.hidden, batch);
@@ -110,13 +142,15 @@ int main(int argc, char** argv) {
   const double tokens_per_s = static_cast<double>(tokens) / seconds;
   // A token's mean causal context over these documents is sum(len^2) / (2 sum(len)).
   const double context = square_sum / static_cast<double>(tokens);
-  const double mfu = tokens_per_s * 3.0 * mdl::forward_flops_per_token(config, context) / kPeakFlops;
+  const double passes = frozen ? 1.0 : 3.0;
+  const double mfu = tokens_per_s * passes * mdl::forward_flops_per_token(config, context) / kPeakFlops;
   std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s, elementwise %s: %.1f ms "
-              "fwd+bwd, %.0f tokens/s, MFU %.1f%%, peak expert load %.2f\n",
+              "%s, %.0f tokens/s, MFU %.1f%%, peak expert load %.2f\n",
               preset.c_str(), static_cast<long long>(tokens), docs.size(), doc_arg.c_str(), attention.c_str(),
               config.is_moe() ? mdl::to_string(model->expert_backend()).c_str() : "-",
-              model->elementwise_backend().c_str(), seconds * 1e3, tokens_per_s, mfu * 100,
-              peak_load.item<double>());
+              model->elementwise_backend().c_str(), seconds * 1e3,
+              frozen ? ("frozen forward, " + std::to_string(taps.size()) + " taps").c_str() : "fwd+bwd", tokens_per_s,
+              mfu * 100, peak_load.item<double>());
   if (argc > 5) {
     topotrain::StepProfile profile({1, 1, true}, argv[5], 0, device);
     auto profiled = profile.step(1);
