@@ -73,8 +73,8 @@ TEST(CheckpointGpu, PageableBuffersSaveTheSameValues) {
   remove_tree(dir);
 }
 
-// The snapshot's copies go out a chunk at a time: a small device-to-host read issued after
-// save() (the step's read, on the compute stream) queues behind a chunk on the copy engine,
+// The snapshot's copies go out in chunks, 64 MiB queued at most: a small device-to-host read issued after
+// save() (the step's read, on the compute stream) queues behind those on the copy engine,
 // not behind the whole snapshot. 2 GiB take tens of milliseconds over any host link; the read
 // must come back in under half of that.
 TEST(CheckpointGpu, AReadAfterSaveWaitsForAChunkNotForTheWholeSnapshot) {

@@ -5,8 +5,8 @@
 // exact-size allocation), and the copies run on a side stream that first waits, by an event
 // that save() records, for the work already enqueued on the tensor's current stream (the
 // optimizer step that produced it); save() then returns: the host does not wait, and the
-// next step's forward and backward run while the copies do. The writer thread issues them a
-// few MiB at a time, never more than two chunks queued, so that what the device orders behind
+// next step's forward and backward run while the copies do. The writer thread issues them in
+// chunks, never more than 64 MiB queued, so that what the device orders behind
 // copies in flight (another device-to-host copy, an allocation) waits for a chunk, not for
 // the whole snapshot. Before the tensors change in place again,
 // order_updates_after_snapshot() makes the current stream wait for those copies (the host
