@@ -73,11 +73,11 @@ TEST(CheckpointGpu, PageableBuffersSaveTheSameValues) {
   remove_tree(dir);
 }
 
-// The snapshot's copies go out in chunks, 64 MiB queued at most: a small device-to-host read issued after
-// save() (the step's read, on the compute stream) queues behind those on the copy engine,
-// not behind the whole snapshot. 2 GiB take tens of milliseconds over any host link; the read
-// must come back in under half of that.
-TEST(CheckpointGpu, AReadAfterSaveWaitsForAChunkNotForTheWholeSnapshot) {
+// The snapshot's copies go out in chunks, 64 MiB queued at most: a small device-to-host read
+// issued after save() (the step's read, on the compute stream) queues behind those on the copy
+// engine, not behind the whole snapshot. 2 GiB take tens of milliseconds over any host link;
+// the read must come back in under half of that.
+TEST(CheckpointGpu, AReadAfterSaveWaitsForQueuedChunksNotForTheWholeSnapshot) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = make_temp_directory("topotrain-ckpt-gpu-");
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat32);
