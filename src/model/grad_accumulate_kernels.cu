@@ -94,7 +94,7 @@ cudaError_t accumulate_bf16_rows(float* sum, const void* grad_bf16, const int64_
 }
 
 cudaError_t accumulate_bf16(float* sum, const void* grad_bf16, int64_t n, cudaStream_t stream) {
-  return launch_accumulate_bf16(sum, grad_bf16, nullptr, std::max<int64_t>(n / kVector, 1), n / kVector, stream);
+  return launch_accumulate_bf16(sum, grad_bf16, nullptr, /*per_row=*/1, n / kVector, stream);  // no rows: unused
 }
 
 cudaError_t accumulate_bf16_permuted(float* sum, const void* grad_bf16, const int64_t* rows, int64_t n,
