@@ -9,7 +9,8 @@
 # breakdown (warm-up steps left out) go to $OUT (or a temporary folder).
 #   1t1d-one-gpu  the 1t1d pipeline with both ranks on GPU 0 (CUDA IPC within one device): the
 #            one-GPU drafter goal's run; the drafter's MFU there counts its own FLOPs over its
-#            step, which now shares the GPU with the target's forwards. ONE_GPU_BUDGET (16384)
+#            step, which now shares the GPU with the target's forwards, and the report's "one
+#            GPU shared by ranks" line both ranks' FLOPs over the time they both ran. ONE_GPU_BUDGET (16384)
 #            sets its token_budget: on an 80 GB H100 the drafter runs out of memory at 16384
 #            beside the target (8192 fits); an H200 holds both at 16384
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a

@@ -14,8 +14,8 @@
 // MODEL_BENCH_FROZEN_TAPS=1,9,17,25,33 (decoder layers, or "-" for none) times a frozen DFlash
 // target's forward instead: weights held in bf16, no gradients, forward_backbone returning those
 // taps' hidden states, no LM head (what dflash_train's target ranks run; its reference is
-// bench/dflash/target_forward_reference.py). Its MFU counts 1 x forward_flops_per_token, as the
-// target rank's progress line does.
+// bench/dflash/target_forward_reference.py). Its MFU counts 1 x backbone_forward_flops_per_token
+// (no LM head), as the target rank's timings do.
 #include <torch/torch.h>
 
 #include <chrono>
@@ -142,8 +142,9 @@ int main(int argc, char** argv) {
   const double tokens_per_s = static_cast<double>(tokens) / seconds;
   // A token's mean causal context over these documents is sum(len^2) / (2 sum(len)).
   const double context = square_sum / static_cast<double>(tokens);
-  const double passes = frozen ? 1.0 : 3.0;
-  const double mfu = tokens_per_s * passes * mdl::forward_flops_per_token(config, context) / kPeakFlops;
+  const double flops_per_token =
+      frozen ? mdl::backbone_forward_flops_per_token(config, context) : 3.0 * mdl::forward_flops_per_token(config, context);
+  const double mfu = tokens_per_s * flops_per_token / kPeakFlops;
   std::printf("%s: %lld tokens/micro-batch (%zu docs of %s), attention %s, experts %s, elementwise %s: %.1f ms "
               "%s, %.0f tokens/s, MFU %.1f%%, peak expert load %.2f\n",
               preset.c_str(), static_cast<long long>(tokens), docs.size(), doc_arg.c_str(), attention.c_str(),

@@ -37,6 +37,9 @@ DeviceSharers::DeviceSharers(MPI_Comm group, const torch::Device& device) {
   }
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
+  first_group_rank_ = rank;
+  detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first_group_rank_, 1, MPI_INT, MPI_MIN, comm_),
+                    "MPI_Allreduce (the first of the ranks sharing a device)");
 }
 
 DeviceSharers::~DeviceSharers() {

@@ -289,14 +289,17 @@ ModelConfig ModelConfig::preset(const std::string& name) {
   return c;
 }
 
-double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens) {
+double backbone_forward_flops_per_token(const ModelConfig& config, double mean_document_tokens) {
   const auto counts = count_parameters(config);
-  const double lm_head = static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
-  const double matmul_weights = static_cast<double>(counts.active - counts.embedding) + lm_head;
   const double attention = 4.0 * static_cast<double>(config.num_hidden_layers) *
                            static_cast<double>(config.num_attention_heads * config.head_dim) *
                            (mean_document_tokens / 2.0);
-  return 2.0 * matmul_weights + attention;
+  return 2.0 * static_cast<double>(counts.active - counts.embedding) + attention;
+}
+
+double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens) {
+  const double lm_head = static_cast<double>(config.vocab_size) * static_cast<double>(config.hidden_size);
+  return backbone_forward_flops_per_token(config, mean_document_tokens) + 2.0 * lm_head;
 }
 
 ParameterCounts count_parameters(const ModelConfig& c) {

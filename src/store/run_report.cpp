@@ -294,6 +294,7 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
     role.draft_quality = draft_quality_of(run, role_name);
     if (role.rows > 0) report.roles.push_back(std::move(role));
   }
+  report.shared_devices = shared_devices(run);
   name_bottleneck(report);
   return report;
 }
@@ -407,6 +408,7 @@ std::string format_report(const RunReport& report) {
                  slow.beside_write ? "; a checkpoint write in flight" : "", "\n");
     }
   }
+  if (!report.shared_devices.empty()) out += "\n" + format_shared_devices(report.shared_devices, stitched);
   out += "\nbottleneck: " + report.bottleneck + "\n";
   const std::string& phase = report.bottleneck_phase;
   if (phase == "forward" || phase == "backward" || phase == "optimizer") {

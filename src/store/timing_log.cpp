@@ -198,7 +198,8 @@ TimingLog::TimingLog(const std::string& run_dir, MPI_Comm world, const std::stri
   const std::string roles = gather_roles(world_, rank_, world_size_, role);
   const std::vector<double> rank_rows =
       gather_rows(world_, rank_, world_size_,
-                  {double(rank_), config_.flops_per_token, config_.peak_flops, double(config_.nvml_device)});
+                  {double(rank_), config_.flops_per_token, config_.peak_flops, double(config_.nvml_device),
+                   double(config_.device_group)});
   std::string error;
   if (rank_ == 0) {
     try {

@@ -37,7 +37,9 @@ std::vector<std::string> nvml_fields() {
   return {"rank", "time", "gpu_util", "mem_util", "mem_used_bytes", "power_watts", "sm_clock_mhz"};
 }
 
-std::vector<std::string> rank_fields() { return {"rank", "flops_per_token", "peak_flops", "nvml_device"}; }
+std::vector<std::string> rank_fields() {
+  return {"rank", "flops_per_token", "peak_flops", "nvml_device", "device_group"};
+}
 
 namespace {
 

@@ -96,8 +96,8 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   start_ = receive_stream_start(topology_, rank_);
   TimingLogConfig timing = pipeline_timing_config(run_, device_);
   timing.flops_per_token =
-      model::forward_flops_per_token(config.target, attention_context(run_.data, *dataset_, token_budget));
-  timings_ = std::make_unique<TimingLog>(run_.run_dir, context.runtime.world(), context.runtime.role(), timing);
+      model::backbone_forward_flops_per_token(config.target, attention_context(run_.data, *dataset_, token_budget));
+  timings_ = open_timing_log(run_.run_dir, context.runtime, device_, std::move(timing));
 }
 
 BudgetStage Target::budget_stage(const model::DFlashConfig& config) {

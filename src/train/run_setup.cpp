@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "topotrain/comm/device_sharers.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/core/log.h"
@@ -52,6 +53,14 @@ TimingLogConfig timing_log_config(const Cadences& cadences, const torch::Device&
   config.peak_flops = peak_flops(device);
   config.nvml_device = device.is_cuda() ? device.index() : -1;
   return config;
+}
+
+std::unique_ptr<TimingLog> open_timing_log(const std::string& run_dir, const Runtime& runtime,
+                                           const torch::Device& device, TimingLogConfig config) {
+  const comm::DeviceSharers sharers(runtime.world(), device);
+  // CPU ranks share their node's memory, not a device whose FLOPs they split.
+  config.device_group = device.is_cuda() ? sharers.first_group_rank() : -1;
+  return std::make_unique<TimingLog>(run_dir, runtime.world(), runtime.role(), std::move(config));
 }
 
 void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model) {

@@ -143,7 +143,7 @@ TrainingSession::~TrainingSession() = default;
 void TrainingSession::start(TimingLogConfig timing) {
   extra_fields_ = timing.extra_fields.size();
   if (tensorboard_) timing.on_record = [this](const StepRecord& record) { tensorboard_->record_timing(record); };
-  timings_ = std::make_unique<TimingLog>(config_.run_dir, runtime_.world(), runtime_.role(), std::move(timing));
+  timings_ = open_timing_log(config_.run_dir, runtime_, device_, std::move(timing));
   // Numbered by timings.h5, so that metrics.jsonl, settings.toml and the report agree.
   if (lead_) {
     metrics_ = std::make_unique<MetricsLog>(config_.run_dir, timings_->launch());

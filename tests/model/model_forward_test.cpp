@@ -62,6 +62,25 @@ TEST_F(ModelTest, ParameterCountMatchesTheModule) {
   }
 }
 
+// A dense model's every weight is active: the backbone's FLOPs are 2 per parameter of the
+// module less the embedding (a lookup), plus attention's score and value matmuls; the full
+// forward adds the tied lm_head's product.
+TEST_F(ModelTest, BackboneFlopsAreTheForwardsLessTheLmHead) {
+  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
+  const mdl::ModelConfig& c = model->config();
+  ASSERT_TRUE(c.tie_word_embeddings);
+  double weights = 0;
+  for (const auto& named : model->named_parameters())
+    if (named.key().find("embed_tokens") == std::string::npos) weights += static_cast<double>(named.value().numel());
+  const double mean_document_tokens = 300;
+  const double attention = 4.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) *
+                           mean_document_tokens / 2;
+  const double backbone = mdl::backbone_forward_flops_per_token(c, mean_document_tokens);
+  EXPECT_DOUBLE_EQ(backbone, 2 * weights + attention);
+  EXPECT_DOUBLE_EQ(mdl::forward_flops_per_token(c, mean_document_tokens),
+                   backbone + 2.0 * static_cast<double>(c.vocab_size * c.hidden_size));
+}
+
 TEST_F(ModelTest, ConfigJsonReadsHfFieldsAndRefusesUnsupportedFeatures) {
   const auto c = mdl::ModelConfig::from_json_text(
       R"({"model_type": "qwen3_moe", "vocab_size": 300, "hidden_size": 32, "intermediate_size": 64,

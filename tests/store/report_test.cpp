@@ -103,7 +103,7 @@ std::string write_synthetic(const std::string& dir, bool phantom_rows = false) {
   const std::string path = join_path(dir, kTimingsFileName);
   TimingsTables t(create_timings_file(path, 3, "target,target,drafter"));
   // Targets record each step's FLOPs, the drafter FLOPs per token.
-  t.ranks.append({0, 0, 1e12, -1, 1, 0, 1e12, -1, 2, 6e9, 1e12, -1});
+  t.ranks.append({0, 0, 1e12, -1, -1, 1, 0, 1e12, -1, -1, 2, 6e9, 1e12, -1, -1});
   t.nvml.append({2, 0.05, 97, 40, 1e9, 300, 1980});
   std::vector<double> rows, span_rows;
   for (int step = kSteps - 1; step >= 0; --step) {  // out of order, as gathers may deliver them
@@ -201,19 +201,28 @@ TEST_F(ReportTest, PhaseSharesAndStatisticsMatchTheKnownTimes) {
   EXPECT_EQ(text.find("beside a checkpoint write"), std::string::npos) << text;  // not recorded here
 }
 
-TEST(TimingsLayout, DocumentedStepColumnsAreTheCodes) {
+namespace {
+// The comma-separated columns docs/store.md lists in the table row that starts with `row`.
+std::set<std::string> documented_columns(const std::string& row) {
   std::set<std::string> documented;
-  for (const std::string& listed : test_support::doc_listing("docs/store.md", "| `/steps` |")) {
+  for (const std::string& listed : test_support::doc_listing("docs/store.md", row)) {
     for (std::size_t at = 0; at <= listed.size();) {
       const std::size_t end = std::min(listed.find(", ", at), listed.size());
       documented.insert(listed.substr(at, end - at));
       at = end + 2;
     }
   }
+  return documented;
+}
+}  // namespace
+
+TEST(TimingsLayout, DocumentedStepColumnsAreTheCodes) {
   std::set<std::string> code;  // the phases, which the doc names as a group, left out
   for (const std::string& field : step_fields({}))
     if (std::find(phase_names().begin(), phase_names().end(), field) == phase_names().end()) code.insert(field);
-  EXPECT_EQ(documented, code);
+  EXPECT_EQ(documented_columns("| `/steps` |"), code);
+  const std::vector<std::string> ranks = rank_fields();
+  EXPECT_EQ(documented_columns("| `/ranks` |"), std::set<std::string>(ranks.begin(), ranks.end()));
 }
 
 TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
@@ -221,7 +230,7 @@ TEST(ReportCheckpointWrites, StepsBesideAWriteAreSetAgainstTheOthers) {
   const std::string path = join_path(dir, kTimingsFileName);
   {
     TimingsTables t(create_timings_file(path, 1, "trainer"));
-    t.ranks.append({0, 0, 0, -1});
+    t.ranks.append({0, 0, 0, -1, -1});
     // Steps 3..6 end beside a write and take 120 ms, the others 100 ms outside their own
     // checkpoint phase (step 2 saves: 400 ms more of it, and counts as 100); step 9's flag is
     // unknown (NaN) and its 500 ms must count in neither group.
@@ -268,7 +277,7 @@ std::string write_two_rank_run(const std::string& dir, const std::function<void(
   make_directories(dir);
   const std::string path = join_path(dir, kTimingsFileName);
   TimingsTables t(create_timings_file(path, 2, "trainer,trainer"));
-  t.ranks.append({0, 0, 0, -1, 1, 0, 0, -1});
+  t.ranks.append({0, 0, 0, -1, -1, 1, 0, 0, -1, -1});
   std::vector<double> rows;
   for (int step = 1; step <= 20; ++step) {
     for (int rank = 0; rank < 2; ++rank) {
@@ -457,7 +466,7 @@ namespace {
 std::string write_overlapping(const std::string& dir, bool device_spans) {
   const std::string path = join_path(dir, kTimingsFileName);
   TimingsTables t(create_timings_file(path, 1, "trainer"));
-  t.ranks.append({0, 0, 0, 0});
+  t.ranks.append({0, 0, 0, 0, -1});
   std::vector<double> rows, span_rows;
   for (int step = 0; step < kSteps; ++step) {
     std::map<std::string, double> values = {
@@ -524,7 +533,7 @@ double loss_of(const SyntheticLaunch& l, std::int64_t step, int rank) {
 
 void write_launch(TimingsTables& t, const SyntheticLaunch& l) {
   std::vector<double> ranks, rows;
-  for (int rank = 0; rank < l.ranks; ++rank) ranks.insert(ranks.end(), {double(rank), kFlopsPerToken, kPeak, -1});
+  for (int rank = 0; rank < l.ranks; ++rank) ranks.insert(ranks.end(), {double(rank), kFlopsPerToken, kPeak, -1, -1});
   for (std::int64_t step = l.last; step >= l.first; --step)  // out of order, as gathers may deliver them
     for (int rank = 0; rank < l.ranks; ++rank)
       append_step_row(rows, {{"step", double(step)}, {"rank", double(rank)}, {"start", double(step - l.first) * l.wall},
@@ -759,4 +768,58 @@ TEST(ResumedPipelineReport, UntrainedRolesAreLaidEndToEnd) {
   ASSERT_EQ(run.repeated.size(), 1u);
   EXPECT_EQ(run.repeated[0].count, 1);
   EXPECT_EQ(run.repeated[0].first, 3);
+}
+
+// Ranks 0 (a target) and 1 (a drafter) on one GPU, rank 2 (a target) alone on another: the
+// shared GPU's MFU adds both ranks' FLOPs over the window both ran, [0.1, 1.0] s: the
+// target's steps of 100 ms from 0 s (3e10 FLOPs each, its first outside), the drafter's of
+// 200 ms from 0.1 s (10 tokens of 6e9 FLOPs each, half of its last inside).
+TEST(ReportSharedDevices, RanksOnOneGpuAddTheirFlopsOverTheTimeTheyAllRan) {
+  const std::string dir = make_temp_directory("topotrain-report-shared-");
+  const std::string path = join_path(dir, kTimingsFileName);
+  {
+    TimingsTables t(create_timings_file(path, 3, "target,drafter,target"));
+    t.ranks.append({0, 0, 1e12, 0, 0, 1, 6e9, 1e12, 0, 0, 2, 0, 1e12, 1, 2});
+    std::vector<double> rows;
+    for (int step = 1; step <= 10; ++step) {
+      for (int rank : {0, 2})
+        append_step_row(rows, {{"step", step}, {"rank", rank}, {"start", (step - 1) * 0.1}, {"wall", 0.1},
+                               {"forward", 0.1}, {"tokens", 100}, {"flops", 3e10}});
+      if (step <= 5)
+        append_step_row(rows, {{"step", step}, {"rank", 1}, {"start", 0.1 + (step - 1) * 0.2}, {"wall", 0.2},
+                               {"backward", 0.2}, {"tokens", 10}, {"loss", 1}});
+    }
+    t.steps.append(rows);
+  }
+  const RunReport report = analyse_timings(stitch_launches({read_timings(path)}, 0));
+  ASSERT_EQ(report.shared_devices.size(), 1u);
+  const SharedDevice& gpu = report.shared_devices[0];
+  EXPECT_EQ(gpu.ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(gpu.roles, (std::vector<std::string>{"target", "drafter"}));
+  EXPECT_NEAR(gpu.window_seconds, 0.9, 1e-12);
+  ASSERT_EQ(gpu.rank_mfu.size(), 2u);
+  EXPECT_NEAR(gpu.rank_mfu[0], 9 * 3e10 / (0.9 * 1e12), 1e-12);
+  EXPECT_NEAR(gpu.rank_mfu[1], 4.5 * 10 * 6e9 / (0.9 * 1e12), 1e-12);
+  EXPECT_NEAR(gpu.mfu, 0.6, 1e-12);
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("one GPU shared by ranks 0 (target) and 1 (drafter): MFU 60.0% of its peak over the 0.9 s they "
+                      "all ran (target 30.0%, drafter 30.0%; each rank's FLOPs in that time)"),
+            std::string::npos)
+      << text;
+
+  // Leaving out each rank's first 2 steps moves the window to [0.5, 1.0] s.
+  const RunReport late = analyse_timings(stitch_launches({read_timings(path)}, 2));
+  ASSERT_EQ(late.shared_devices.size(), 1u);
+  EXPECT_NEAR(late.shared_devices[0].window_seconds, 0.5, 1e-12);
+  EXPECT_NEAR(late.shared_devices[0].rank_mfu[1], 2.5 * 10 * 6e9 / (0.5 * 1e12), 1e-12);
+  remove_tree(dir);
+}
+
+// CPU ranks (device_group -1) and files from before the column name no shared device.
+TEST(ReportSharedDevices, NoneWithoutGpuGroups) {
+  const std::string dir = make_temp_directory("topotrain-report-unshared-");
+  const RunReport report = analyse_timings(stitch_launches({read_timings(write_synthetic(dir))}, 0));
+  EXPECT_TRUE(report.shared_devices.empty());
+  EXPECT_EQ(format_report(report).find("one GPU shared"), std::string::npos);
+  remove_tree(dir);
 }

@@ -89,6 +89,9 @@ ParameterCounts count_parameters(const ModelConfig& config);
 // mean_document_tokens / 2 (the causal mask). For documents of several lengths pass
 // sum(len^2) / sum(len) (data::mean_attention_context), not the mean length.
 double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
+// The same without the lm_head's 2 * vocab_size * hidden_size: the decoder layers and the
+// final norm, all a frozen DFlash target runs (it sends hidden states, never logits).
+double backbone_forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
 
 // Bytes of training state that do not scale with the batch: fp32 master weights, fp32
 // gradients, fp32 Adam moments, and the bf16 weight copies made during forward/backward.

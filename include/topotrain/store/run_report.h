@@ -11,6 +11,7 @@
 
 #include "topotrain/store/phase_timer.h"
 #include "topotrain/store/run_stitch.h"
+#include "topotrain/store/shared_devices.h"
 #include "topotrain/store/timings_file.h"
 
 namespace topotrain {
@@ -104,6 +105,7 @@ struct RunReport {
   std::int64_t skipped_steps = 0;        // per rank and launch
   std::vector<RepeatedSteps> repeated;   // steps a later launch ran again
   std::vector<RoleReport> roles;  // in order of their lowest rank
+  std::vector<SharedDevice> shared_devices;  // GPUs that ranks shared, and their MFU together
   std::string bottleneck;
   std::string bottleneck_phase;  // the slowest role's largest phase that is not a wait
 };

@@ -42,6 +42,9 @@ struct TimingLogConfig {
   double peak_flops = 0;            // this rank's device peak FLOP/s (dense bf16); 0 = unknown
   std::vector<std::string> extra_fields;  // extra per-step columns; the same list on every rank
   int nvml_device = -1;             // CUDA device to sample; -1 = no sampling
+  // The lowest world rank on this rank's GPU (itself where it has one of its own), so that
+  // the report can add up the FLOPs of ranks that share one; -1 = not a GPU rank.
+  int device_group = -1;
   double nvml_hz = 10;
   // Called with each of this rank's steps once its times are known (at its end on CPU, a
   // step later on CUDA, all by flush()), failed steps included: what else follows this

@@ -6,8 +6,9 @@
 //   / attributes     format = "topotrain-timings", world_size, roles ("target,target,drafter":
 //                    rank i's role is the i-th), gather_every, launch (1 for a run's first
 //                    launch, +1 per resume), started_at (Unix time the launch began)
-//   /ranks           rank, flops_per_token, peak_flops, nvml_device   (one row per rank;
-//                    0 = unknown)
+//   /ranks           rank, flops_per_token, peak_flops, nvml_device, device_group (one
+//                    row per rank; 0 = unknown; device_group: the lowest rank on the
+//                    rank's GPU, -1 for a CPU rank; absent in older files)
 //   /steps           step, rank, start, wall, <one column per Phase, seconds>, other,
 //                    tokens, loss, lr, grad_norm, peak_memory_bytes, queue_depth,
 //                    collectives, flops, overlap, comm_overlap, checkpoint_writing,

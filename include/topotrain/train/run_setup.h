@@ -73,6 +73,10 @@ void check_run_inputs(const RunFile& run, const RunConfig& config, const model::
 // log.timings_every, the device's peak FLOP/s and, on CUDA, its NVML sampling; the trainer
 // adds its FLOPs per token and extra fields.
 TimingLogConfig timing_log_config(const Cadences& cadences, const torch::Device& device);
+// Collective over the world, where every rank opens its timing log: the log of `config`,
+// its device_group found among the world's ranks (comm::DeviceSharers) on a GPU.
+std::unique_ptr<TimingLog> open_timing_log(const std::string& run_dir, const Runtime& runtime,
+                                           const torch::Device& device, TimingLogConfig config);
 
 // From now on this process's log lines are also appended to <run_dir>/log.txt (the
 // directory is created): for the ranks whose lines tell the run's story, rank 0 and a
