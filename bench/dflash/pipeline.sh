@@ -16,7 +16,9 @@
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
 # qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
 # (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
-# time in each tells whether the link costs the drafter time. PROFILE_STEP=N profiles step N
+# time in each tells whether the link costs the drafter time. REPORT_SKIP (3): the steps of each
+# rank the report leaves out (a target runs ahead until the queue is full: leave those out to
+# read the steady state of a run longer than queue_depth steps). PROFILE_STEP=N profiles step N
 # on every rank (log.profile_step) and keeps the summaries in $OUT.
 #   bash bench/dflash/pipeline.sh          (from the project root; builds into build-gpu)
 set -euo pipefail
@@ -37,7 +39,7 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
     [[ -f $profile ]] && cp "$profile" "$results/dflash-$name-$(basename "$profile")"
   done
   grep -E "\[rank [0-9]+ (target|drafter)\] (step |target stream|drafter done|drafter:)" "$results/dflash-$name.log"
-  "$bin/topotrain-report" "$work/$name" --skip 3 | tee "$results/dflash-$name-report.txt"
+  "$bin/topotrain-report" "$work/$name" --skip "${REPORT_SKIP:-3}" | tee "$results/dflash-$name-report.txt"
 }
 
 {
