@@ -12,7 +12,10 @@
 #            step, which now shares the GPU with the target's forwards, and the report's "one
 #            GPU shared by ranks" line both ranks' FLOPs over the time they both ran. ONE_GPU_BUDGET (16384)
 #            sets its token_budget: on an 80 GB H100 the drafter runs out of memory at 16384
-#            beside the target (8192 fits); an H200 holds both at 16384
+#            beside the target (8192 fits); an H200 holds both at 16384. ONE_GPU_QUEUE (20, as
+#            topology/1t1d.toml) sets its queue_depth: on one GPU the target's lead buys the
+#            drafter nothing (they take turns on the card) and each queued batch holds
+#            tokens x taps x hidden bf16 values on it (670 MB at 16384 tokens)
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
 # qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
 # (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
@@ -51,7 +54,8 @@ run() {  # run NAME NP TOPOLOGY STEPS [--set ...]
       1t1d) run 1t1d 2 topology/1t1d.toml "${STEPS_1T1D:-30}" ;;
       fan-in) run fan-in 8 bench/dflash/fan-in-2gpu.toml "${STEPS_FAN_IN:-60}" ;;
       1t1d-one-gpu)
-        sed -e 's/^devices = \[1\]$/devices = [0]/' topology/1t1d.toml > "$work/$name.toml"
+        sed -e 's/^devices = \[1\]$/devices = [0]/' -e "s/^queue_depth = .*/queue_depth = ${ONE_GPU_QUEUE:-20}/" \
+          topology/1t1d.toml > "$work/$name.toml"
         grep -q '^devices = \[1\]' "$work/$name.toml" && { echo "topology/1t1d.toml: no drafter on GPU 1 to move" >&2; exit 2; }
         run "$name" 2 "$work/$name.toml" "${STEPS_1T1D:-30}" --set "train.token_budget=${ONE_GPU_BUDGET:-16384}" ;;
       small-*-*)
