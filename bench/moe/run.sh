@@ -30,7 +30,10 @@
 # reference shape (hidden 1024, 12 layers, 16 experts top-8 of 512; its config.json written
 # with transformers) on ~4K-token documents, idealised and with the defaults, both 110 steps
 # measured from step 41: cuDNN builds a plan for each new document-window size in the first
-# tens of steps (docs/model.md), a one-time cost that shorter rows would mix into the rate.
+# tens of steps (docs/model.md), a one-time cost that shorter rows would mix into the rate;
+# "one-gpu-goals" is the one-GPU speed goals' part of those (one call on a GPU machine): the
+# users rows of one GPU at grad_accum 1 without every_steps = 10 (moe-500m and the reference
+# shape, idealised and defaults) and the reference-shape row against transformers.
 # Other knobs: NGPU (default: all GPUs, at most 2), TOKEN_BUDGET, RUN_TIMEOUT_S (150 per run),
 # KEEP_WORK=1 (keep the work directory), SKIP_BUILD=1 (use $BUILD_DIR/bin as it is), PYTHON.
 # MOE_BENCH_SMOKE=1 runs the same script on CPUs (2 ranks, tiny-moe, short runs): a check of
@@ -286,23 +289,53 @@ user_row() {  # NAME LABEL GPUS GA STEPS SKIP SHAPE KIND: SHAPE preset|reference
   rm -f "$work/runs/$name"/step-*.h5
 }
 
-users_section() {
-  [[ $smoke == 1 ]] && ga1_long=12 || ga1_long=110  # a defaults run at grad_accum 1 crosses the cadence of 100
-  for gpus in 1 2; do
-    user_row "u$gpus-ga1-ideal" "$gpus GPU(s), grad_accum 1, idealised" "$gpus" 1 "$steps_ga1" "$skip_ga1" preset idealised
-    user_row "u$gpus-ga1-defaults" "$gpus GPU(s), grad_accum 1, defaults" "$gpus" 1 "$ga1_long" "$skip_ga1" preset defaults
-    user_row "u$gpus-ga1-every10" "$gpus GPU(s), grad_accum 1, checkpoint.every_steps = 10" "$gpus" 1 "$steps_ga1" "$skip_ga1" preset every10
-    user_row "u$gpus-ga10-ideal" "$gpus GPU(s), grad_accum 10, idealised" "$gpus" 10 "$steps_ga10" "$skip_ga10" preset idealised
-    user_row "u$gpus-ga10-defaults" "$gpus GPU(s), grad_accum 10, defaults" "$gpus" 10 "$steps_ga10" "$skip_ga10" preset defaults
-    user_row "u$gpus-ga10-every10" "$gpus GPU(s), grad_accum 10, checkpoint.every_steps = 10" "$gpus" 10 $(( steps_ga10 + 12 )) "$skip_ga10" preset every10
+[[ $smoke == 1 ]] && ga1_long=12 || ga1_long=110  # a defaults run at grad_accum 1 crosses the cadence of 100
+preset_user_rows() {  # GPUS GA [KINDS]: moe-500m rows of those kinds (default: idealised defaults every10)
+  local gpus=$1 ga=$2 kind steps long skip
+  if (( ga == 1 )); then steps=$steps_ga1 long=$ga1_long skip=$skip_ga1; else steps=$steps_ga10 long=$steps_ga10 skip=$skip_ga10; fi
+  for kind in ${3:-idealised defaults every10}; do
+    case $kind in
+      idealised) user_row "u$gpus-ga$ga-ideal" "$gpus GPU(s), grad_accum $ga, idealised" "$gpus" "$ga" "$steps" "$skip" preset idealised ;;
+      defaults) user_row "u$gpus-ga$ga-defaults" "$gpus GPU(s), grad_accum $ga, defaults" "$gpus" "$ga" "$long" "$skip" preset defaults ;;
+      every10) user_row "u$gpus-ga$ga-every10" "$gpus GPU(s), grad_accum $ga, checkpoint.every_steps = 10" "$gpus" "$ga" \
+                 $(( ga == 1 ? steps : steps + 12 )) "$skip" preset every10 ;;
+    esac
   done
+}
+reference_shape_user_rows() {
   [[ $smoke == 1 ]] && return  # the reference shape is a 489M model: not for CPU ranks
   user_row "u1-ref-ideal" "1 GPU, HF Qwen3Moe reference shape, grad_accum 1, idealised" 1 1 110 40 reference idealised
   user_row "u1-ref-defaults" "1 GPU, HF Qwen3Moe reference shape, grad_accum 1, defaults" 1 1 110 40 reference defaults
 }
+users_section() {
+  for gpus in 1 2; do
+    preset_user_rows "$gpus" 1
+    preset_user_rows "$gpus" 10
+  done
+  reference_shape_user_rows
+}
+reference_shape_section() {
+  [[ $smoke == 1 ]] && return  # a 489M model: not for CPU ranks
+  # 110 steps measured from step 41, as the users section's reference-shape rows (cuDNN's plans).
+  bench_config 1gpu-ref-ga1 "1 GPU, HF Qwen3Moe reference shape, grad_accum 1" 1 1 nvlink "" reference 110 40
+}
 
 sections=${MOE_BENCH_SECTIONS:-reference reference-shape users}
+for section in $sections; do
+  [[ $section =~ ^(reference|reference-shape|users|one-gpu-goals)$ ]] ||
+    die "MOE_BENCH_SECTIONS: unknown section '$section' (reference, reference-shape, users, one-gpu-goals)"
+done
 [[ " $sections " == *" users "* ]] && users_section
+if [[ " $sections " == *" one-gpu-goals "* ]]; then
+  # The one-GPU goals' rows, grad_accum 1 (users' rows of one GPU without every10, then the
+  # reference shape against transformers): moe-500m and the reference shape with the defaults
+  # beside idealised.
+  if [[ " $sections " != *" users "* ]]; then
+    preset_user_rows 1 1 "idealised defaults"
+    reference_shape_user_rows
+  fi
+  [[ " $sections " == *" reference-shape "* ]] || reference_shape_section
+fi
 if [[ " $sections " == *" reference "* ]]; then
 bench_config 1gpu-ga10 "1 GPU, grad_accum 10" 1 10 nvlink ""
 bench_config 2gpu-nvlink-ga10 "2 GPUs NVLink, grad_accum 10" 2 10 nvlink ""
@@ -311,10 +344,7 @@ bench_config 1gpu-ga1 "1 GPU, grad_accum 1" 1 1 nvlink ""
 bench_config 2gpu-nvlink-ga1 "2 GPUs NVLink, grad_accum 1" 2 1 nvlink ""
 bench_config 2gpu-p2poff-ga1 "2 GPUs NCCL_P2P_DISABLE=1, grad_accum 1" 2 1 pcie4 1
 fi
-if [[ " $sections " == *" reference-shape "* && $smoke != 1 ]]; then  # a 489M model: not for CPU ranks
-  # 110 steps measured from step 41, as the users section's reference-shape rows (cuDNN's plans).
-  bench_config 1gpu-ref-ga1 "1 GPU, HF Qwen3Moe reference shape, grad_accum 1" 1 1 nvlink "" reference 110 40
-fi
+[[ " $sections " == *" reference-shape "* ]] && reference_shape_section
 
 # ---- same samples? moe_train's log.samples against the reference's --sample-log
 check_gpus=$ngpu
@@ -341,7 +371,8 @@ fi
 summary=$work/moe_bench.md
 {
   shapes_run=$preset
-  [[ " $sections " == *" reference-shape "* && $smoke != 1 ]] && shapes_run+=" and the HF Qwen3Moe reference shape"
+  [[ " $sections " == *" reference-shape "* || " $sections " == *" one-gpu-goals "* ]] && [[ $smoke != 1 ]] &&
+    shapes_run+=" and the HF Qwen3Moe reference shape"
   echo "# moe_train vs PyTorch reference: $shapes_run, token_budget $token_budget"
   echo
   echo "$(date -u '+%F %H:%M UTC'), $hardware, commit $(git describe --always --dirty 2>/dev/null || echo '?')," \

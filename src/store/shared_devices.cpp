@@ -24,9 +24,10 @@ std::vector<SharedDevice> shared_devices(const StitchedRun& run) {
     std::map<int, std::vector<Member>> groups;  // by device_group
     for (std::size_t row = 0; row < data.ranks.rows; ++row) {
       const int group = static_cast<int>(data.ranks.at(row, c_group));
-      if (group < 0) continue;
+      const int rank = static_cast<int>(data.ranks.at(row, c_rank));
+      if (group < 0 || rank < 0 || rank >= data.world_size) continue;
       Member member;
-      member.rank = static_cast<int>(data.ranks.at(row, c_rank));
+      member.rank = rank;
       member.flops_per_token = c_flops >= 0 ? data.ranks.at(row, c_flops) : 0;
       member.peak = c_peak >= 0 ? data.ranks.at(row, c_peak) : 0;
       groups[group].push_back(member);
