@@ -37,9 +37,10 @@ DeviceSharers::DeviceSharers(MPI_Comm group, const torch::Device& device) {
   }
   MPI_Comm_size(comm_, &size_);
   MPI_Comm_rank(comm_, &rank_);
-  first_group_rank_ = rank;
-  detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first_group_rank_, 1, MPI_INT, MPI_MIN, comm_),
-                    "MPI_Allreduce (the first of the ranks sharing a device)");
+  // In the sharers' order, which is the group's (the splits keep it): ascending.
+  group_ranks_.resize(static_cast<std::size_t>(size_));
+  detail::mpi_check(MPI_Allgather(&rank, 1, MPI_INT, group_ranks_.data(), 1, MPI_INT, comm_),
+                    "MPI_Allgather (the ranks sharing a device)");
 }
 
 DeviceSharers::~DeviceSharers() {

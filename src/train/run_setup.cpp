@@ -59,7 +59,14 @@ std::unique_ptr<TimingLog> open_timing_log(const std::string& run_dir, const Run
                                            const torch::Device& device, TimingLogConfig config) {
   const comm::DeviceSharers sharers(runtime.world(), device);
   // CPU ranks share their node's memory, not a device whose FLOPs they split.
-  config.device_group = device.is_cuda() ? sharers.first_group_rank() : -1;
+  config.device_group = device.is_cuda() ? sharers.group_ranks().front() : -1;
+  if (device.is_cuda() && sharers.size() > 1 && sharers.rank() == 0) {
+    std::string ranks;
+    for (int rank : sharers.group_ranks()) ranks += cat(ranks.empty() ? "" : ", ", rank);
+    log_info_here(cat("ranks ", ranks, " share one GPU (", compat::device_bus_id(device.index()),
+                      "): each rank's MFU (progress lines, topotrain-report's roles) counts its own FLOPs over steps in "
+                      "which the GPU also ran the others' work; the report's \"one GPU shared\" line adds them up"));
+  }
   return std::make_unique<TimingLog>(run_dir, runtime.world(), runtime.role(), std::move(config));
 }
 

@@ -2,6 +2,8 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <vector>
+
 #include "topotrain/comm/device_sharers.h"
 
 using namespace topotrain::comm;
@@ -22,7 +24,9 @@ TEST(DeviceSharers, CpuRanksOfOneNodeShareAndNameTheGroupsFirstRank) {
     const DeviceSharers sharers(half, torch::Device(torch::kCPU));
     EXPECT_EQ(sharers.size(), half_size);
     EXPECT_EQ(sharers.rank(), half_rank);
-    EXPECT_EQ(sharers.first_group_rank(), 0);
+    std::vector<int> all(static_cast<std::size_t>(half_size));
+    for (int r = 0; r < half_size; ++r) all[static_cast<std::size_t>(r)] = r;
+    EXPECT_EQ(sharers.group_ranks(), all);
     EXPECT_EQ(sharers.sum(world_rank), [&] {
       std::int64_t expected = 0;
       for (int r = world_rank % 2; r < world_size; r += 2) expected += r;
@@ -31,6 +35,8 @@ TEST(DeviceSharers, CpuRanksOfOneNodeShareAndNameTheGroupsFirstRank) {
   }
   const DeviceSharers everyone(MPI_COMM_WORLD, torch::Device(torch::kCPU));
   EXPECT_EQ(everyone.size(), world_size);
-  EXPECT_EQ(everyone.first_group_rank(), 0);
+  ASSERT_EQ(everyone.group_ranks().size(), static_cast<std::size_t>(world_size));
+  EXPECT_EQ(everyone.group_ranks().front(), 0);
+  EXPECT_EQ(everyone.group_ranks().back(), world_size - 1);
   MPI_Comm_free(&half);
 }

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace topotrain::comm {
 
@@ -25,9 +26,9 @@ class DeviceSharers {
 
   int size() const { return size_; }
   int rank() const { return rank_; }  // among the sharers, in group order
-  // The lowest rank of `group` among the sharers: the same on each of them, different on
-  // every other set of sharers (a name for this device's ranks that all ranks can compare).
-  int first_group_rank() const { return first_group_rank_; }
+  // The sharers' ranks in `group`, ascending: the same list on each of them. Its first is
+  // a name for this device's ranks that all ranks can compare.
+  const std::vector<int>& group_ranks() const { return group_ranks_; }
   // Collective over the sharers: every one has arrived. An unwatched MPI_Barrier.
   void barrier() const;
   // Collective over the sharers: the sum of `value` over them (a watched wait: watchdog.h).
@@ -37,7 +38,7 @@ class DeviceSharers {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int size_ = 1;
   int rank_ = 0;
-  int first_group_rank_ = 0;
+  std::vector<int> group_ranks_;
 };
 
 }  // namespace topotrain::comm
