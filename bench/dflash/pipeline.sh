@@ -13,9 +13,10 @@
 #            GPU shared by ranks" line both ranks' FLOPs over the time they both ran. ONE_GPU_BUDGET (16384)
 #            sets its token_budget: on an 80 GB H100 the drafter runs out of memory at 16384
 #            beside the target (8192 fits); an H200 holds both at 16384. ONE_GPU_QUEUE (20, as
-#            topology/1t1d.toml) sets its queue_depth: on one GPU the target's lead buys the
-#            drafter nothing (they take turns on the card) and each queued batch holds
-#            tokens x taps x hidden bf16 values on it (670 MB at 16384 tokens)
+#            topology/1t1d.toml) sets its queue_depth: each queued batch holds tokens x taps x
+#            hidden bf16 values on the shared card (670 MB at 16384 tokens), and without MPS the
+#            two ranks take turns on it, so a target far ahead should not speed the drafter (not
+#            measured yet: the next sitting's queue-2 run against the queue-20 one)
 # RUNS picks the runs (default "1t1d fan-in"); the small-LINK-DEPTH runs are 1t1d with a
 # qwen3-0.6b-shaped target and drafter over link LINK (ipc, nccl, mpi) at queue depth DEPTH
 # (VARIANTS=1 adds small-ipc-20 small-nccl-20 small-mpi-20 small-ipc-2): the drafter's step
