@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The one-GPU speed goals' measurements, side by side in one sitting of two calls on a GPU
+# machine (an H200; each part under ten minutes after a fresh start), from the project root:
+#   PART=moe bash bench/one_gpu_goals.sh     build with tests, `ctest -L gpu`, then bench/moe/run.sh's
+#                                            one-gpu-goals section: moe-500m and the HF Qwen3Moe
+#                                            reference shape at grad_accum 1, idealised beside the
+#                                            defaults, and the reference shape against transformers
+#   PART=dflash bash bench/one_gpu_goals.sh  build the four programs it runs, then the frozen target's
+#                                            forward against transformers (target_forward.sh); the
+#                                            1t1d pipeline with both ranks on the GPU (pipeline.sh's
+#                                            1t1d-one-gpu, queue ONE_GPU_QUEUE = 2, 30 steps, report
+#                                            from step 6: the shared GPU's line in steady state); the
+#                                            drafter alone (dflash_bench) and the target's forward
+#                                            alone (model_bench) at the same budget, whose rates
+#                                            weighted by FLOPs bound what the shared GPU can reach
+#                                            without MPS; then, while time is left, one drafter step
+#                                            profiled (dflash_bench's PROFILE_DIR)
+# The budget is 16384 tokens where the GPU has 100 GB or more, else 8192 (the drafter beside
+# a qwen3-8b-shaped target runs out of memory at 16384 on 80 GB). Each step's output goes to
+# $OUT (default: a new temporary folder): summary.txt (the lines that hold the numbers, with
+# the seconds each step ended at) and one folder or log per step. Later steps are skipped once
+# PART_BUDGET_S (480) seconds have passed, and summary.txt says which.
+set -uo pipefail
+# shellcheck source=bench/moe/one_gpu_setup.sh
+source "$(dirname "$0")/moe/one_gpu_setup.sh"
+summary=$OUT/summary.txt
+note() { echo "[$SECONDS s] $*" | tee -a "$summary"; }
+in_time() { (( SECONDS < ${PART_BUDGET_S:-480} )) || { note "skipped (PART_BUDGET_S spent): $1"; return 1; }; }
+part=${PART:-}
+[[ $part == moe || $part == dflash ]] || { echo "one_gpu_goals.sh: set PART=moe or PART=dflash" >&2; exit 2; }
+command -v nvidia-smi >/dev/null || { echo "one_gpu_goals.sh: no nvidia-smi: this needs a GPU machine" >&2; exit 2; }
+note "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1), $(git rev-parse --short HEAD 2>/dev/null)"
+
+if [[ $part == moe ]]; then
+  launch/build.sh -DTOPOTRAIN_BUILD_TESTS=ON >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  note "built, $(grep -c 'warning:' "$OUT/build.log") compiler warnings"
+  (cd "$BUILD_DIR" && timeout 200 ctest -L gpu --output-on-failure >"$OUT/ctest-gpu.log" 2>&1)
+  note "ctest -L gpu: $(grep -E 'tests passed' "$OUT/ctest-gpu.log" || echo 'did not finish')"
+  in_time "bench/moe/run.sh one-gpu-goals" &&
+    OUT=$OUT/moe SKIP_BUILD=1 MOE_BENCH_SECTIONS=one-gpu-goals bash bench/moe/run.sh >"$OUT/moe-run.log" 2>&1
+  grep -E '^\| 1 GPU' "$OUT/moe/moe_bench.md" >>"$summary" 2>/dev/null
+  note "moe done"
+  exit 0
+fi
+
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+budget=16384
+(( mem < 100000 )) && budget=8192
+cmake_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)');$PWD/.deps/root/usr"
+{ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$cmake_prefix" -DTOPOTRAIN_BUILD_TESTS=OFF &&
+  cmake --build "$BUILD_DIR" -j "$(nproc --all)" --target dflash_train topotrain_report dflash_bench model_bench; } \
+  >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+note "built (budget $budget tokens)"
+# shellcheck source=/dev/null
+source launch/env.sh
+if in_time "target_forward.sh"; then
+  OUT=$OUT/target-forward SKIP_BUILD=1 TOKENS=$budget timeout 150 bash bench/dflash/target_forward.sh \
+    >"$OUT/target-forward.log" 2>&1
+  tail -1 "$OUT/target-forward.log" >>"$summary"
+fi
+if in_time "pipeline.sh 1t1d-one-gpu"; then
+  OUT=$OUT/pipeline SKIP_BUILD=1 RUNS=1t1d-one-gpu STEPS_1T1D=30 REPORT_SKIP=5 ONE_GPU_QUEUE=2 ONE_GPU_BUDGET=$budget \
+    RUN_TIMEOUT_S=150 timeout 160 bash bench/dflash/pipeline.sh >"$OUT/pipeline.log" 2>&1
+  grep -E 'target stream|drafter done|tokens/s|one GPU shared' "$OUT/pipeline.log" >>"$summary"
+fi
+if in_time "the drafter alone"; then
+  timeout 90 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 5 sdpa >"$OUT/drafter-alone.log" 2>&1
+  tail -1 "$OUT/drafter-alone.log" >>"$summary"
+fi
+if in_time "the target's forward alone"; then
+  MODEL_BENCH_FROZEN_TAPS=1,9,17,25,33 timeout 90 "$BUILD_DIR/bin/model_bench" qwen3-8b "$budget" 2048-6144 8 \
+    >"$OUT/target-alone.log" 2>&1
+  tail -1 "$OUT/target-alone.log" >>"$summary"
+fi
+if in_time "the drafter's profile"; then
+  mkdir -p "$OUT/drafter-profile"
+  timeout 90 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 2 sdpa "$OUT/drafter-profile" >"$OUT/drafter-profile.log" 2>&1
+  note "drafter profile: $(find "$OUT/drafter-profile" -type f -printf "%f ")"
+fi
+note "dflash done"
