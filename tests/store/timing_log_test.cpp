@@ -46,6 +46,7 @@ TEST(TimingLog, HoldsEveryRankAndStep) {
     TimingLogConfig config;
     config.gather_every = kEvery;
     config.flops_per_token = 1e9 * (rank + 1);
+    config.device_group = rank - rank % 2;  // as if ranks 0 and 1 shared a GPU, 2 and 3 another
     config.extra_fields = {"queue_depth_send"};
     TimingLog log(dir, MPI_COMM_WORLD, role_of(rank, world), config);
     for (int step = 0; step < kSteps; ++step) {
@@ -74,9 +75,11 @@ TEST(TimingLog, HoldsEveryRankAndStep) {
     ASSERT_EQ(data.roles.size(), static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) EXPECT_EQ(data.roles[r], role_of(r, world));
     ASSERT_EQ(data.ranks.rows, static_cast<std::size_t>(world));
-    for (std::size_t row = 0; row < data.ranks.rows; ++row)
-      EXPECT_EQ(data.ranks.at(row, data.ranks.column("flops_per_token")),
-                1e9 * (data.ranks.at(row, data.ranks.column("rank")) + 1));
+    for (std::size_t row = 0; row < data.ranks.rows; ++row) {
+      const double of_rank = data.ranks.at(row, data.ranks.column("rank"));
+      EXPECT_EQ(data.ranks.at(row, data.ranks.column("flops_per_token")), 1e9 * (of_rank + 1));
+      EXPECT_EQ(data.ranks.at(row, data.ranks.column("device_group")), of_rank - std::fmod(of_rank, 2));
+    }
     const TableData& steps = data.steps;
     ASSERT_EQ(steps.rows, static_cast<std::size_t>(kSteps * world));
     std::set<std::pair<int, int>> seen;
