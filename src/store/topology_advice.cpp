@@ -9,6 +9,7 @@
 #include "topotrain/core/topology_split.h"
 #include "topotrain/store/phase.h"
 #include "topotrain/store/run_report.h"
+#include "topotrain/store/shared_devices.h"
 
 namespace topotrain {
 namespace {
@@ -71,6 +72,7 @@ TopologyAdvice advise_topology(const StitchedRun& run) {
     advice.reason = "not a DFlash run of targets and drafters";
     return advice;
   }
+  advice.ranks_shared_gpus = !ranks_sharing_gpus(data).empty();
   double target_tokens = 0, target_busy = 0, drafter_tokens = 0, drafter_busy = 0;
   std::size_t drafter_steps = 0;
   std::vector<double> allreduce;
@@ -147,6 +149,9 @@ std::string format_topology_advice(const TopologyAdvice& advice, std::size_t sho
               split_name(advice.targets, advice.drafters), " (bound by ", advice.measured.bound, ")\n");
   if (!advice.allreduce_known)
     text += "  all-reduce unknown with 1 drafter: taken as free for 2+ drafters, so those predictions are upper bounds\n";
+  if (advice.ranks_shared_gpus)
+    text += "  ranks shared GPUs (the \"one GPU shared\" lines): these rates were measured while sharing, and a split "
+            "that changes who shares a GPU changes them, which the model does not know\n";
   text += "  split     tok/s  speedup  bound\n";
   for (std::size_t i = 0; i < std::min(shown, advice.splits.size()); ++i) {
     const SplitPrediction& p = advice.splits[i];

@@ -17,13 +17,24 @@ namespace {
 using Row = std::map<std::string, double>;  // /steps fields of one row; the rest 0 (loss unset)
 
 // One launch of `roles` (per rank) where every rank records `steps` rows equal to its
-// role's row, built in memory in the layout of timings_file.h.
+// role's row, built in memory in the layout of timings_file.h; `device_groups`, per rank,
+// fill /ranks' device_group (none: no /ranks, as in older files).
 StitchedRun synthetic_run(const std::vector<std::string>& roles, const std::map<std::string, Row>& row_of_role,
-                          int steps = 8) {
+                          int steps = 8, const std::vector<int>& device_groups = {}) {
   TimingsData data;
   data.path = "synthetic.h5";
   data.world_size = static_cast<int>(roles.size());
   data.roles = roles;
+  if (!device_groups.empty()) {
+    data.ranks.fields = rank_fields();
+    for (std::size_t rank = 0; rank < device_groups.size(); ++rank) {
+      for (const std::string& field : data.ranks.fields)
+        data.ranks.values.push_back(field == "rank"           ? static_cast<double>(rank)
+                                    : field == "device_group" ? device_groups[rank]
+                                                              : 0);
+      ++data.ranks.rows;
+    }
+  }
   data.steps.fields = step_fields({});
   for (int step = 1; step <= steps; ++step)
     for (std::size_t rank = 0; rank < roles.size(); ++rank) {
@@ -82,6 +93,20 @@ TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
   const std::string text = format_topology_advice(advice, 3);
   EXPECT_NE(text.find("recommended split: 4t4d (x4.00 predicted, bound by drafters)"), std::string::npos) << text;
   EXPECT_NE(text.find("upper bounds"), std::string::npos) << text;
+  EXPECT_EQ(text.find("ranks shared GPUs"), std::string::npos) << text;
+
+  // The same rates from seven targets on one GPU and the drafter on another: the model cannot
+  // know what a split that moves ranks between GPUs does to them, and says so.
+  const Row target = {{"forward", 0.02}, {"queue_wait", 0.08}, {"wall", 0.1}, {"tokens", 1000}};
+  const Row drafter = {{"forward", 0.1}, {"wall", 0.1}, {"tokens", 1000}, {"loss", 2}};
+  const StitchedRun shared =
+      synthetic_run(split_roles(7, 1), {{"target", target}, {"drafter", drafter}}, 8, {0, 0, 0, 0, 0, 0, 0, 7});
+  const TopologyAdvice shared_advice = advise_topology(shared);
+  EXPECT_TRUE(shared_advice.ranks_shared_gpus);
+  EXPECT_NE(format_topology_advice(shared_advice, 3).find("ranks shared GPUs"), std::string::npos);
+  EXPECT_FALSE(advise_topology(synthetic_run(split_roles(7, 1), {{"target", target}, {"drafter", drafter}}, 8,
+                                             {0, 1, 2, 3, 4, 5, 6, 7}))
+                   .ranks_shared_gpus);
 
   // The file written for it is the demo's topology with those role counts.
   const std::string written = recommended_topology_text(advice, read_source_file("topology/cpu-7t1d.toml"), "demo");

@@ -25,8 +25,12 @@ struct SharedDevice {
   double mfu = -1;
 };
 
-// Every group of two or more ranks on one GPU with rows after the stitch's skip, launch by
-// launch; none for files without device_group (older) or for CPU ranks (-1).
+// The ranks of a launch that shared a GPU: one ascending list per GPU that two or more ran
+// on; none where the launch's timings lack device_group (older files) or its ranks ran on
+// CPUs (-1).
+std::vector<std::vector<int>> ranks_sharing_gpus(const TimingsData& launch);
+
+// Every group of ranks_sharing_gpus with rows after the stitch's skip, launch by launch.
 std::vector<SharedDevice> shared_devices(const StitchedRun& run);
 
 // One line per shared device, "" for none.

@@ -55,6 +55,10 @@ struct TopologyAdvice {
   double drafter_tokens_per_step = 0, drafter_compute_seconds = 0;  // b, c
   double allreduce_seconds = 0;    // a(D) measured, 0 with one drafter
   bool allreduce_known = false;    // false with one drafter: a(D' >= 2) taken as 0
+  // Some of the newest launch's ranks shared a GPU (shared_devices.h): their rates are
+  // rates while sharing, and a split that changes who shares a GPU changes them, which the
+  // model does not know.
+  bool ranks_shared_gpus = false;
   double measured_throughput = 0;  // drafters' tokens per second of wall, summed
   SplitPrediction measured;        // the model at the measured split
   std::vector<SplitPrediction> splits;  // every possible split, fastest first; ties keep the measured one first
