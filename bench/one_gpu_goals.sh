@@ -46,9 +46,7 @@ fi
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 budget=16384
 (( mem < 100000 )) && budget=8192
-cmake_prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)');$PWD/.deps/root/usr"
-{ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$cmake_prefix" -DTOPOTRAIN_BUILD_TESTS=OFF &&
-  cmake --build "$BUILD_DIR" -j "$(nproc --all)" --target dflash_train topotrain_report dflash_bench model_bench; } \
+BUILD_TARGETS="dflash_train topotrain_report dflash_bench model_bench" launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 note "built (budget $budget tokens)"
 # shellcheck source=/dev/null

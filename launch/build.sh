@@ -5,6 +5,7 @@
 # (Debian's libtorch-dev). toml++, PCRE2 and utf8proc unpacked into .deps/root
 # (launch/prepare-gpu-deps.sh) are used when present.
 #   launch/build.sh [extra cmake args...]
+# BUILD_TARGETS (space-separated CMake targets) builds only those.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
@@ -17,4 +18,6 @@ joined=$(IFS=';'; echo "${prefix[*]:-}")
 # Configuring every time is cheap when nothing changed, and repairs a build folder whose
 # first configure failed.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-Release} -DCMAKE_PREFIX_PATH="$joined" "$@" >/dev/null
-cmake --build "$build" -j "${JOBS:-$(nproc --all)}"
+targets=()
+for target in ${BUILD_TARGETS:-}; do targets+=(--target "$target"); done
+cmake --build "$build" -j "${JOBS:-$(nproc --all)}" "${targets[@]}"

@@ -93,9 +93,9 @@ bool same_layout(const CheckpointWriter::Snapshot& snapshot, const std::map<std:
 // step's read, which queues behind them on the copy engine, or an allocation that CUDA
 // orders after the work of every stream. The bound is in bytes, not chunks: most of a
 // model's ~400 state tensors are far smaller than a chunk, and under a bound of two chunks
-// each small copy waited for the one two before it; the copy then took 0.14 s on an H100
-// against 0.11 s issued at once (the bytes bound lets small copies queue together; its rate
-// is not measured yet).
+// each small copy waited for the one two before it. The copy takes 0.14 s on an H100 under
+// either bound, against 0.11 s issued at once (when the next step's forward waited for all of
+// it); why is not known (bench/moe/RESULTS.md, "2026-12-06, night").
 constexpr std::size_t kCopyChunkBytes = std::size_t{32} << 20;
 constexpr std::size_t kCopyBytesInFlight = 2 * kCopyChunkBytes;
 

@@ -187,13 +187,10 @@ RunReport analyse_timings(const StitchedRun& run, std::size_t slowest_count) {
       for (std::size_t p = 0; p < kPhaseCount; ++p)
         if (data.span_phases[index] == phase_names()[p]) of_rank[rank].on_device[p] = true;
     }
-    const int c_rank = data.ranks.column("rank");
-    const int c_flops = data.ranks.column("flops_per_token"), c_peak = data.ranks.column("peak_flops");
-    for (std::size_t row = 0; c_rank >= 0 && row < data.ranks.rows; ++row) {
-      const auto rank = static_cast<std::size_t>(data.ranks.at(row, c_rank));
-      if (rank >= of_rank.size()) continue;
-      of_rank[rank].flops_per_token = c_flops >= 0 ? data.ranks.at(row, c_flops) : 0;
-      of_rank[rank].peak = c_peak >= 0 ? data.ranks.at(row, c_peak) : 0;
+    const std::vector<RankRecord> records = rank_records(data);
+    for (std::size_t rank = 0; rank < of_rank.size(); ++rank) {
+      of_rank[rank].flops_per_token = records[rank].flops_per_token;
+      of_rank[rank].peak = records[rank].peak_flops;
     }
   }
   for (const StitchedRow& row : run.rows)

@@ -10,19 +10,13 @@
 namespace topotrain {
 
 std::vector<std::vector<int>> ranks_sharing_gpus(const TimingsData& launch) {
-  const int c_rank = launch.ranks.column("rank"), c_group = launch.ranks.column("device_group");
-  std::map<int, std::vector<int>> groups;  // by device_group
-  for (std::size_t row = 0; c_rank >= 0 && c_group >= 0 && row < launch.ranks.rows; ++row) {
-    const int group = static_cast<int>(launch.ranks.at(row, c_group));
-    const int rank = static_cast<int>(launch.ranks.at(row, c_rank));
-    if (group >= 0 && rank >= 0 && rank < launch.world_size) groups[group].push_back(rank);
-  }
+  const std::vector<RankRecord> records = rank_records(launch);
+  std::map<int, std::vector<int>> groups;  // by device_group; ranks ascending
+  for (std::size_t rank = 0; rank < records.size(); ++rank)
+    if (records[rank].device_group >= 0) groups[records[rank].device_group].push_back(static_cast<int>(rank));
   std::vector<std::vector<int>> shared;
-  for (auto& [group, ranks] : groups) {
-    if (ranks.size() < 2) continue;
-    std::sort(ranks.begin(), ranks.end());
-    shared.push_back(std::move(ranks));
-  }
+  for (auto& [group, ranks] : groups)
+    if (ranks.size() >= 2) shared.push_back(std::move(ranks));
   return shared;
 }
 
@@ -30,8 +24,7 @@ std::vector<SharedDevice> shared_devices(const StitchedRun& run) {
   std::vector<SharedDevice> devices;
   for (std::size_t li = 0; li < run.launches.size(); ++li) {
     const TimingsData& data = run.launches[li];
-    const int c_rank = data.ranks.column("rank");
-    const int c_flops = data.ranks.column("flops_per_token"), c_peak = data.ranks.column("peak_flops");
+    const std::vector<RankRecord> records = rank_records(data);
     struct Member {
       int rank = 0;
       double flops_per_token = 0, peak = 0;
@@ -40,12 +33,8 @@ std::vector<SharedDevice> shared_devices(const StitchedRun& run) {
     for (const std::vector<int>& ranks : ranks_sharing_gpus(data)) {
       std::vector<Member> members(ranks.size());
       for (std::size_t m = 0; m < ranks.size(); ++m) {
-        members[m].rank = ranks[m];
-        for (std::size_t row = 0; row < data.ranks.rows; ++row) {
-          if (static_cast<int>(data.ranks.at(row, c_rank)) != ranks[m]) continue;
-          members[m].flops_per_token = c_flops >= 0 ? data.ranks.at(row, c_flops) : 0;
-          members[m].peak = c_peak >= 0 ? data.ranks.at(row, c_peak) : 0;
-        }
+        const RankRecord& record = records[static_cast<std::size_t>(ranks[m])];
+        members[m] = {ranks[m], record.flops_per_token, record.peak_flops, {}};
       }
       for (const StitchedRow& row : run.rows) {
         if (row.launch != li) continue;

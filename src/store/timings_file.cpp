@@ -152,6 +152,22 @@ TimingsData read_timings(const std::string& path) { return std::move(read_all(pa
 
 std::vector<TimingsData> read_timing_launches(const std::string& path) { return read_all(path, true); }
 
+std::vector<RankRecord> rank_records(const TimingsData& launch) {
+  std::vector<RankRecord> records(static_cast<std::size_t>(std::max(launch.world_size, 0)));
+  const TableData& ranks = launch.ranks;
+  const int c_rank = ranks.column("rank"), c_flops = ranks.column("flops_per_token"),
+            c_peak = ranks.column("peak_flops"), c_group = ranks.column("device_group");
+  for (std::size_t row = 0; c_rank >= 0 && row < ranks.rows; ++row) {
+    const double rank = ranks.at(row, c_rank);
+    if (!(rank >= 0 && rank < static_cast<double>(records.size()))) continue;
+    RankRecord& record = records[static_cast<std::size_t>(rank)];
+    if (c_flops >= 0) record.flops_per_token = ranks.at(row, c_flops);
+    if (c_peak >= 0) record.peak_flops = ranks.at(row, c_peak);
+    if (c_group >= 0) record.device_group = static_cast<int>(ranks.at(row, c_group));
+  }
+  return records;
+}
+
 int fold_launches(hid_t to, const std::string& from) {
   H5Handle source = open_without_lock(from);
   std::set<double> started;

@@ -74,6 +74,16 @@ TimingsData read_timings(const std::string& path);
 // Every launch in the file, oldest first; the last is what read_timings returns.
 std::vector<TimingsData> read_timing_launches(const std::string& path);
 
+// A launch's /ranks row of one rank, by name: 0 (unknown) where the file lacks a column, and
+// device_group -1 (not a GPU rank).
+struct RankRecord {
+  double flops_per_token = 0;
+  double peak_flops = 0;
+  int device_group = -1;
+};
+// Indexed by rank, world_size entries; a rank without a row keeps the defaults.
+std::vector<RankRecord> rank_records(const TimingsData& launch);
+
 // Writer side. Copies every launch of the timings file at `from` that recorded a step into
 // `to`'s /launches group, under its own launch number (one after the last already there
 // when it has none, or when it is not higher), and returns the highest launch number
