@@ -7,6 +7,7 @@ source launch/env.sh
 [[ -x $BUILD_DIR/bin/dflash_train ]] || JOBS=$(nproc --all) launch/build.sh >/dev/null
 bin=$BUILD_DIR/bin
 results=${OUT:-$(mktemp -d)}
+mkdir -p "$results"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 bench/moe/make_dataset.py "$work/docs.h5" --tokens 4000000 --mean-len 4096 >/dev/null

@@ -40,11 +40,6 @@ torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, con
   return torch::cat(outputs, 0);
 }
 
-// Whether autograd will ask for the attention's backward (not so in a frozen DFlash target).
-bool gradient_follows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  return torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
-}
-
 // cuDNN's dense kernel takes half-precision CUDA tensors; the math path everything else.
 [[maybe_unused]] bool cudnn_applies(const torch::Tensor& q) {
   return q.is_cuda() && (q.scalar_type() == torch::kBFloat16 || q.scalar_type() == torch::kFloat16);
@@ -56,7 +51,8 @@ torch::Tensor dense_causal_attention(const torch::Tensor& q, const torch::Tensor
 #if TOPOTRAIN_HAS_CUDNN_ATTENTION
   if (cudnn_applies(q)) {
     // The log-sum-exp is the backward's input; grouped k/v heads go in as they are.
-    return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/{}, gradient_follows(q, k, v),
+    return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/{},
+                                                                attention_gradient_follows(q, k, v),
                                                                 /*dropout_p=*/0.0, /*is_causal=*/true,
                                                                 /*return_debug_mask=*/false, scale));
   }
@@ -211,6 +207,10 @@ torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, co
 
 }  // namespace
 
+bool attention_gradient_follows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return torch::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
 std::string to_string(AttentionBackend backend) {
   switch (backend) {
     case AttentionBackend::math_per_document:
@@ -321,7 +321,7 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
         throw std::invalid_argument(cat("varlen_causal_attention: document windows ending at token ", end, " for ",
                                         q.size(0), " tokens"));
       }
-      return DocumentWindowsFunction::apply(q, k, v, layout.windows, scale, gradient_follows(q, k, v));
+      return DocumentWindowsFunction::apply(q, k, v, layout.windows, scale, attention_gradient_follows(q, k, v));
     }
   }
   throw std::logic_error("varlen_causal_attention: unknown backend");

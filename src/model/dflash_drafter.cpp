@@ -4,14 +4,11 @@
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/model/host_values.h"
 #include "topotrain/model/lm_loss.h"
 
 namespace topotrain::model {
 namespace {
-
-torch::Tensor host_int64(const std::vector<int64_t>& values, const torch::Device& device) {
-  return torch::tensor(values, torch::kInt64).to(device);
-}
 
 void check_target_tensor(const torch::Tensor& t, torch::IntArrayRef expected, const char* name) {
   if (!t.defined() || t.sizes() != expected) {
@@ -130,7 +127,7 @@ torch::Tensor DFlashDrafterImpl::forward_blocks(const DFlashBatch& batch, const 
   auto context = hidden_norm(fc(batch.taps.to(compute_dtype_)));  // [T, H]
   const RotaryTables context_rotary = rotary_tables(batch.packed.positions, c.head_dim, c.rope_theta, compute_dtype_);
 
-  auto anchors = host_int64(blocks.anchor_rows, device);
+  auto anchors = host_values_on(blocks.anchor_rows, device);
   auto slots = torch::arange(B, anchors.options());
   auto block_tokens = torch::full({n, B}, config_.mask_token_id, anchors.options());
   block_tokens.select(1, 0).copy_(batch.packed.tokens.index_select(0, anchors));
@@ -147,6 +144,7 @@ torch::Tensor DFlashDrafterImpl::draft_layers(const torch::Tensor& block_tokens,
                                               const DFlashBlocks& blocks, const ContextKeysValues& context_kv,
                                               const DFlashAttentionOptions& attention) {
   ResidualStream stream{torch::embedding(target_embed_tokens, block_tokens).to(compute_dtype_), {}};
+  const auto plan = plan_dflash_attention(blocks, attention, block_tokens.options().dtype(compute_dtype_));
   for (size_t i = 0; i < layers->size(); ++i) {
     auto& layer = *layers->ptr<DecoderLayerImpl>(i);
     auto& attn = *layer.self_attn;
@@ -154,8 +152,8 @@ torch::Tensor DFlashDrafterImpl::draft_layers(const torch::Tensor& block_tokens,
     auto queries = attn.project_queries(normed, block_rotary);
     auto block_kv = attn.project_keys_values(normed, block_rotary);
     const AttentionImpl::KeysValues context = context_kv(i, attn);
-    auto attended = dflash_attention(queries, context.keys, context.values, block_kv.keys, block_kv.values, blocks,
-                                     attn.scale(), attention);
+    auto attended =
+        dflash_attention(queries, context.keys, context.values, block_kv.keys, block_kv.values, plan, attn.scale());
     stream = layer.feed_forward(x, attn.project_output(attended), ExpertBackend::sorted_loop, nullptr);
   }
   return stream.value();
@@ -180,19 +178,20 @@ DFlashStepOutput DFlashDrafterImpl::forward(const DFlashBatch& batch, const DFla
     return out;
   }
 
-  auto slot_rows = host_int64(rows.slot_row, device);
-  auto labels = batch.packed.tokens.index_select(0, host_int64(rows.label_row, device));
+  auto slot_rows = host_values_on(rows.slot_row, device);
+  auto labels = batch.packed.tokens.index_select(0, host_values_on(rows.label_row, device));
   auto normed = rms_norm(hidden.index_select(0, slot_rows), target_norm, config_.target.rms_norm_eps);
   LinearCrossEntropyOptions options;
   options.chunk_rows = config_.loss_chunk_rows;
-  options.row_weights = torch::tensor(rows.weight, torch::kFloat32).to(device);
+  options.row_weights = host_values_on(rows.weight, device);
   options.argmax = true;
   if (config_.loss == DFlashLoss::kl) {
-    options.teacher_hidden = batch.final_hidden.index_select(0, host_int64(rows.teacher_row, device)).to(compute_dtype_);
+    const auto teacher_rows = host_values_on(rows.teacher_row, device);
+    options.teacher_hidden = batch.final_hidden.index_select(0, teacher_rows).to(compute_dtype_);
   }
   auto ce = linear_cross_entropy(normed, target_lm_head.to(compute_dtype_), labels, options);
   out.loss_sum = ce.loss;
-  out.label_slots = host_int64(rows.slot, device);
+  out.label_slots = host_values_on(rows.slot, device);
   out.labels = labels;
   out.slot_correct.index_add_(0, out.label_slots, ce.argmax.eq(labels).to(torch::kInt64));
   return out;

@@ -109,3 +109,36 @@ TEST_F(DFlashAttentionTest, ChunksCoverEveryBlockOnceWithinTheBudget) {
   }
   EXPECT_EQ(next, blocks.num_blocks());
 }
+
+// A drafter plans once and every layer attends with that plan: the plan must carry nothing
+// from one attention to the next, and must refuse queries it was not made for.
+TEST_F(DFlashAttentionTest, OnePlanServesEveryLayerAndRefusesOtherQueries) {
+  const int64_t B = 4, hq = 4, hkv = 1, dim = 8;
+  const std::vector<int64_t> cu{0, 14, 25};
+  const int64_t T = cu.back();
+  const auto blocks = mdl::blocks_at(torch::tensor(std::vector<int32_t>{0, 14, 25}), torch::ones({T}, torch::kUInt8),
+                                     B, {1, 5, 6, 12, 14, 20});
+  const int64_t Q = blocks.num_blocks() * B;
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  mdl::DFlashAttentionOptions options;
+  options.max_chunk_scores = 100;
+  const auto plan = mdl::plan_dflash_attention(blocks, options, opts);
+  ASSERT_GT(plan.chunks.size(), 2u);
+  for (int layer = 0; layer < 3; ++layer) {
+    auto q = torch::randn({Q, hq, dim}, opts), ck = torch::randn({T, hkv, dim}, opts),
+         cv = torch::randn({T, hkv, dim}, opts), bk = torch::randn({Q, hkv, dim}, opts),
+         bv = torch::randn({Q, hkv, dim}, opts);
+    auto out = mdl::dflash_attention(q, ck, cv, bk, bv, plan, 0.3);
+    auto reference = dense_reference(q, ck, cv, bk, bv, cu, blocks, 0.3);
+    EXPECT_LE((out - reference).abs().max().item<double>(), 1e-12) << "layer " << layer;
+  }
+  auto q32 = torch::randn({Q, hq, dim}), k32 = torch::randn({T, hkv, dim}), b32 = torch::randn({Q, hkv, dim});
+  try {
+    mdl::dflash_attention(q32, k32, k32, b32, b32, plan, 0.3);
+    FAIL() << "float queries passed a plan made for double";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("the plan was made for Double on cpu, the queries are Float on cpu"),
+              std::string::npos)
+        << e.what();
+  }
+}

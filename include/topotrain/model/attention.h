@@ -86,6 +86,10 @@ DocumentLayout layout_documents(const torch::Tensor& cu_seqlens, int64_t max_seq
 // windows", "flash varlen (...)".
 std::string describe(const DocumentLayout& layout);
 
+// Whether autograd will ask for an attention's backward (not so in a frozen DFlash target):
+// a fused kernel then writes the log-sum-exp its backward reads.
+bool attention_gradient_follows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
 // q [T, Hq, D], k and v [T, Hkv, D] (Hq a multiple of Hkv, grouped as HF's repeat_kv).
 // Returns [T, Hq, D] in q's dtype.
 torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -24,9 +24,12 @@ enum class DFlashAttentionBackend {
   // Scores per chunk, [heads, blocks, B, context + B], masked, fp32 softmax; any device and
   // dtype. Autograd keeps each chunk's probabilities for backward.
   math_chunked,
-  // at::scaled_dot_product_attention per chunk with an additive mask of [chunk queries,
-  // context + chunk block keys] (a fused kernel on CUDA, cuDNN's or the memory-efficient
-  // one: only the log-sum-exp is kept for backward). Needs torch >= 2.1 (TOPOTRAIN_HAS_SDPA).
+  // A fused attention kernel per chunk with an additive mask of [chunk queries, context +
+  // chunk block keys]; only the log-sum-exp is kept for backward. With bucketed shapes
+  // (sdpa_context_multiple > 0) cuDNN's, called directly with the grouped k/v heads as they
+  // are (where this build has it: TOPOTRAIN_HAS_CUDNN_ATTENTION); otherwise
+  // at::scaled_dot_product_attention's memory-efficient kernel on k/v repeated per query
+  // head. Needs torch >= 2.1 (TOPOTRAIN_HAS_SDPA).
   sdpa_chunked,
 };
 std::string to_string(DFlashAttentionBackend backend);
@@ -61,8 +64,30 @@ struct DFlashAttentionChunk {
 std::vector<DFlashAttentionChunk> plan_dflash_chunks(const DFlashBlocks& blocks, int64_t max_scores,
                                                      int64_t max_blocks);
 
+// What every layer's attention over one set of blocks shares: the chunks and, on the
+// device, what each chunk's mask is made of. A drafter plans once per forward and its
+// layers reuse the plan: each SDPA mask is about ten small kernels, and a plan per layer
+// multiplied them (and the visible lengths' host copy) by the number of layers.
+struct DFlashAttentionPlan {
+  DFlashAttentionOptions options;
+  int64_t block_size = 0, num_blocks = 0;
+  std::vector<DFlashAttentionChunk> chunks;
+  std::vector<int64_t> document_begin;  // each document's first context row
+  torch::Tensor visible;                // math_chunked: int64 [blocks], visible context rows
+  std::vector<torch::Tensor> masks;     // sdpa_chunked: per chunk, additive [queries, keys]
+  torch::Device device = torch::kCPU;   // where, and in which dtype, the queries must be
+  torch::ScalarType dtype = torch::kFloat32;
+};
+// `like`: the device and dtype of the queries the plan will serve.
+DFlashAttentionPlan plan_dflash_attention(const DFlashBlocks& blocks, const DFlashAttentionOptions& options,
+                                          const torch::TensorOptions& like);
+
 // q [N*B, Hq, D] (block slots, in block order), context_k/v [T, Hkv, D] (the packed rows),
 // block_k/v [N*B, Hkv, D]; Hq a multiple of Hkv. Returns [N*B, Hq, D] in q's dtype.
+torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& context_k, const torch::Tensor& context_v,
+                               const torch::Tensor& block_k, const torch::Tensor& block_v,
+                               const DFlashAttentionPlan& plan, double scale);
+// One attention on its own: plans for q, then attends.
 torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& context_k, const torch::Tensor& context_v,
                                const torch::Tensor& block_k, const torch::Tensor& block_v, const DFlashBlocks& blocks,
                                double scale, const DFlashAttentionOptions& options);
