@@ -46,18 +46,65 @@ torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, con
   return out.permute({2, 3, 0, 1, 4}).reshape({n * B, hkv * groups, dim});
 }
 
+// A chunk's padded shape for the fused kernel: its queries (block slots) and context rows
+// after bucketing (DFlashAttentionOptions::sdpa_context_multiple).
+struct PaddedChunk {
+  int64_t queries, context_rows;
+};
+PaddedChunk padded_chunk(const DFlashAttentionChunk& c, int64_t block_size, const DFlashAttentionOptions& options) {
+  const int64_t rows = (c.last_block - c.first_block) * block_size, multiple = options.sdpa_context_multiple;
+  if (multiple <= 0) return {rows, c.context_rows};
+  return {std::max(rows, options.max_sdpa_chunk_blocks * block_size),
+          (c.context_rows + multiple - 1) / multiple * multiple};
+}
+
+// Inputs context [T, H, D] and blocks [N*B, H, D]; per chunk, 6 integers ride along: its first
+// context row and count, padded context rows, first block slot and count, padded queries.
+class ChunkRowsFunction : public torch::autograd::Function<ChunkRowsFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& context,
+                                                const torch::Tensor& blocks, const std::vector<int64_t>& layout) {
+    torch::autograd::variable_list chunks;
+    for (size_t i = 0; i < layout.size(); i += 6) {
+      const int64_t* c = &layout[i];
+      std::vector<torch::Tensor> pieces{context.narrow(0, c[0], c[1])};
+      if (c[2] > c[1]) pieces.push_back(context.new_zeros({c[2] - c[1], context.size(1), context.size(2)}));
+      pieces.push_back(blocks.narrow(0, c[3], c[4]));
+      if (c[5] > c[4]) pieces.push_back(blocks.new_zeros({c[5] - c[4], blocks.size(1), blocks.size(2)}));
+      chunks.push_back(torch::cat(pieces, 0));
+    }
+    ctx->saved_data["layout"] = layout;
+    ctx->saved_data["context_rows"] = context.size(0);
+    return chunks;
+  }
+
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx,
+                                               torch::autograd::tensor_list grads) {
+    const auto layout = ctx->saved_data["layout"].toIntVector();
+    const int64_t context_rows = ctx->saved_data["context_rows"].toInt();
+    torch::Tensor grad_context;
+    std::vector<torch::Tensor> grad_blocks;
+    for (size_t i = 0; i < layout.size(); i += 6) {
+      const int64_t* c = &layout[i];
+      const auto& grad = grads[i / 6];
+      // The chunks partition the block slots in order, so their rows concatenate to the whole
+      // gradient; context rows are shared by the chunks of a document and add up.
+      grad_blocks.push_back(grad.narrow(0, c[2], c[4]));
+      if (!grad_context.defined()) grad_context = grad.new_zeros({context_rows, grad.size(1), grad.size(2)});
+      grad_context.narrow(0, c[0], c[1]).add_(grad.narrow(0, 0, c[1]));
+    }
+    return {grad_context, torch::cat(grad_blocks, 0), torch::Tensor()};
+  }
+};
+
 #if TOPOTRAIN_HAS_SDPA
-// One chunk's additive mask, [queries, L + queries]: query slot i (of block i / B) sees the
-// first visible[i / B] context rows and its own block's keys. With options.sdpa_context_multiple
-// > 0 the chunk is padded to a bucketed shape: queries to max_sdpa_chunk_blocks blocks (padded
-// blocks see only their own zero keys, so no row is all -inf), context rows up to the
-// multiple (hidden like any row past the prefix).
-torch::Tensor sdpa_chunk_mask(const torch::Tensor& visible, int64_t context_rows, int64_t block_size,
-                              const DFlashAttentionOptions& options, torch::ScalarType dtype) {
-  const int64_t rows = visible.size(0) * block_size, multiple = options.sdpa_context_multiple;
-  const bool bucketed = multiple > 0;
-  const int64_t queries = bucketed ? std::max(rows, options.max_sdpa_chunk_blocks * block_size) : rows;
-  const int64_t L = bucketed ? (context_rows + multiple - 1) / multiple * multiple : context_rows;
+// One chunk's additive mask, [queries, L + queries] of its padded shape: query slot i (of block
+// i / B) sees the first visible[i / B] context rows and its own block's keys. Padded queries
+// form blocks that see only their own zero keys, so no row is all -inf; padded context rows
+// are hidden like any row past the prefix.
+torch::Tensor sdpa_chunk_mask(const torch::Tensor& visible, const PaddedChunk& shape, int64_t block_size,
+                              torch::ScalarType dtype) {
+  const int64_t queries = shape.queries, L = shape.context_rows;
   auto opts = visible.options();
   auto query_block = torch::arange(queries, opts).div(block_size, "floor");  // [queries]
   auto padded_visible = torch::zeros({queries / block_size}, opts);
@@ -68,34 +115,22 @@ torch::Tensor sdpa_chunk_mask(const torch::Tensor& visible, int64_t context_rows
       .masked_fill(torch::cat({ctx_allowed, blk_allowed}, 1).logical_not(), kMinusInfinity);
 }
 
-// Each tensor's rows followed by zero rows up to its count, one after the other: a chunk's
-// keys or values (or its padded queries) in one copy.
-torch::Tensor padded_rows(std::initializer_list<std::pair<torch::Tensor, int64_t>> parts) {
-  std::vector<torch::Tensor> pieces;
-  for (const auto& [t, rows] : parts) {
-    pieces.push_back(t);
-    if (rows > t.size(0)) pieces.push_back(t.new_zeros({rows - t.size(0), t.size(1), t.size(2)}));
-  }
-  return pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
-}
-
-torch::Tensor sdpa_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
-                         const torch::Tensor& blk_k, const torch::Tensor& blk_v, const torch::Tensor& mask,
+// keys and values: the chunk's, as sdpa_chunk_rows assembles them.
+torch::Tensor sdpa_chunk(const torch::Tensor& q, torch::Tensor keys, torch::Tensor values, const torch::Tensor& mask,
                          double scale, const DFlashAttentionOptions& options) {
-  const int64_t rows = q.size(0), queries = mask.size(0), L = mask.size(1) - queries;
-  const int64_t groups = q.size(1) / blk_k.size(1);
+  const int64_t rows = q.size(0), queries = mask.size(0), groups = q.size(1) / keys.size(1);
   const bool bucketed = options.sdpa_context_multiple > 0;
   // [1, heads, rows, D] views of [rows, heads, D]: the kernels take any strides.
   auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1).unsqueeze(0); };
-  auto query = heads_first(padded_rows({{q, queries}}));
-  auto keys = padded_rows({{ctx_k, L}, {blk_k, queries}}), values = padded_rows({{ctx_v, L}, {blk_v, queries}});
+  auto query = heads_first(
+      rows < queries ? torch::cat({q, q.new_zeros({queries - rows, q.size(1), q.size(2)})}, 0) : q);
   torch::Tensor out;
 #if TOPOTRAIN_HAS_CUDNN_ATTENTION
   // cuDNN's kernel is the fastest here and takes grouped k/v heads, but plans each new
   // shape: only bucketed shapes repeat. The log-sum-exp is the backward's input.
   if (bucketed) {
     out = std::get<0>(at::_scaled_dot_product_cudnn_attention(
-        query, heads_first(keys), heads_first(values), mask.view({1, 1, queries, L + queries}),
+        query, heads_first(keys), heads_first(values), mask.view({1, 1, queries, mask.size(1)}),
         attention_gradient_follows(q, keys, values),
         /*dropout_p=*/0.0, /*is_causal=*/false, /*return_debug_mask=*/false, scale));
     return out.squeeze(0).transpose(0, 1).narrow(0, 0, rows);
@@ -179,7 +214,7 @@ DFlashAttentionPlan plan_dflash_attention(const DFlashBlocks& blocks, const DFla
   if (sdpa) {
     for (const auto& c : plan.chunks) {
       plan.masks.push_back(sdpa_chunk_mask(plan.visible.narrow(0, c.first_block, c.last_block - c.first_block),
-                                           c.context_rows, plan.block_size, options, plan.dtype));
+                                           padded_chunk(c, plan.block_size, options), plan.block_size, plan.dtype));
     }
   }
 #endif
@@ -205,36 +240,52 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
   if (plan.chunks.empty()) return torch::empty_like(q);
   // Split once, not narrowed per chunk: a narrow's backward writes a zero-filled gradient of
   // the whole input, and those add up over the chunks (O(chunks x tensor) memory traffic).
-  // The chunks partition the block rows in order; each chunk's context is a prefix of its
-  // document's rows, so only documents are split off the context.
-  std::vector<int64_t> chunk_rows, document_rows;
+  // The chunks partition the block rows in order.
+  std::vector<int64_t> chunk_rows;
   for (const auto& c : plan.chunks) chunk_rows.push_back((c.last_block - c.first_block) * B);
+  const auto q_parts = q.split_with_sizes(chunk_rows);
+  std::vector<torch::Tensor> outputs;
+  outputs.reserve(plan.chunks.size());
+#if TOPOTRAIN_HAS_SDPA
+  if (!plan.masks.empty()) {
+    const auto keys = sdpa_chunk_rows(context_k, block_k, plan), values = sdpa_chunk_rows(context_v, block_v, plan);
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      outputs.push_back(sdpa_chunk(q_parts[i], keys[i], values[i], plan.masks[i], scale, plan.options));
+    }
+    return torch::cat(outputs, 0);
+  }
+#endif
+  // Each chunk's context is a prefix of its document's rows, so only documents are split off
+  // the context.
+  std::vector<int64_t> document_rows;
   const auto documents = plan.document_begin.size();
   for (size_t d = 0; d < documents; ++d) {
     const int64_t end = d + 1 < documents ? plan.document_begin[d + 1] : context_k.size(0);
     document_rows.push_back(end - plan.document_begin[d]);
   }
-  const auto q_parts = q.split_with_sizes(chunk_rows), k_parts = block_k.split_with_sizes(chunk_rows),
-             v_parts = block_v.split_with_sizes(chunk_rows);
+  const auto k_parts = block_k.split_with_sizes(chunk_rows), v_parts = block_v.split_with_sizes(chunk_rows);
   const auto ctx_k_docs = context_k.split_with_sizes(document_rows),
              ctx_v_docs = context_v.split_with_sizes(document_rows);
-  std::vector<torch::Tensor> outputs;
-  outputs.reserve(plan.chunks.size());
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
     const auto& c = plan.chunks[i];
     auto ctx_k = ctx_k_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
     auto ctx_v = ctx_v_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
-    if (!plan.masks.empty()) {
-#if TOPOTRAIN_HAS_SDPA
-      outputs.push_back(
-          sdpa_chunk(q_parts[i], ctx_k, ctx_v, k_parts[i], v_parts[i], plan.masks[i], scale, plan.options));
-#endif
-      continue;
-    }
     auto visible = plan.visible.narrow(0, c.first_block, c.last_block - c.first_block);
     outputs.push_back(math_chunk(q_parts[i], ctx_k, ctx_v, k_parts[i], v_parts[i], visible, B, scale));
   }
   return torch::cat(outputs, 0);
+}
+
+std::vector<torch::Tensor> sdpa_chunk_rows(const torch::Tensor& context, const torch::Tensor& blocks,
+                                           const DFlashAttentionPlan& plan) {
+  std::vector<int64_t> layout;
+  for (const auto& c : plan.chunks) {
+    const PaddedChunk shape = padded_chunk(c, plan.block_size, plan.options);
+    layout.insert(layout.end(), {plan.document_begin[static_cast<size_t>(c.document)], c.context_rows,
+                                 shape.context_rows, c.first_block * plan.block_size,
+                                 (c.last_block - c.first_block) * plan.block_size, shape.queries});
+  }
+  return ChunkRowsFunction::apply(context, blocks, layout);
 }
 
 torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& context_k, const torch::Tensor& context_v,

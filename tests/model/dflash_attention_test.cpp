@@ -142,3 +142,49 @@ TEST_F(DFlashAttentionTest, OnePlanServesEveryLayerAndRefusesOtherQueries) {
         << e.what();
   }
 }
+
+// The SDPA path's keys per chunk: [context prefix, zeros to the padded context, the chunk's
+// block slots, zeros to the padded queries], against a gather from the definition; gradients
+// added up over the chunks that share context rows.
+TEST_F(DFlashAttentionTest, SdpaChunkRowsArePaddedPrefixesAndBlocksWithGradientsAddedUp) {
+  const int64_t B = 4, heads = 2, dim = 3, multiple = 8, min_blocks = 3;
+  const std::vector<int64_t> cu{0, 14, 25};
+  const int64_t T = cu.back();
+  const auto blocks = mdl::blocks_at(torch::tensor(std::vector<int32_t>{0, 14, 25}), torch::ones({T}, torch::kUInt8),
+                                     B, {1, 5, 6, 9, 12, 14, 17, 20, 23});
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  mdl::DFlashAttentionOptions options;
+  options.max_chunk_scores = 100;
+  options.sdpa_context_multiple = multiple;
+  options.max_sdpa_chunk_blocks = min_blocks;
+  const auto plan = mdl::plan_dflash_attention(blocks, options, opts);
+  ASSERT_GT(plan.chunks.size(), 3u);
+  auto context = torch::randn({T, heads, dim}, opts).requires_grad_();
+  auto block_rows = torch::randn({blocks.num_blocks() * B, heads, dim}, opts).requires_grad_();
+  const auto rows = mdl::sdpa_chunk_rows(context, block_rows, plan);
+  ASSERT_EQ(rows.size(), plan.chunks.size());
+
+  const int64_t zero_row = T + block_rows.size(0);
+  auto source = torch::cat({context, block_rows, torch::zeros({1, heads, dim}, opts)}, 0);
+  torch::Tensor loss = torch::zeros({}, opts), reference_loss = torch::zeros({}, opts);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& c = plan.chunks[i];
+    const int64_t slots = (c.last_block - c.first_block) * B;
+    const int64_t padded_context = (c.context_rows + multiple - 1) / multiple * multiple;
+    const int64_t padded_queries = std::max(slots, min_blocks * B);
+    std::vector<int64_t> index;
+    for (int64_t j = 0; j < padded_context; ++j) index.push_back(j < c.context_rows ? cu[c.document] + j : zero_row);
+    for (int64_t j = 0; j < padded_queries; ++j) index.push_back(j < slots ? T + c.first_block * B + j : zero_row);
+    const auto expected = source.index_select(0, torch::tensor(index));
+    ASSERT_EQ(rows[i].sizes(), expected.sizes()) << "chunk " << i;
+    EXPECT_TRUE(torch::equal(rows[i], expected)) << "chunk " << i;
+    const auto upstream = torch::randn(expected.sizes(), opts);
+    loss = loss + (rows[i] * upstream).sum();
+    reference_loss = reference_loss + (expected * upstream).sum();
+  }
+  const auto grads = torch::autograd::grad({loss}, {context, block_rows});
+  const auto reference = torch::autograd::grad({reference_loss}, {context, block_rows});
+  for (size_t i = 0; i < grads.size(); ++i) {
+    EXPECT_LE((grads[i] - reference[i]).abs().max().item<double>(), 1e-12) << "gradient " << i;
+  }
+}

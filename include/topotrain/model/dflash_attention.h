@@ -82,6 +82,15 @@ struct DFlashAttentionPlan {
 DFlashAttentionPlan plan_dflash_attention(const DFlashBlocks& blocks, const DFlashAttentionOptions& options,
                                           const torch::TensorOptions& like);
 
+// Each chunk's keys (or values) as sdpa_chunked feeds its kernel: [chunk context rows, zero
+// rows up to the chunk's padded context, the chunk's block slots, zero rows up to its padded
+// queries] (the padding as DFlashAttentionOptions::sdpa_context_multiple says), from the whole
+// context [T, Hkv, D] and block [N*B, Hkv, D] tensors. Differentiable: its backward adds every
+// chunk's gradient into one gradient of each input, where autograd over per-chunk narrows gave
+// every chunk a zero-filled gradient of its whole document, then added those up.
+std::vector<torch::Tensor> sdpa_chunk_rows(const torch::Tensor& context, const torch::Tensor& blocks,
+                                           const DFlashAttentionPlan& plan);
+
 // q [N*B, Hq, D] (block slots, in block order), context_k/v [T, Hkv, D] (the packed rows),
 // block_k/v [N*B, Hkv, D]; Hq a multiple of Hkv. Returns [N*B, Hq, D] in q's dtype.
 torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& context_k, const torch::Tensor& context_v,
