@@ -1,9 +1,7 @@
 #include "topotrain/model/dflash_attention.h"
 
-#include <initializer_list>
 #include <limits>
 #include <stdexcept>
-#include <utility>
 #include <vector>
 
 #include "topotrain/core/error.h"
