@@ -15,6 +15,9 @@
 #                                            weighted by FLOPs bound what the shared GPU can reach
 #                                            without MPS; then, while time is left, one drafter step
 #                                            profiled (dflash_bench's PROFILE_DIR)
+# With BASE_REV (a commit) PART=dflash also builds that commit's dflash_bench (a git worktree,
+# built beside this tree's programs) and runs the drafter alone twice on each side, alternating,
+# before the pipeline: a drafter change measured against its base in one sitting.
 # The budget is 16384 tokens where the GPU has 100 GB or more, else 8192 (the drafter beside
 # a qwen3-8b-shaped target runs out of memory at 16384 on 80 GB). Each step's output goes to
 # $OUT (default: a new temporary folder): summary.txt (the lines that hold the numbers, with
@@ -46,9 +49,27 @@ fi
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 budget=16384
 (( mem < 100000 )) && budget=8192
+base_bench=
+if [[ -n ${BASE_REV:-} ]]; then
+  base_tree=$BUILD_DIR-base-tree
+  rm -rf "$base_tree" && git worktree prune
+  if git worktree add -f "$base_tree" "$BASE_REV" >"$OUT/base-worktree.log" 2>&1; then
+    ln -sfn "$PWD/.deps" "$base_tree/.deps"
+    (BUILD_DIR=$BUILD_DIR-base BUILD_TARGETS=dflash_bench "$base_tree/launch/build.sh" -DTOPOTRAIN_BUILD_TESTS=OFF \
+      >"$OUT/base-build.log" 2>&1) &
+    base_bench=$BUILD_DIR-base/bin/dflash_bench
+  else
+    note "BASE_REV $BASE_REV: no worktree ($(tail -1 "$OUT/base-worktree.log")); the drafter runs alone on this tree only"
+  fi
+fi
 BUILD_TARGETS="dflash_train topotrain_report dflash_bench model_bench" launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF \
   >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-note "built (budget $budget tokens)"
+wait
+if [[ -n $base_bench && ! -x $base_bench ]]; then
+  note "BASE_REV $BASE_REV: its dflash_bench did not build ($(tail -1 "$OUT/base-build.log")); this tree only"
+  base_bench=
+fi
+note "built (budget $budget tokens)${base_bench:+, and the dflash_bench of $BASE_REV}"
 # shellcheck source=/dev/null
 source launch/env.sh
 if in_time "target_forward.sh"; then
@@ -56,12 +77,22 @@ if in_time "target_forward.sh"; then
     >"$OUT/target-forward.log" 2>&1
   tail -1 "$OUT/target-forward.log" >>"$summary"
 fi
+if [[ -n $base_bench ]] && in_time "the drafter against $BASE_REV"; then
+  for round in 1 2; do
+    for side in head base; do
+      bench=$BUILD_DIR/bin/dflash_bench
+      [[ $side == base ]] && bench=$base_bench
+      timeout 90 "$bench" "$budget" 4096 512 6 sdpa >"$OUT/drafter-$side-$round.log" 2>&1
+      note "drafter, $side, round $round: $(tail -1 "$OUT/drafter-$side-$round.log")"
+    done
+  done
+fi
 if in_time "pipeline.sh 1t1d-one-gpu"; then
   OUT=$OUT/pipeline SKIP_BUILD=1 RUNS=1t1d-one-gpu STEPS_1T1D=30 REPORT_SKIP=5 ONE_GPU_QUEUE=2 ONE_GPU_BUDGET=$budget \
     RUN_TIMEOUT_S=150 timeout 160 bash bench/dflash/pipeline.sh >"$OUT/pipeline.log" 2>&1
   grep -E 'target stream|drafter done|tokens/s|one GPU shared' "$OUT/pipeline.log" >>"$summary"
 fi
-if in_time "the drafter alone"; then
+if [[ -z $base_bench ]] && in_time "the drafter alone"; then
   timeout 90 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 5 sdpa >"$OUT/drafter-alone.log" 2>&1
   tail -1 "$OUT/drafter-alone.log" >>"$summary"
 fi
