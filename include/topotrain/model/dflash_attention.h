@@ -28,8 +28,9 @@ enum class DFlashAttentionBackend {
   // chunk block keys]; only the log-sum-exp is kept for backward. With bucketed shapes
   // (sdpa_context_multiple > 0) cuDNN's, called directly with the grouped k/v heads as they
   // are (where this build has it: TOPOTRAIN_HAS_CUDNN_ATTENTION); otherwise
-  // at::scaled_dot_product_attention's memory-efficient kernel on k/v repeated per query
-  // head. Needs torch >= 2.1 (TOPOTRAIN_HAS_SDPA).
+  // at::scaled_dot_product_attention on k/v repeated per query head (its memory-efficient
+  // kernel takes no grouped k/v with a mask), cuDNN kept out for exact shapes. Needs torch
+  // >= 2.1 (TOPOTRAIN_HAS_SDPA).
   sdpa_chunked,
 };
 std::string to_string(DFlashAttentionBackend backend);
