@@ -18,8 +18,9 @@
 # With BASE_REV (a commit) PART=dflash also builds that commit's dflash_bench (a git worktree,
 # built beside this tree's programs) and runs the drafter alone twice on each side, alternating,
 # before the pipeline: a drafter change measured against its base in one sitting.
-# The budget is 16384 tokens where the GPU has 100 GB or more, else 8192 (the drafter beside
-# a qwen3-8b-shaped target runs out of memory at 16384 on 80 GB). Each step's output goes to
+# The budget is DFLASH_BUDGET tokens where set, else 16384 where the GPU has 100 GB or more and
+# 8192 below (at b9f6733 the drafter beside a qwen3-8b-shaped target ran out of memory at 16384
+# on 80 GB; grouped keys since 602aaf8 may let it fit). Each step's output goes to
 # $OUT (default: a new temporary folder): summary.txt (the lines that hold the numbers, with
 # the seconds each step ended at) and one folder or log per step. Later steps are skipped once
 # PART_BUDGET_S (480) seconds have passed, and summary.txt says which.
@@ -49,6 +50,7 @@ fi
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 budget=16384
 (( mem < 100000 )) && budget=8192
+budget=${DFLASH_BUDGET:-$budget}
 base_bench=
 if [[ -n ${BASE_REV:-} ]]; then
   base_tree=$BUILD_DIR-base-tree
