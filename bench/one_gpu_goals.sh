@@ -7,17 +7,17 @@
 #                                            defaults, and the reference shape against transformers
 #   PART=dflash bash bench/one_gpu_goals.sh  build the four programs it runs, then the frozen target's
 #                                            forward against transformers (target_forward.sh); the
-#                                            1t1d pipeline with both ranks on the GPU (pipeline.sh's
-#                                            1t1d-one-gpu, queue ONE_GPU_QUEUE = 2, 30 steps, report
-#                                            from step 6: the shared GPU's line in steady state); the
-#                                            drafter alone (dflash_bench) and the target's forward
-#                                            alone (model_bench) at the same budget, whose rates
-#                                            weighted by FLOPs bound what the shared GPU can reach
-#                                            without MPS; then, while time is left, one drafter step
-#                                            profiled (dflash_bench's PROFILE_DIR)
+#                                            drafter alone (dflash_bench); the 1t1d pipeline with
+#                                            both ranks on the GPU (pipeline.sh's 1t1d-one-gpu, queue
+#                                            ONE_GPU_QUEUE = 2, 30 steps, report from step 6: the
+#                                            shared GPU's line in steady state); the target's forward
+#                                            alone (model_bench) at the same budget, whose rate and
+#                                            the drafter's, weighted by FLOPs, bound what the shared
+#                                            GPU can reach without MPS; then, while time is left, one
+#                                            drafter step profiled (dflash_bench's PROFILE_DIR)
 # With BASE_REV (a commit) PART=dflash also builds that commit's dflash_bench (a git worktree,
-# built beside this tree's programs) and runs the drafter alone twice on each side, alternating,
-# before the pipeline: a drafter change measured against its base in one sitting.
+# built beside this tree's programs), and the drafter runs alone twice on each side,
+# alternating: a drafter change measured against its base in one sitting.
 # The budget is DFLASH_BUDGET tokens where set, else 16384 where the GPU has 100 GB or more and
 # 8192 below (at b9f6733 the drafter beside a qwen3-8b-shaped target ran out of memory at 16384
 # on 80 GB; grouped keys since 602aaf8 may let it fit). Each step's output goes to
@@ -79,24 +79,21 @@ if in_time "target_forward.sh"; then
     >"$OUT/target-forward.log" 2>&1
   tail -1 "$OUT/target-forward.log" >>"$summary"
 fi
-if [[ -n $base_bench ]] && in_time "the drafter against $BASE_REV"; then
-  for round in 1 2; do
-    for side in head base; do
-      bench=$BUILD_DIR/bin/dflash_bench
-      [[ $side == base ]] && bench=$base_bench
-      timeout 90 "$bench" "$budget" 4096 512 6 sdpa >"$OUT/drafter-$side-$round.log" 2>&1
-      note "drafter, $side, round $round: $(tail -1 "$OUT/drafter-$side-$round.log")"
-    done
+# The drafter alone; with a base, twice on each side, alternating.
+sides=(head)
+[[ -n $base_bench ]] && sides=(head base head base)
+if in_time "the drafter alone"; then
+  for i in "${!sides[@]}"; do
+    bench=$BUILD_DIR/bin/dflash_bench
+    [[ ${sides[i]} == base ]] && bench=$base_bench
+    timeout 90 "$bench" "$budget" 4096 512 6 sdpa >"$OUT/drafter-alone-$i-${sides[i]}.log" 2>&1
+    note "the drafter alone (${sides[i]}): $(tail -1 "$OUT/drafter-alone-$i-${sides[i]}.log")"
   done
 fi
 if in_time "pipeline.sh 1t1d-one-gpu"; then
   OUT=$OUT/pipeline SKIP_BUILD=1 RUNS=1t1d-one-gpu STEPS_1T1D=30 REPORT_SKIP=5 ONE_GPU_QUEUE=2 ONE_GPU_BUDGET=$budget \
     RUN_TIMEOUT_S=150 timeout 160 bash bench/dflash/pipeline.sh >"$OUT/pipeline.log" 2>&1
   grep -E 'target stream|drafter done|tokens/s|one GPU shared' "$OUT/pipeline.log" >>"$summary"
-fi
-if [[ -z $base_bench ]] && in_time "the drafter alone"; then
-  timeout 90 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 5 sdpa >"$OUT/drafter-alone.log" 2>&1
-  tail -1 "$OUT/drafter-alone.log" >>"$summary"
 fi
 if in_time "the target's forward alone"; then
   MODEL_BENCH_FROZEN_TAPS=1,9,17,25,33 timeout 90 "$BUILD_DIR/bin/model_bench" qwen3-8b "$budget" 2048-6144 8 \

@@ -245,7 +245,7 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.chunks.size());
 #if TOPOTRAIN_HAS_SDPA
-  if (!plan.masks.empty()) {
+  if (plan.options.backend == DFlashAttentionBackend::sdpa_chunked) {
     const auto keys = sdpa_chunk_rows(context_k, block_k, plan), values = sdpa_chunk_rows(context_v, block_v, plan);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       outputs.push_back(sdpa_chunk(q_parts[i], keys[i], values[i], plan.masks[i], scale, plan.options));

@@ -65,11 +65,11 @@ const SplitPrediction& split(const TopologyAdvice& advice, int targets, int draf
 
 // 7 targets that wait 80% of their time on a full queue feed a drafter that never starves.
 TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
-  const StitchedRun run = synthetic_run(
-      split_roles(7, 1),
-      {{"target", {{"forward", 0.02}, {"queue_wait", 0.08}, {"wall", 0.1}, {"tokens", 1000}}},
-       {"drafter", {{"forward", 0.03}, {"backward", 0.06}, {"comm_wait", 0.001}, {"optimizer", 0.009}, {"wall", 0.1},
-                    {"tokens", 1000}, {"loss", 2}}}});
+  const std::map<std::string, Row> rows = {
+      {"target", {{"forward", 0.02}, {"queue_wait", 0.08}, {"wall", 0.1}, {"tokens", 1000}}},
+      {"drafter", {{"forward", 0.03}, {"backward", 0.06}, {"comm_wait", 0.001}, {"optimizer", 0.009}, {"wall", 0.1},
+                   {"tokens", 1000}, {"loss", 2}}}};
+  const StitchedRun run = synthetic_run(split_roles(7, 1), rows);
   const TopologyAdvice advice = advise_topology(run);
   ASSERT_TRUE(advice.applicable) << advice.reason;
   EXPECT_EQ(advice.targets, 7);
@@ -97,16 +97,11 @@ TEST(TopologyAdvice, DrafterBoundSevenToOneRecommendsMoreDrafters) {
 
   // The same rates from seven targets on one GPU and the drafter on another: the model cannot
   // know what a split that moves ranks between GPUs does to them, and says so.
-  const Row target = {{"forward", 0.02}, {"queue_wait", 0.08}, {"wall", 0.1}, {"tokens", 1000}};
-  const Row drafter = {{"forward", 0.1}, {"wall", 0.1}, {"tokens", 1000}, {"loss", 2}};
-  const StitchedRun shared =
-      synthetic_run(split_roles(7, 1), {{"target", target}, {"drafter", drafter}}, 8, {0, 0, 0, 0, 0, 0, 0, 7});
-  const TopologyAdvice shared_advice = advise_topology(shared);
+  const TopologyAdvice shared_advice =
+      advise_topology(synthetic_run(split_roles(7, 1), rows, 8, {0, 0, 0, 0, 0, 0, 0, 7}));
   EXPECT_TRUE(shared_advice.ranks_shared_gpus);
   EXPECT_NE(format_topology_advice(shared_advice, 3).find("ranks shared GPUs"), std::string::npos);
-  EXPECT_FALSE(advise_topology(synthetic_run(split_roles(7, 1), {{"target", target}, {"drafter", drafter}}, 8,
-                                             {0, 1, 2, 3, 4, 5, 6, 7}))
-                   .ranks_shared_gpus);
+  EXPECT_FALSE(advise_topology(synthetic_run(split_roles(7, 1), rows, 8, {0, 1, 2, 3, 4, 5, 6, 7})).ranks_shared_gpus);
 
   // The file written for it is the demo's topology with those role counts.
   const std::string written = recommended_topology_text(advice, read_source_file("topology/cpu-7t1d.toml"), "demo");
