@@ -43,10 +43,11 @@ has() {
   for text in "$@"; do grep -qF -- "$text" "$log" || { cat "$log"; echo "$log lacks: $text"; exit 1; }; done
 }
 
-# wait_for PATH: until PATH exists (120 s at most)
+# wait_for PATH LOG: until PATH exists (120 s at most); else LOG, the background job's, shows why
 wait_for() {
   for _ in $(seq 600); do [[ -e $1 ]] && return; sleep 0.2; done
-  echo "$1 never appeared"; exit 1
+  tail -40 "$2"
+  echo "$1 never appeared (the background job's log: $2, its last lines above)"; exit 1
 }
 
 # holder RUN_DIR: the pid its lock file names
@@ -68,7 +69,7 @@ lock)
   "${mpirun[@]}" -np 2 "${moe[@]}" --set checkpoint.run=shared "${common[@]}" --set train.max_steps=100000 \
     >"$work/first.log" 2>&1 &
   background=$!
-  wait_for "$work/shared/step-00000005.h5"
+  wait_for "$work/shared/step-00000005.h5" "$work/first.log"
   first=$(holder "$work/shared")
   [[ -n $first ]] || { cat "$work/shared/.lock"; echo "the lock file names no pid"; exit 1; }
   cp "$work/shared/log.txt" "$work/log-before.txt"
@@ -104,7 +105,7 @@ lock)
   "${mpirun[@]}" -np 2 "${moe[@]}" --set checkpoint.run=shared "${common[@]}" --set train.max_steps=100000 \
     --resume auto >"$work/killed.log" 2>&1 &
   background=$!
-  wait_for "$work/shared/step-$(printf '%08d' $(((stopped / 5 + 1) * 5))).h5"
+  wait_for "$work/shared/step-$(printf '%08d' $(((stopped / 5 + 1) * 5))).h5" "$work/killed.log"
   killed=$(holder "$work/shared")
   [[ -n $killed && $killed != "$first" ]] || { cat "$work/shared/.lock"; echo "the lock does not name the new job"; exit 1; }
   kill -9 "$killed"
@@ -124,7 +125,7 @@ lock)
           --set checkpoint.dir="$work" --set checkpoint.run=dflash --set checkpoint.every_steps=2)
   "${mpirun[@]}" -np 2 "${dflash[@]}" --set train.max_steps=100000 >"$work/dflash-first.log" 2>&1 &
   background=$!
-  wait_for "$work/dflash/step-00000002.h5"
+  wait_for "$work/dflash/step-00000002.h5" "$work/dflash-first.log"
   first=$(holder "$work/dflash")
   launch "$work/dflash-second.log" 2 "${dflash[@]}" --set train.max_steps=3
   has "$work/dflash-second.log" "run directory $work/dflash is in use by another job: pid $first on host "
