@@ -8,7 +8,9 @@
 #   PART=dflash bash bench/one_gpu_goals.sh  build the four programs it runs, then, in this order
 #                                            (the later ones skipped first when time runs short):
 #                                            the drafter alone (dflash_bench); one drafter step
-#                                            profiled (dflash_bench's PROFILE_DIR); the 1t1d
+#                                            profiled (dflash_bench's PROFILE_DIR); the chunk
+#                                            shapes DRAFTER_SHAPES (dflash_bench's backend names:
+#                                            default sdpa, sdpa-b16, sdpa-m256, sdpa-b16-m256); the 1t1d
 #                                            pipeline with both ranks on the GPU (pipeline.sh's
 #                                            1t1d-one-gpu, queue ONE_GPU_QUEUE = 2, 30 steps, report
 #                                            from step 6: the shared GPU's line in steady state);
@@ -107,6 +109,12 @@ if in_time "the drafter's profile"; then
   mkdir -p "$OUT/drafter-profile"
   timeout 90 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 2 sdpa "$OUT/drafter-profile" >"$OUT/drafter-profile.log" 2>&1
   note "drafter profile: $(find "$OUT/drafter-profile" -type f -printf "%f ")"
+fi
+# The chunk shape's trade (wasted scores against kernel calls), on this tree.
+if in_time "the drafter's chunk shapes"; then
+  timeout 120 "$BUILD_DIR/bin/dflash_bench" "$budget" 4096 512 6 "${DRAFTER_SHAPES:-sdpa,sdpa-b16,sdpa-m256,sdpa-b16-m256}" \
+    >"$OUT/drafter-shapes.log" 2>&1
+  grep '^attention' "$OUT/drafter-shapes.log" >>"$summary"
 fi
 if in_time "pipeline.sh 1t1d-one-gpu"; then
   OUT=$OUT/pipeline SKIP_BUILD=1 RUNS=1t1d-one-gpu STEPS_1T1D=30 REPORT_SKIP=5 ONE_GPU_QUEUE=2 ONE_GPU_BUDGET=$budget \

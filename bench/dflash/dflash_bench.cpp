@@ -4,6 +4,11 @@
 //
 //   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,sdpa-exact,math] [PROFILE_DIR]
 //
+// BACKENDS: sdpa (bucketed chunk shapes, the default), sdpa-exact (shapes unbucketed), math;
+// sdpa may carry -b<N> (at most N blocks a chunk, max_sdpa_chunk_blocks) and -m<N> (context
+// padded to a multiple of N rows, sdpa_context_multiple): the chunk shape's trade of wasted
+// scores against kernel calls, measured (e.g. sdpa-b16-m256).
+//
 // With PROFILE_DIR, one more step of the last backend runs under torch's profiler and its
 // summary goes to PROFILE_DIR/profile-step1-rank0.txt.
 //
@@ -18,6 +23,8 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/dflash_metrics.h"
@@ -30,6 +37,30 @@ namespace {
 
 constexpr double kPeakFlops = 989e12;
 
+mdl::DFlashAttentionOptions attention_options(const std::string& name) {
+  mdl::DFlashAttentionOptions options;
+  if (name == "math") return options;
+  options.backend = mdl::DFlashAttentionBackend::sdpa_chunked;
+  if (name == "sdpa-exact") {
+    options.sdpa_context_multiple = 0;
+    return options;
+  }
+  std::stringstream parts(name);
+  std::string part;
+  std::getline(parts, part, '-');
+  if (part != "sdpa") throw std::invalid_argument("dflash_bench: unknown backend '" + name + "'");
+  while (std::getline(parts, part, '-')) {
+    const bool known = part.size() > 1 && (part[0] == 'b' || part[0] == 'm') &&
+                       part.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (!known) {
+      throw std::invalid_argument("dflash_bench: backend '" + name + "': '" + part +
+                                  "' is neither b<blocks a chunk> nor m<context multiple>");
+    }
+    (part[0] == 'b' ? options.max_sdpa_chunk_blocks : options.sdpa_context_multiple) = std::stoll(part.substr(1));
+  }
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,7 +68,15 @@ int main(int argc, char** argv) {
   const int64_t doc_len = argc > 2 ? std::stoll(argv[2]) : 4096;
   const int64_t anchors = argc > 3 ? std::stoll(argv[3]) : 512;
   const int steps = argc > 4 ? std::stoi(argv[4]) : 10;
-  const std::string backends = argc > 5 ? argv[5] : "sdpa,sdpa-exact,math";
+  // Every name is read before the model is built: a typo fails at once.
+  std::vector<std::pair<std::string, mdl::DFlashAttentionOptions>> backends;
+  std::stringstream list(argc > 5 ? argv[5] : "sdpa,sdpa-exact,math");
+  try {
+    for (std::string name; std::getline(list, name, ',');) backends.emplace_back(name, attention_options(name));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
   if (!torch::cuda::is_available()) {
     std::fprintf(stderr, "dflash_bench needs a GPU\n");
     return 2;
@@ -72,11 +111,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(doc_len), static_cast<long long>(blocks.num_blocks()),
               static_cast<long long>(config.block_size), static_cast<long long>(blocks.num_valid_slots()));
 
-  std::stringstream list(backends);
-  for (std::string name; std::getline(list, name, ',');) {
-    mdl::DFlashAttentionOptions options;
-    options.backend = name == "math" ? mdl::DFlashAttentionBackend::math_chunked : mdl::DFlashAttentionBackend::sdpa_chunked;
-    if (name == "sdpa-exact") options.sdpa_context_multiple = 0;
+  for (const auto& [name, options] : backends) {
     drafter->force_attention_options(options);
     auto step = [&] {
       auto out = drafter->forward(batch, blocks);
