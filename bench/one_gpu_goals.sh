@@ -81,6 +81,7 @@ if [[ -n ${BASE_REV:-} ]]; then
 fi
 if [[ ${GPU_TESTS:-0} == 1 ]]; then
   build_with_tests
+  gpu_tests  # beside the base's build, if any: the tests time nothing
 else
   BUILD_TARGETS="dflash_train topotrain_report dflash_bench model_bench" launch/build.sh -DTOPOTRAIN_BUILD_TESTS=OFF \
     >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
@@ -91,7 +92,6 @@ if [[ -n $base_bench && ! -x $base_bench ]]; then
   base_bench=
 fi
 note "built (budget $budget tokens)${base_bench:+, and the dflash_bench of $BASE_REV}"
-[[ ${GPU_TESTS:-0} == 1 ]] && gpu_tests
 # shellcheck source=/dev/null
 source launch/env.sh
 # The drafter alone; with a base, twice on each side, alternating.
