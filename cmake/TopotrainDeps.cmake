@@ -1,10 +1,40 @@
 # Third-party dependencies and the TOPOTRAIN_CUDA switch.
 #
-# TOPOTRAIN_CUDA is on exactly when the LibTorch that was found was built with CUDA
-# (pip torch on a GPU machine); Debian's libtorch-dev is CPU only. NCCL and CUDA code
-# compile only when it is on.
+# TOPOTRAIN_CUDA (AUTO, ON or OFF) compiles our CUDA code: the .cu kernels, NCCL, the CUDA-IPC
+# link and every `#if TOPOTRAIN_CUDA` block. AUTO turns it on exactly when the LibTorch found
+# was built with CUDA and a CUDA toolkit (nvcc) was found beside it; ON makes either missing
+# a configure error (ci/test.sh asks for ON wherever nvcc exists, so CI compiles what GPUs
+# run); OFF builds for CPU ranks only, also against a CUDA LibTorch.
+set(TOPOTRAIN_CUDA AUTO CACHE STRING "Compile the CUDA paths: AUTO, ON or OFF")
+set_property(CACHE TOPOTRAIN_CUDA PROPERTY STRINGS AUTO ON OFF)
+
+# torch's CMake config discards CMAKE_CUDA_ARCHITECTURES and compiles CUDA for
+# TORCH_CUDA_ARCH_LIST instead; unset, it detects the GPU, and with none falls back to a list
+# that includes sm_50, which CUDA 13's nvcc rejects. So our list is handed over in its form:
+# the A100, RTX 30/40 and L40 generations and Hopper, the GPUs that compute in bf16 natively.
+# -DCMAKE_CUDA_ARCHITECTURES is taken over (and removed, which torch's config would warn of).
+set(TOPOTRAIN_CUDA_ARCHITECTURES "80;86;89;90" CACHE STRING "GPU architectures our kernels are compiled for")
+if(DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(TOPOTRAIN_CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CACHE STRING "" FORCE)
+  unset(CMAKE_CUDA_ARCHITECTURES)
+  unset(CMAKE_CUDA_ARCHITECTURES CACHE)
+endif()
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "")
+  foreach(arch ${TOPOTRAIN_CUDA_ARCHITECTURES})
+    string(REGEX REPLACE "^([0-9]+)([0-9][a-z]?)$" "\\1.\\2" arch "${arch}")
+    list(APPEND TORCH_CUDA_ARCH_LIST "${arch}")
+  endforeach()
+endif()
 
 find_package(Torch REQUIRED)
+# The floor: the version the GPU machines run and CI tests; torch_compat.h holds no branch
+# for an older one.
+if(Torch_VERSION VERSION_LESS 2.11)
+  message(FATAL_ERROR "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} is older than 2.11, the "
+                      "oldest topotrain builds against: run ci/setup.sh (it installs torch 2.11.0 into the "
+                      "project's venv), or point TOPOTRAIN_LIBTORCH at a LibTorch 2.11 or newer")
+endif()
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(tomlplusplus REQUIRED)
@@ -13,26 +43,65 @@ find_package(Threads REQUIRED)
 find_package(CLI11 REQUIRED)
 
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
-  set(TOPOTRAIN_CUDA ON)
+  set(_tt_torch_cuda ON)
 else()
-  set(TOPOTRAIN_CUDA OFF)
+  set(_tt_torch_cuda OFF)
 endif()
-message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, TOPOTRAIN_CUDA=${TOPOTRAIN_CUDA}")
+# torch's config enables the CUDA language itself when it finds a toolkit.
+if(_tt_torch_cuda AND CMAKE_CUDA_COMPILER)
+  set(_tt_cuda_possible ON)
+else()
+  set(_tt_cuda_possible OFF)
+endif()
+if(TOPOTRAIN_CUDA STREQUAL "AUTO")
+  set(TOPOTRAIN_CUDA_ENABLED ${_tt_cuda_possible})
+elseif(TOPOTRAIN_CUDA)
+  if(NOT _tt_cuda_possible)
+    message(FATAL_ERROR "topotrain: TOPOTRAIN_CUDA=ON needs a LibTorch built with CUDA (found "
+                        "${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, CUDA: ${_tt_torch_cuda}) and a CUDA toolkit "
+                        "whose nvcc torch's config finds (found: '${CMAKE_CUDA_COMPILER}'). Install both, set "
+                        "CUDAToolkit_ROOT, or configure with -DTOPOTRAIN_CUDA=AUTO or OFF.")
+  endif()
+  set(TOPOTRAIN_CUDA_ENABLED ON)
+else()
+  set(TOPOTRAIN_CUDA_ENABLED OFF)
+endif()
+message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} (CUDA: ${_tt_torch_cuda}), "
+               "CUDA toolkit: ${CMAKE_CUDA_COMPILER_VERSION} for ${TORCH_CUDA_ARCH_LIST}, TOPOTRAIN_CUDA=${TOPOTRAIN_CUDA} -> "
+               "${TOPOTRAIN_CUDA_ENABLED}")
 
-if(TOPOTRAIN_CUDA)
+if(TOPOTRAIN_CUDA_ENABLED)
   find_package(CUDAToolkit REQUIRED)
-  # Our own kernels (src/model/*.cu): the default covers the A100, the RTX 30/40 and L40
-  # generations and Hopper, the GPUs that compute in bf16 natively; others (sm_75 compiles
-  # too) with -DCMAKE_CUDA_ARCHITECTURES, which a launch error on such a GPU names.
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-    set(CMAKE_CUDA_ARCHITECTURES 80 86 89 90)
+  # Kernels compiled by one CUDA major version run on the runtime of another only by chance:
+  # the wheel's CUDA (its version.py, or a LibTorch zip's build-version) and the toolkit's nvcc
+  # must share the major version. Minor versions may differ (CUDA's minor version
+  # compatibility; the driver must support the newer of the two).
+  set(_tt_torch_cuda_version "")
+  foreach(file "${TORCH_INSTALL_PREFIX}/version.py" "${TORCH_INSTALL_PREFIX}/build-version")
+    if(EXISTS "${file}" AND _tt_torch_cuda_version STREQUAL "")
+      file(READ "${file}" _tt_text)
+      if(_tt_text MATCHES "cuda[^\n']*'([0-9]+)\\.([0-9]+)'")
+        set(_tt_torch_cuda_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+      elseif(_tt_text MATCHES "\\+cu([0-9]+)([0-9])")
+        set(_tt_torch_cuda_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+      endif()
+    endif()
+  endforeach()
+  if(_tt_torch_cuda_version STREQUAL "")
+    message(STATUS "topotrain: the CUDA version LibTorch was built with is not recorded at ${TORCH_INSTALL_PREFIX}; "
+                   "it must share its major version with nvcc ${CMAKE_CUDA_COMPILER_VERSION}")
+  else()
+    string(REGEX MATCH "^[0-9]+" _tt_wheel_major "${_tt_torch_cuda_version}")
+    string(REGEX MATCH "^[0-9]+" _tt_nvcc_major "${CMAKE_CUDA_COMPILER_VERSION}")
+    if(NOT _tt_wheel_major STREQUAL _tt_nvcc_major)
+      message(FATAL_ERROR "topotrain: LibTorch at ${TORCH_INSTALL_PREFIX} was built with CUDA "
+                          "${_tt_torch_cuda_version}, and the CUDA toolkit found (${CMAKE_CUDA_COMPILER}) is "
+                          "${CMAKE_CUDA_COMPILER_VERSION}: kernels of one major version do not run on the other's "
+                          "runtime. Install a torch built for CUDA ${_tt_nvcc_major} (pip torch 2.11.0 is CUDA "
+                          "13.0), point CUDAToolkit_ROOT at a CUDA ${_tt_wheel_major} toolkit, or configure with "
+                          "-DTOPOTRAIN_CUDA=OFF for CPU ranks only.")
+    endif()
   endif()
-  if(NOT DEFINED CMAKE_CUDA_COMPILER)
-    set(CMAKE_CUDA_COMPILER ${CUDAToolkit_NVCC_EXECUTABLE})
-  endif()
-  enable_language(CUDA)
-  set(CMAKE_CUDA_STANDARD 17)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
   # cuBLAS: the very library LibTorch loads (pip torch bundles its own under nvidia/), so that
@@ -57,7 +126,7 @@ target_compile_options(topotrain_flags INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Wall
 target_include_directories(topotrain_flags INTERFACE ${PROJECT_SOURCE_DIR}/include)
 # We use MPI's C API only; its deprecated C++ bindings would need libmpi_cxx.
 target_compile_definitions(topotrain_flags INTERFACE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
-if(TOPOTRAIN_CUDA)
+if(TOPOTRAIN_CUDA_ENABLED)
   target_compile_definitions(topotrain_flags INTERFACE TOPOTRAIN_CUDA=1)
 endif()
 
@@ -66,7 +135,7 @@ endif()
 add_library(topotrain_torch INTERFACE)
 target_link_libraries(topotrain_torch INTERFACE topotrain_flags ${TORCH_LIBRARIES} MPI::MPI_C Threads::Threads)
 target_include_directories(topotrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
-if(TOPOTRAIN_CUDA)
+if(TOPOTRAIN_CUDA_ENABLED)
   target_link_libraries(topotrain_torch INTERFACE topotrain_nccl)
 endif()
 

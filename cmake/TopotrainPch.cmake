@@ -11,3 +11,9 @@ function(topotrain_use_torch target)
   target_link_libraries(${target} PUBLIC topotrain_torch)
   target_precompile_headers(${target} REUSE_FROM topotrain_pch)
 endfunction()
+
+# ccache caches a compile that uses the precompiled header only when it can preprocess it
+# (gcc's -fpch-preprocess; launch/build.sh sets the sloppiness ccache needs as well).
+if(CMAKE_CXX_COMPILER_LAUNCHER MATCHES "ccache")
+  target_compile_options(topotrain_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fpch-preprocess>)
+endif()
