@@ -4,7 +4,8 @@
     python3 bench/data/hf_compare.py TOKENIZER_JSON TOPOTRAIN_PREPARE [--mb 20] [--out FILE]
 
 Writes a corpus of documents (JSONL, one "text" each) mixing the Debian license texts with
-paragraphs in many scripts, emoji, decomposed (NFD) text, whitespace runs and code, then
+paragraphs in many scripts, emoji, decomposed (NFD) text, whitespace runs and code
+(tests/hf/text_corpus.py, which the hf test tests/hf/tokenizer_corpus.py shares), then
   * tokenizes it with topotrain-prepare (all cores, and one thread), reading the ids back
     from the dataset it writes (each document ends with the eos it appends, left out here);
   * tokenizes it with the `tokenizers` package (encode_batch on all cores, and on one:
@@ -16,73 +17,13 @@ Needs: tokenizers, h5py, numpy (a GPU machine's image has them).
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
-import time
 import unicodedata
 
-SAMPLES = [
-    "The quick brown fox jumps over the lazy dog. 1234567890 +-*/ = 3.14159",
-    "敏捷的棕色狐狸跳过了懒狗。机器学习模型需要大量的数据来训练，分布式训练可以加速这个过程。",
-    "素早い茶色の狐が怠け者の犬を飛び越える。東京都は日本の首都です。カタカナとひらがな。",
-    "다람쥐 헌 쳇바퀴에 타고파. 한국어 문장은 자모로 분해될 수 있습니다.",
-    "نص عربي للاختبار: الثعلب البني السريع يقفز فوق الكلب الكسول.",
-    "हिन्दी में एक वाक्य: तेज़ भूरी लोमड़ी आलसी कुत्ते के ऊपर कूदती है।",
-    "Съешь же ещё этих мягких французских булок, да выпей чаю.",
-    "Ξεσκεπάζω την ψυχοφθόρα βδελυγμία. Ελληνικά με τόνους: άέήίόύώ ϊϋΐΰ",
-    "เป็นมนุษย์สุดประเสริฐเลิศคุณค่า กว่าบรรดาฝูงสัตว์เดรัจฉาน",
-    "עברית: דג סקרן שט בים מאוכזב ולפתע מצא חברה",
-    "Emoji: 👩‍👩‍👧‍👦 🇩🇪🇯🇵 👍🏽 ❤️‍🔥 🧑🏿‍🚀 — and ‘curly’ “quotes” … ellipsis",
-    "Tiếng Việt có dấu: Tôi yêu tiếng nước tôi từ khi mới ra đời.",
-    "Crème brûlée, naïve café, Ångström, Zürich, São Paulo, Łódź, Øresund",
-    "def f(x):\n    return {\"a\": [1, 2, 3], 'b': x ** 2}  # comment\n\n\tif x:\n\t\tpass\n",
-    "int main() { std::vector<int> v{1,2,3}; for (auto& x : v) x <<= 2; return 0; }",
-    "Whitespace   runs \t\t tabs\n\n\nnewlines    and trailing spaces   \n  ",
-    "Numbers: 1,000,000.00 ¥5000 €12.50 ½ ¾ ² ³ ① ⅷ 0x1F 1e-9",
-    "Mixed: English中文日本語한국어العربيةहिन्दी",
-    "ﬁ ﬂ ligatures, ｆｕｌｌｗｉｄｔｈ letters, ㈱ ㍻ compatibility forms",
-]
-
-
-def make_corpus(path, megabytes, seed=7):
-    rng = random.Random(seed)
-    licenses = []
-    for name in ("Apache-2.0", "GPL-3", "LGPL-2.1", "MPL-2.0", "GFDL-1.3"):
-        p = os.path.join("/usr/share/common-licenses", name)
-        if os.path.exists(p):
-            licenses += [t for t in open(p, encoding="utf-8").read().split("\n\n") if t.strip()]
-    pool = SAMPLES + licenses
-    documents, size = [], 0
-    while size < megabytes * 1e6:
-        parts = [rng.choice(pool) for _ in range(rng.randint(1, 6))]
-        text = rng.choice(["\n\n", "\n", " ", ""]).join(parts)
-        if rng.random() < 0.15:
-            text = unicodedata.normalize("NFD", text)  # decomposed: the NFC normalizer must act
-        documents.append(text)
-        size += len(text.encode("utf-8"))
-    with open(path, "w", encoding="utf-8") as out:
-        for text in documents:
-            out.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    return documents, size
-
-
-def run_prepare(binary, tokenizer, corpus, output, threads):
-    start = time.perf_counter()
-    subprocess.run([binary, "--quiet", "--threads", str(threads), "--tokenizer", tokenizer, "--output", output, corpus],
-                   check=True)
-    return time.perf_counter() - start
-
-
-def read_dataset(path):
-    import h5py
-    import numpy as np
-    with h5py.File(path, "r") as f:
-        tokens = np.asarray(f["tokens"][:], dtype=np.int64)
-        offsets = np.asarray(f["offsets"][:], dtype=np.int64)
-    # each document ends with the eos topotrain-prepare appends
-    return [tokens[offsets[i]:offsets[i + 1] - 1].tolist() for i in range(len(offsets) - 1)]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "hf"))
+from text_corpus import first_difference, make_corpus, read_dataset, run_prepare  # noqa: E402
 
 
 HF_CHILD = r"""
@@ -149,13 +90,11 @@ def main():
     lines.append("")
     lines.append(f"documents whose ids differ: {len(mismatched)} of {len(documents)}"
                  + ("" if len(ours) == len(hf_ids) else f" (document counts differ: {len(ours)} vs {len(hf_ids)})"))
-    for i in mismatched[:5]:
-        a, b = ours[i], hf_ids[i]
-        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
-        text = documents[i]
-        lines.append(f"  document {i}: first difference at token {k}: ours {a[k:k + 4]} HF {b[k:k + 4]}; "
-                     f"text starts {text[:60]!r}; non-ASCII code points: "
-                     + " ".join(sorted({f'U+{ord(c):04X}' for c in text if ord(c) > 127})[:12]))
+    if mismatched:
+        from tokenizers import Tokenizer
+        tokenizer = Tokenizer.from_file(args.tokenizer)
+        for i in mismatched[:5]:
+            lines.append(f"  document {i}: " + first_difference(ours[i], hf_ids[i], documents[i], tokenizer))
     report = "\n".join(lines)
     print(report)
     if args.out:

@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_compare import read_dataset, run_prepare  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "hf"))
+from text_corpus import read_dataset, run_prepare  # noqa: E402
 
 PROBES = ["a{c}a", "1{c}{c}1", " {c}x", "x{c}{c}x"]
 CLASSES = {"L": r"\p{L}", "N": r"\p{N}", "s": r"\s"}
