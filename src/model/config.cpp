@@ -181,7 +181,12 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
 std::string ModelConfig::to_json_text(const std::string& dtype) const {
   // rope_theta appears twice: transformers 5 reads rope_parameters, earlier releases (and
   // the legacy path of 5) the top-level key; dtype likewise under its name of each era.
+  // transformers_version: transformers 5 takes a local folder whose config.json names no
+  // version for a Mistral tokenizer from before its regex fix and warns that the folder's
+  // tokenizer is wrong (TokenizersBackend's mistral regex patch); 4.51.0, the first release
+  // with Qwen3 and Qwen3-MoE, is what Qwen's own config.json files name.
   json doc = {
+      {"transformers_version", "4.51.0"},
       {"model_type", is_moe() ? "qwen3_moe" : "qwen3"},
       {"architectures", {is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
       {"vocab_size", vocab_size},

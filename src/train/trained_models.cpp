@@ -1,6 +1,11 @@
 #include "topotrain/train/trained_models.h"
 
+#include <cstdint>
+#include <fstream>
 #include <optional>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
@@ -38,6 +43,32 @@ std::optional<TargetCheckpoint> target_checkpoint_at(const std::string& path) {
   return found;
 }
 
+// The eos ids of a Hugging Face folder's generation_config.json, where it has one: what
+// transformers' generate stops at, which reads that file instead of config.json's ids where it
+// exists (GenerationMixin's load of the generation config). A folder without the file gives
+// nullopt; one whose file names no eos_token_id gives none.
+std::optional<std::vector<std::int64_t>> generation_eos_ids(const std::string& folder) {
+  const std::string path = join_path(folder, "generation_config.json");
+  if (!is_regular_file(path)) return std::nullopt;
+  std::ifstream in(path);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(cat(path, ": not valid JSON (", e.what(), "); fix or remove it (transformers' generate reads ",
+                          "its eos_token_id)"));
+  }
+  const auto eos = doc.is_object() ? doc.find("eos_token_id") : doc.end();
+  std::vector<std::int64_t> ids;
+  if (eos == doc.end() || eos->is_null()) return ids;
+  for (const nlohmann::json& id : eos->is_array() ? *eos : nlohmann::json::array({*eos})) {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0)
+      throw ConfigError(cat(path, ": eos_token_id ", eos->dump(), " is not a token id or a list of them"));
+    ids.push_back(id.get<std::int64_t>());
+  }
+  return ids;
+}
+
 }  // namespace
 
 model::ModelConfig target_config_at(const std::string& path) {
@@ -56,7 +87,12 @@ model::ModelConfig target_config_at(const std::string& path) {
   if (!is_regular_file(config_json))
     throw ConfigError(cat(path, " is neither a topotrain checkpoint (step-*.h5) or run directory nor a Hugging Face "
                           "model folder: ", config_json, " does not exist"));
-  return model::ModelConfig::from_json_file(config_json);
+  model::ModelConfig config = model::ModelConfig::from_json_file(config_json);
+  if (const auto eos = generation_eos_ids(hf_folder_of(path))) {
+    if (eos->empty()) config.token_ids.erase("eos_token_id");
+    else config.token_ids["eos_token_id"] = *eos;
+  }
+  return config;
 }
 
 void load_target_weights(const std::string& path, model::Qwen3CausalLMImpl& model) {

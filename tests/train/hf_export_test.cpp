@@ -26,6 +26,7 @@
 #include "topotrain/store/checkpoint_writer.h"
 #include "topotrain/train/hf_export.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/trained_models.h"
 #include "topotrain/train/training_checkpoint.h"
 
 using namespace topotrain;
@@ -378,4 +379,31 @@ TEST_F(HfExportTest, AnExportCarriesItsTokenizerAndGenerationConfig) {
   EXPECT_FALSE(file_exists(join_path(options.out_dir, "tokenizer.json")));
   EXPECT_NE(printed.find("note: no generation_config.json"), std::string::npos) << printed;
   EXPECT_NE(printed.find("note: no tokenizer files"), std::string::npos) << printed;
+}
+
+// An exported folder given as a target (topotrain-speculate's --target, greedy decoding) stops
+// where transformers' generate stops: at generation_config.json's eos ids, which generate reads
+// instead of config.json's; a preset's config.json names none, as in a chat model exported from
+// one, whose responses then ran to --max-new-tokens.
+TEST_F(HfExportTest, AnExportedTargetStopsWhereGenerateStops) {
+  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  auto files = std::make_shared<data::TokenizerFiles>();
+  (*files)["tokenizer.json"] = R"({"added_tokens": [{"id": 300, "content": "<|im_end|>"}], "model": {"vocab": {}}})";
+  (*files)["tokenizer_config.json"] = R"({"eos_token": "<|im_end|>"})";
+  HfExportOptions options;
+  options.source = write_run(dense, "chat", true, "", files);
+  options.out_dir = path("exported");
+  export_hf(options);
+  EXPECT_FALSE(nlohmann::json::parse(read_text(join_path(options.out_dir, "config.json"))).contains("eos_token_id"));
+  EXPECT_EQ(target_config_at(options.out_dir).eos_token_ids(), std::vector<int64_t>{300});
+
+  const std::string generation = join_path(options.out_dir, "generation_config.json");
+  std::ofstream(generation) << R"({"eos_token_id": [3, 4], "pad_token_id": 0})";
+  EXPECT_EQ(target_config_at(options.out_dir).eos_token_ids(), (std::vector<int64_t>{3, 4}));
+  std::ofstream(generation) << R"({"pad_token_id": 0})";  // generate stops at no token
+  EXPECT_TRUE(target_config_at(options.out_dir).eos_token_ids().empty());
+  std::ofstream(generation) << R"({"eos_token_id": "<|im_end|>"})";
+  const std::string message = config_error_of([&] { target_config_at(options.out_dir); });
+  EXPECT_NE(message.find(generation + ": eos_token_id \"<|im_end|>\" is not a token id"), std::string::npos)
+      << message;
 }

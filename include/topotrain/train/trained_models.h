@@ -20,7 +20,8 @@
 namespace topotrain {
 
 // The model a target path holds: a checkpoint's stored config (source: what it was trained
-// from), or the folder's config.json.
+// from), or the folder's config.json with the eos ids of its generation_config.json where it
+// has one, so that a decoder stops where transformers' generate on the folder stops.
 model::ModelConfig target_config_at(const std::string& path);
 // Copies the weights at `path` (an HF safetensors file, index or folder, a topotrain
 // checkpoint or run directory) into `model`; a checkpoint of another model is refused naming
