@@ -60,7 +60,10 @@ def main(corpus_path, num_merges, out_path):
                     i += 1
             merged[tuple(out)] = merged.get(tuple(out), 0) + n
         corpus = merged
-    added = [{"id": len(vocab) + i, "content": c, "special": True}
+    # Every field of an added token: tokenizers (the Rust library under AutoTokenizer) refuses
+    # an entry that lacks one.
+    added = [{"id": len(vocab) + i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
              for i, c in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
     json.dump({
         "version": "1.0",

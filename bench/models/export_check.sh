@@ -3,36 +3,38 @@
 # moe_train trains tiny-moe for a few steps and writes a one-step moe-500m checkpoint;
 # topotrain-export writes each as an fp32 Hugging Face model; transformers loads that with
 # AutoModelForCausalLM.from_pretrained and computes the logits of a packed batch
-# (bench/models/hf_parity.py --export), and hf_parity computes topotrain's logits of the
+# (tests/hf/hf_parity.py --export), and hf_parity computes topotrain's logits of the
 # checkpoint itself (its stored config and weights) on the same batch and compares them in
 # fp32: max |a - b| / max |b| <= 1e-4 for the logits and the loss.
-# Then a chat model as a user of transformers meets it ("generate"): the DFlash demo's
-# arithmetic chats (data/chat_demo.py) prepared with a Qwen3 tokenizer (TOKENIZER_DIR, default
-# ../shared/data/qwen3-tokenizer beside the repository; skipped with a line when absent), a
-# qwen3-0.6b shape trained GENERATE_STEPS (100) steps of 16K tokens from random weights and
-# exported with its tokenizer; export_generate.py loads AutoTokenizer and the model from the
-# folder alone, generates on a chat prompt of the tokenizer's own template, which must stop at
-# <|im_end|>, and greedily on 16 held-out prompts, which must equal topotrain's greedy
-# continuation (greedy_continuation) token for token, fp32 on both sides.
+# Then a chat model as a user of transformers meets it ("generate", tests/hf/export_generate.sh,
+# which ctest runs on CPU as hf_generate_export): the DFlash demo's arithmetic chats prepared with
+# a Qwen3 tokenizer (TOKENIZER_DIR, default ../shared/data/qwen3-tokenizer beside the repository;
+# skipped with a line when absent), a qwen3-0.6b shape trained GENERATE_STEPS (100) steps of 16K
+# tokens from random weights and exported with its tokenizer; transformers loads AutoTokenizer
+# (as quietly as from its source folder) and the model from the folder alone, generates on a chat
+# prompt of the tokenizer's own template, which must stop at <|im_end|>, and greedily on 16 chat
+# prompts, which must equal topotrain's greedy continuation (greedy_continuation) token for token,
+# fp32 on both sides; topotrain-speculate on the folder must stop where generate stops.
 #
 #   BUILD_DIR=/root/build-gpu bash bench/models/export_check.sh
 #
-# Builds nothing: BUILD_DIR/bin must hold moe_train, topotrain-export, topotrain-prepare,
-# hf_parity and greedy_continuation. Prints one PASS/FAIL row per check, also to
+# Builds nothing: BUILD_DIR/bin must hold moe_train, dflash_train, topotrain-export,
+# topotrain-prepare, topotrain-speculate, hf_parity and greedy_continuation; TOPOTRAIN_PYTHON
+# (default python3) has torch and transformers. Prints one PASS/FAIL row per check, also to
 # ${OUT:-/tmp}/export_check.txt; exit status 1 when a check fails. EXPORT_CHECK_DEVICE=cpu
 # trains on a CPU rank instead of GPU 0 (a check of the script on a machine without a GPU;
-# "generate" then uses tiny-dense and data/make_bpe_tokenizer.py's byte-level tokenizer, and skips the
-# transformers step where python3 lacks transformers); EXPORT_CHECK_MODELS picks the checks
-# (default "tiny-moe moe-500m generate").
+# "generate" then uses tiny-dense and data/make_bpe_tokenizer.py's byte-level tokenizer, as the
+# ctest does); EXPORT_CHECK_MODELS picks the checks (default "tiny-moe moe-500m generate").
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 : "${BUILD_DIR:?set BUILD_DIR to a topotrain build directory (its bin/ holds moe_train, topotrain-export, hf_parity)}"
 bin=$BUILD_DIR/bin
-for tool in moe_train topotrain-export topotrain-prepare hf_parity greedy_continuation; do
+for tool in moe_train dflash_train topotrain-export topotrain-prepare topotrain-speculate hf_parity greedy_continuation; do
   [[ -x $bin/$tool ]] || { echo "export_check: $bin/$tool not found; build it first (cmake --build $BUILD_DIR --target ${tool//-/_})" >&2; exit 2; }
 done
 source launch/env.sh
+python=${TOPOTRAIN_PYTHON:-python3}
 out=${OUT:-/tmp}
 mkdir -p "$out"
 results=$out/export_check.txt
@@ -51,7 +53,7 @@ check() {
   if mpirun -np 1 "$bin/moe_train" "$work/one.toml" --set model.preset="$preset" --set train.max_steps="$steps" \
        --set train.token_budget="$budget" --set checkpoint.dir="$work" --set checkpoint.run="$preset" >"$log" 2>&1 &&
      stage=export && "$bin/topotrain-export" "$work/$preset" "$work/$preset-hf" --dtype fp32 >>"$log" 2>&1 &&
-     stage=transformers && python3 bench/models/hf_parity.py "$work/cases" --export "$preset=$work/$preset-hf" >>"$log" 2>&1 &&
+     stage=transformers && "$python" tests/hf/hf_parity.py "$work/cases" --export "$preset=$work/$preset-hf" >>"$log" 2>&1 &&
      stage=compare && "$bin/hf_parity" "$work/cases/$preset" --weights "$work/$preset" >"$work/$preset.row" 2>>"$log"; then
     echo "PASS $preset ($steps steps): $(cat "$work/$preset.row")"
     return 0
@@ -61,52 +63,34 @@ check() {
   return 1
 }
 
-# generate: chat data with a Hugging Face tokenizer, trained, exported, generated from (see the top).
+# generate: tests/hf/export_generate.sh (chat data with a Hugging Face tokenizer, trained, exported,
+# generated from; see the top) on this device.
 generate_check() {
-  local tokenizer=${TOKENIZER_DIR:-$root/../shared/data/qwen3-tokenizer} preset=qwen3-0.6b
-  local steps=${GENERATE_STEPS:-100} budget=16384 conversations=6000 on=cuda:$device log=$work/generate.log
-  if [[ $device == cpu ]]; then
-    tokenizer=$work/byte-level preset=tiny-dense steps=${GENERATE_STEPS:-60} budget=1024 conversations=600 on=cpu
-    mkdir -p "$tokenizer" && python3 data/make_bpe_tokenizer.py /dev/null 0 "$tokenizer/tokenizer.json"
+  local log=$work/generate.log
+  local -a sizes=(GENERATE_DEVICE=cpu)
+  if [[ $device != cpu ]]; then
+    local tokenizer=${TOKENIZER_DIR:-$root/../shared/data/qwen3-tokenizer}
+    if [[ ! -f $tokenizer/tokenizer.json ]]; then
+      echo "SKIP generate: no tokenizer.json in $tokenizer (TOKENIZER_DIR names a Qwen3 tokenizer's folder)"
+      return 0
+    fi
+    sizes=(GENERATE_DEVICE="$device" TOKENIZER_DIR="$tokenizer" GENERATE_PRESET=qwen3-0.6b
+           GENERATE_STEPS="${GENERATE_STEPS:-100}" GENERATE_BUDGET=16384 GENERATE_LR=1e-3 GENERATE_CONVERSATIONS=6000)
   fi
-  if [[ ! -f $tokenizer/tokenizer.json ]]; then
-    echo "SKIP generate: no tokenizer.json in $tokenizer (TOKENIZER_DIR names a Qwen3 tokenizer's folder)"
+  if env "${sizes[@]}" TOPOTRAIN_PYTHON="$python" TOPOTRAIN_BIN="$bin" bash tests/hf/export_generate.sh >"$log" 2>&1; then
+    echo "PASS generate (${sizes[*]})"
+    sed 's/^/    /' "$log"
     return 0
   fi
-  local stage=data
-  if python3 data/chat_demo.py 1 "$conversations" >"$work/chat-train.jsonl" &&
-     python3 data/chat_demo.py 2 40 >"$work/chat-eval.jsonl" &&
-     "$bin/topotrain-prepare" -q "$work/chat-train.jsonl" -o "$work/chat/train.h5" --tokenizer "$tokenizer/tokenizer.json" &&
-     "$bin/topotrain-prepare" -q "$work/chat-eval.jsonl" -o "$work/chat/eval.h5" --tokenizer "$tokenizer/tokenizer.json" &&
-     stage=train && mpirun -np 1 "$bin/moe_train" "$work/one.toml" --set model.preset="$preset" \
-       --set data.path="$work/chat/train.h5" --set train.token_budget="$budget" --set train.max_steps="$steps" \
-       --set train.epochs=1000 --set train.lr=1e-3 --set log.every=20 --set checkpoint.every_steps=0 \
-       --set checkpoint.dir="$work" --set checkpoint.run=chat >"$log" 2>&1 &&
-     stage=export && "$bin/topotrain-export" "$work/chat" "$work/chat-hf" --dtype fp32 >>"$log" 2>&1 &&
-     stage=topotrain && "$bin/greedy_continuation" "$work/chat-hf" "$work/chat/eval.h5" 16 48 \
-       "$work/continuations.jsonl" "$on" >>"$log" 2>&1; then
-    if [[ $device == cpu ]] && ! python3 -c 'import transformers' 2>/dev/null; then
-      echo "PASS generate up to transformers (trained to $(grep -o 'step [0-9]* | loss [0-9.]*' "$log" | tail -1);" \
-        "python3 has no transformers here): $(ls "$work/chat-hf" | tr '\n' ' ')"
-      return 0
-    fi
-    stage=transformers
-    if python3 bench/models/export_generate.py "$work/chat-hf" "$work/continuations.jsonl" >"$work/generate.row" 2>>"$log"; then
-      echo "PASS generate ($preset, trained to $(grep -o 'step [0-9]* | loss [0-9.]*' "$log" | tail -1))"
-      sed 's/^/    /' "$work/generate.row"
-      return 0
-    fi
-  fi
-  echo "FAIL generate at $stage"
-  sed 's/^/    /' "$work/generate.row" 2>/dev/null
-  tail -20 "$log" | sed 's/^/    /'
+  echo "FAIL generate (${sizes[*]})"
+  tail -40 "$log" | sed 's/^/    /'
   return 1
 }
 
 status=0
 {
   echo "# bench/models/export_check.sh, $(date -u +%F), device $device"
-  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' ||
+  "$python" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' ||
     status=1
   for preset in ${EXPORT_CHECK_MODELS:-tiny-moe moe-500m generate}; do
     case $preset in

@@ -1,11 +1,12 @@
-// topotrain's own greedy continuation of chat prompts, for bench/models/export_generate.py,
+// topotrain's own greedy continuation of chat prompts, for tests/hf/export_generate.py,
 // which asks transformers' generate for the same from an exported folder: the target at
 // TARGET (an exported folder, a checkpoint or its run directory, loaded as every tool loads
 // it) decodes the first N prompts of PROMPTS (a prepared dataset: the text before each
-// assistant turn) greedily with its KV cache, in fp32, up to MAX_NEW tokens, stopping where
-// topotrain-speculate stops (the dataset's end of turn and eos, the config's eos ids).
+// assistant turn; or topotrain-speculate's .jsonl of prompt ids) greedily with its KV cache, in
+// fp32, up to MAX_NEW tokens, stopping where topotrain-speculate stops (a dataset's end of turn
+// and eos, the target's eos ids: an exported folder's generation_config.json's).
 //
-//   greedy_continuation TARGET PROMPTS.h5 N MAX_NEW OUT.jsonl [cpu|cuda|cuda:N]
+//   greedy_continuation TARGET PROMPTS.h5|PROMPTS.jsonl N MAX_NEW OUT.jsonl [cpu|cuda|cuda:N]
 //
 // OUT.jsonl: one {"prompt": [ids], "response": [ids], "stopped": bool} per prompt, the
 // response with its stop token where it met one. Exit status: 0 written, 2 bad input, 1 other.
@@ -28,7 +29,8 @@
 int main(int argc, char** argv) {
   using namespace topotrain;
   if (argc < 6 || argc > 7) {
-    std::fputs("usage: greedy_continuation TARGET PROMPTS.h5 N MAX_NEW OUT.jsonl [cpu|cuda|cuda:N]\n", stderr);
+    std::fputs("usage: greedy_continuation TARGET PROMPTS.h5|PROMPTS.jsonl N MAX_NEW OUT.jsonl [cpu|cuda|cuda:N]\n",
+               stderr);
     return 2;
   }
   try {

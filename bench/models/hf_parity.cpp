@@ -1,5 +1,5 @@
 // Compares topotrain's Qwen3 with HF transformers on the reference written by
-// hf_parity.py: logits (max |a - b| / max |b|) and the gradients of one backward
+// tests/hf/hf_parity.py (tests/hf/qwen3_logits.sh runs both, ctest hf_logits_qwen3): logits (max |a - b| / max |b|) and the gradients of one backward
 // (||a - b|| / ||b|| per tensor), in fp32 and in the bf16 training configuration.
 //
 //   hf_parity CASE_DIR                        (CASE_DIR holds model/ and reference.safetensors)
@@ -114,7 +114,7 @@ int run(int argc, char** argv) {
   const bool export_check = argc == 4 && std::string(argv[2]) == "--weights";
   if (argc != 2 && !export_check) {
     std::fprintf(stderr, "usage: %s CASE_DIR [--weights TOPOTRAIN_CHECKPOINT] (CASE_DIR written by "
-                 "bench/models/hf_parity.py)\n", argv[0]);
+                 "tests/hf/hf_parity.py)\n", argv[0]);
     return 2;
   }
   const std::string dir = argv[1];

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference outputs from HF transformers for topotrain's Qwen3 parity check.
+"""Reference outputs from HF transformers for topotrain's Qwen3 parity check (hf_parity).
 
 For a small random Qwen3 (dense) and Qwen3-MoE config this builds the model with
 transformers, writes it with save_pretrained into OUT/<name>/model, and writes
@@ -14,7 +14,7 @@ never depends on HF's own packing support. The loss is
 with aux = transformers' load_balancing_loss_func over the router logits of all
 documents (concatenated per layer, as one packed batch would give them).
 
-    python3 bench/models/hf_parity.py OUT_DIR
+    python3 tests/hf/hf_parity.py OUT_DIR      (tests/hf/qwen3_logits.sh runs it, then hf_parity)
 
 With --export NAME=MODEL_DIR (repeatable) it builds no models: it loads each directory
 that topotrain-export wrote with AutoModelForCausalLM.from_pretrained in fp32 and writes
