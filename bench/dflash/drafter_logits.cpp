@@ -1,5 +1,6 @@
 // The drafter's logits on given inputs, for a check against an independent implementation
-// of the exported format (bench/dflash/export_parity.py): the target and the drafter are
+// of the exported format (tests/hf/dflash_export_parity.py, run by the hf test
+// hf_dflash_export_logits and bench/dflash/speculate.sh): the target and the drafter are
 // loaded as every tool loads them (train/trained_models.h), the target runs the tokens as
 // one document (positions 0..T-1) and hands its tap layers to the drafter, which drafts a
 // block at each anchor through forward_blocks, the training path. The blocks' hidden states

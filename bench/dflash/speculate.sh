@@ -13,9 +13,9 @@
 #               its last step on the held-out file, with train.eval_speculate = 8 (speculative
 #               decoding inside the trainer), exported by topotrain-export
 #   4. parity   drafter_logits (topotrain's drafter through the training path, fp32 and bf16)
-#               and export_parity.py (transformers' Qwen3 target, the draft forward written
-#               again on transformers' Qwen3 modules from the exported folders) on one
-#               held-out conversation: taps and logits within the bounds export_parity.py states
+#               and tests/hf/dflash_export_parity.py (transformers' Qwen3 target, the draft
+#               forward written again on transformers' Qwen3 modules from the exported
+#               folders) on one held-out conversation: taps and logits within its bounds
 #   5. decode   topotrain-speculate on 64 held-out prompts (the text before each assistant
 #               turn), bf16: tau, target forwards per token and tokens/s against plain greedy
 #               decoding, and the prompts whose speculative response differs from the greedy
@@ -28,9 +28,9 @@
 #                                                                 unless SKIP_BUILD=1)
 #   SMOKE=1 bash bench/dflash/speculate.sh    the same steps in half a minute on CPU ranks
 #       with tiny-dense shapes, a two-layer drafter of block 4 (taps 0,1) and 8 prompts, fp32;
-#       builds nothing (BUILD_DIR, default build/, must hold the tools); export_parity.py is
-#       skipped where python3 cannot import transformers, and says so; any lossless mismatch
-#       fails (fp32).
+#       builds nothing (BUILD_DIR, default build/, must hold the tools); the parity check
+#       (tests/hf/dflash_export_parity.py) is skipped where python3 cannot import transformers,
+#       and says so; any lossless mismatch fails (fp32).
 # TARGET_STEPS, TARGET_LR, DRAFTER_STEPS, PROMPTS and MAX_NEW_TOKENS override the sizes;
 # KEEP_WORK=1 keeps the scratch folder (data, runs, exported folders) and names it.
 set -uo pipefail
@@ -146,7 +146,7 @@ logits() {  # fp32 everywhere, bf16 too on a GPU
 parity() {
   local bf16=()
   [[ $device == cuda ]] && bf16=(--bf16 "$work/bf16.safetensors")
-  python3 bench/dflash/export_parity.py "$work/target-hf" "$work/drafter-hf" "$work/in.json" \
+  python3 tests/hf/dflash_export_parity.py "$work/target-hf" "$work/drafter-hf" "$work/in.json" \
     "$work/fp32.safetensors" "${bf16[@]}" | tee "$work/parity.txt"
 }
 
@@ -176,7 +176,7 @@ speculate() {
     if python3 -c 'import torch, transformers, safetensors' 2>/dev/null; then
       step export_parity parity
     else
-      python3 -m py_compile bench/dflash/export_parity.py && echo "export_parity: SKIPPED: python3 cannot import" \
+      python3 -m py_compile tests/hf/dflash_export_parity.py && echo "export_parity: SKIPPED: python3 cannot import" \
         "torch, transformers and safetensors here (the script compiles)"
     fi
   fi
@@ -188,7 +188,7 @@ speculate() {
   grep -E "\[rank 1 drafter\] held-out" "$log" | sed 's/^[0-9-]* [0-9:]* //'
   echo '```'
   if [[ -f $work/parity.txt ]]; then
-    printf '\n## Parity (export_parity.py)\n\n```\n'; cat "$work/parity.txt"; echo '```'
+    printf '\n## Parity (dflash_export_parity.py)\n\n```\n'; cat "$work/parity.txt"; echo '```'
   fi
   if [[ -f $work/speculate.txt ]]; then
     printf '\n## Speculative decoding (topotrain-speculate)\n\n```\n'; cat "$work/speculate.txt"; echo '```'

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   using namespace topotrain;
   infer::SpeculationOptions options;
   int64_t num_prompts = 64;
-  std::string json_path;
+  std::string json_path, responses_path;
   CLI::App app{"topotrain-speculate: tau, target forwards and tokens/s of a DFlash drafter by greedy speculative "
                "decoding, checked token for token against plain greedy decoding",
                "topotrain-speculate"};
@@ -41,12 +41,19 @@ int main(int argc, char** argv) {
                  "a token id that ends a response, besides the target's eos ids and the dataset's eos_id and end of turn (repeatable)")
       ->check(at_least(0));
   app.add_option("--json", json_path, "also write the numbers to this file as JSON");
+  app.add_option("--responses", responses_path,
+                 "also write one JSON line per prompt to this file: {\"prompt\", \"greedy\", \"speculative\": [ids], "
+                 "\"acceptance_lengths\": [accepted drafts + 1 per verification]}");
   return run_tool(app, argc, argv, [&] {
-    std::ofstream json;
-    if (!json_path.empty()) {
-      json.open(json_path);
-      if (!json) throw ConfigError(cat("--json: cannot write '", json_path, "'"));
-    }
+    // Opened before the models load, so that an unwritable path fails at once.
+    const auto open_output = [](const std::string& path, const char* option) {
+      std::ofstream out;
+      if (path.empty()) return out;
+      out.open(path);
+      if (!out) throw ConfigError(cat(option, ": cannot write '", path, "'"));
+      return out;
+    };
+    std::ofstream json = open_output(json_path, "--json"), responses = open_output(responses_path, "--responses");
     const infer::Placement placement = infer::resolve_placement(options);
     const infer::PromptSet prompts = infer::read_prompts(options.prompts, num_prompts);
     model::Qwen3CausalLM target = load_target_model(options.target);
@@ -63,5 +70,6 @@ int main(int argc, char** argv) {
         });
     std::fputs(infer::report_text(report).c_str(), stdout);
     if (json.is_open()) json << infer::report_json(report);
+    if (responses.is_open()) responses << infer::responses_jsonl(report, prompts);
   });
 }

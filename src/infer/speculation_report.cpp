@@ -97,6 +97,7 @@ SpeculationReport summarize(const std::vector<PromptOutcome>& outcomes, const Sp
   for (const auto& [first, counts] : buckets) {
     r.tau_by_position.push_back({first, counts.first, ratio(counts.second, counts.first)});
   }
+  r.outcomes = outcomes;
   return r;
 }
 
@@ -182,6 +183,23 @@ std::string report_json(const SpeculationReport& r) {
         {"tokens_per_second", r.speculative_tokens_per_second()}}},
   };
   return report.dump(2) + "\n";
+}
+
+std::string responses_jsonl(const SpeculationReport& report, const PromptSet& prompts) {
+  if (prompts.prompts.size() != report.outcomes.size()) {
+    throw std::logic_error(cat("responses_jsonl: ", prompts.prompts.size(), " prompts for ", report.outcomes.size(),
+                               " outcomes"));
+  }
+  std::string out;
+  for (size_t p = 0; p < report.outcomes.size(); ++p) {
+    const PromptOutcome& o = report.outcomes[p];
+    const nlohmann::json line = {{"prompt", prompts.prompts[p].tokens},
+                                 {"greedy", o.greedy.tokens},
+                                 {"speculative", o.speculative.tokens},
+                                 {"acceptance_lengths", o.speculative.acceptance_lengths}};
+    out += line.dump() + "\n";
+  }
+  return out;
 }
 
 }  // namespace topotrain::infer

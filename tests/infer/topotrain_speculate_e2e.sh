@@ -3,7 +3,8 @@
 #   topotrain_speculate_e2e.sh BIN_DIR
 # A tiny-dense target trained 2 steps by moe_train and a drafter trained 2 steps against it by
 # dflash_train (run directories, as users pass them) decode JSONL prompts and a dataset's
-# assistant turns: exit 0, lossless, the JSON's numbers equal the text's. Bad input exits 2
+# assistant turns: exit 0, lossless, the JSON's numbers equal the text's, --responses holds each
+# prompt's ids and responses and as many acceptance lengths as verifications. Bad input exits 2
 # naming the file: an empty prompt file, an empty prompt, a dataset without a loss mask, a
 # token id outside the vocabulary, a missing file, the drafter given as the target and the
 # target given as the drafter.
@@ -48,16 +49,21 @@ fails() {  # fails PATTERN ARGS...: exit 2 with "topotrain-speculate: error: ...
 
 printf '{"tokens": [76, 105, 99, 101, 110, 115, 101]}\n{"tokens": [84, 104, 101, 32]}\n\n{"tokens": [32]}\n' \
   > "$work/prompts.jsonl"
-speculate --prompts "$work/prompts.jsonl" --max-new-tokens 24 --json "$work/out.json" ||
+speculate --prompts "$work/prompts.jsonl" --max-new-tokens 24 --json "$work/out.json" \
+  --responses "$work/responses.jsonl" ||
   { cat "$work/out.txt"; exit 1; }
 grep -q "^prompts $work/prompts.jsonl: 3 prompts, 12 tokens; up to 24 new tokens each" "$work/out.txt" &&
   grep -q "^lossless: all 3 speculative responses equal plain greedy decoding token for token$" "$work/out.txt" &&
   grep -Eq "^acceptance length tau [0-9.]+ over [0-9]+ verifications" "$work/out.txt" &&
   grep -Eq "^  greedy +72 +72 +1.000 " "$work/out.txt" || { cat "$work/out.txt"; exit 1; }
-python3 - "$work/out.json" "$work/out.txt" <<'PY'
+python3 - "$work/out.json" "$work/out.txt" "$work/responses.jsonl" <<'PY'
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 text = open(sys.argv[2]).read()
+lines = [json.loads(line) for line in open(sys.argv[3])]
+assert [line["prompt"] for line in lines] == [[76, 105, 99, 101, 110, 115, 101], [84, 104, 101, 32], [32]], lines
+assert all(line["speculative"] == line["greedy"] and len(line["greedy"]) == 24 for line in lines), lines
+assert sum(len(line["acceptance_lengths"]) for line in lines) == r["verifications"], (lines, r)
 assert r["prompts"] == 3 and r["lossless"]["mismatched_prompts"] == 0, r
 assert r["greedy"]["tokens"] == 72 and r["greedy"]["target_forwards"] == 72, r
 assert sum(r["acceptance_histogram"]) == r["verifications"] == r["speculative"]["target_forwards"] - 3, r

@@ -1,13 +1,16 @@
 // What topotrain-speculate measures over its prompts, as text for people and as JSON with
 // the same numbers: whether speculative decoding reproduced plain greedy decoding on every
 // prompt (lossless), the acceptance length per verification (tau, its histogram, tau by
-// position in the response), target forwards per generated token and tokens/s of both.
+// position in the response), target forwards per generated token and tokens/s of both; and,
+// per prompt, its ids, both responses and every verification's acceptance length as JSON lines,
+// for a reference implementation to reproduce token for token.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "topotrain/infer/prompt_set.h"
 #include "topotrain/infer/speculative_decoding.h"
 
 namespace topotrain::infer {
@@ -53,6 +56,7 @@ struct SpeculationReport {
   std::vector<PositionBucket> tau_by_position;  // buckets with at least one verification
   int64_t greedy_forwards = 0, speculative_forwards = 0;
   double greedy_seconds = 0, speculative_seconds = 0;
+  std::vector<PromptOutcome> outcomes;  // every prompt's, in the prompts' order
 
   double greedy_forwards_per_token() const;
   double speculative_forwards_per_token() const;
@@ -67,5 +71,8 @@ SpeculationReport summarize(const std::vector<PromptOutcome>& outcomes, const Sp
 
 std::string report_text(const SpeculationReport& report);
 std::string report_json(const SpeculationReport& report);  // one JSON object, indented
+// One line per prompt of `prompts` (those the report's outcomes were decoded from):
+// {"prompt": [ids], "greedy": [ids], "speculative": [ids], "acceptance_lengths": [...]}.
+std::string responses_jsonl(const SpeculationReport& report, const PromptSet& prompts);
 
 }  // namespace topotrain::infer

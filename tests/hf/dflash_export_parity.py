@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Checks an exported DFlash drafter folder against topotrain's own drafter, independently.
 
-    export_parity.py TARGET_HF DRAFTER_HF IN.json FP32.safetensors [--bf16 BF16.safetensors]
-                     [--device cuda|cpu]
+    dflash_export_parity.py TARGET_HF DRAFTER_HF IN.json FP32.safetensors [--bf16 BF16.safetensors]
+                            [--device cuda|cpu]
+
+The hf test hf_dflash_export_logits runs it on CPU in fp32 (tests/hf/dflash_export_logits.sh),
+bench/dflash/speculate.sh on a GPU in fp32 and bf16; tests/hf/dflash_speculate.py decodes with
+the same two models (load_models, target_forward, Drafter).
 
 TARGET_HF is topotrain-export's folder of the target (a Qwen3 model), DRAFTER_HF its folder of
 the drafter, IN.json {"tokens": [...], "anchors": [...]}, and FP32/BF16.safetensors what
@@ -46,6 +50,7 @@ try:
     from safetensors.torch import load_file
     from torch import nn
     from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers.utils import logging as transformers_logging
     from transformers.models.qwen3.modeling_qwen3 import (
         Qwen3MLP,
         Qwen3RMSNorm,
@@ -53,11 +58,14 @@ try:
         apply_rotary_pos_emb,
     )
 except ImportError as e:
-    sys.exit(f"export_parity.py: {e} (needs torch, safetensors and transformers)")
+    sys.exit(f"dflash_export_parity.py: {e} (needs torch, safetensors and transformers)")
+
+
+transformers_logging.disable_progress_bar()  # "Loading weights" bars would bury the results
 
 
 def fail(message):
-    print(f"export_parity.py: error: {message}", file=sys.stderr)
+    print(f"dflash_export_parity.py: error: {message}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -106,11 +114,12 @@ class DraftLayer(nn.Module):
 
 
 class Drafter(nn.Module):
-    """The exported folder's tensors: fc, hidden_norm, layers.N.*, norm."""
+    """The exported folder's tensors: fc, hidden_norm, layers.N.*, norm; and its dflash_config."""
 
-    def __init__(self, config, taps):
+    def __init__(self, config, layer_ids, mask_id, block_size):
         super().__init__()
-        self.fc = nn.Linear(taps * config.hidden_size, config.hidden_size, bias=False)
+        self.layer_ids, self.mask_id, self.block_size = layer_ids, mask_id, block_size
+        self.fc = nn.Linear(len(layer_ids) * config.hidden_size, config.hidden_size, bias=False)
         self.hidden_norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.layers = nn.ModuleList(DraftLayer(config) for _ in range(config.num_hidden_layers))
         self.norm = Qwen3RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
@@ -119,13 +128,13 @@ class Drafter(nn.Module):
     def rope(self, like, positions):
         return self.rotary(like, positions[None])
 
-    def forward(self, taps, tokens, anchors, embed, lm_head, mask_id, block_size):
+    def forward(self, taps, tokens, anchors, embed, lm_head):
         """Logits [anchors, B, V] of a block at each anchor."""
         context = self.hidden_norm(self.fc(taps))
-        device = taps.device
+        device, block_size = taps.device, self.block_size
         out = []
         for anchor in anchors:
-            ids = torch.tensor([tokens[anchor]] + [mask_id] * (block_size - 1), device=device)
+            ids = torch.tensor([tokens[anchor]] + [self.mask_id] * (block_size - 1), device=device)
             block = embed[ids]
             block_positions = torch.arange(anchor, anchor + block_size, device=device)
             block_rope = self.rope(block, block_positions)
@@ -146,40 +155,55 @@ def drafter_tensors(folder):
     return tensors
 
 
-def reference(target_dir, drafter_dir, tokens, anchors, dtype, device):
-    """transformers' taps and the reimplemented drafter's logits, in `dtype`."""
+def load_models(target_dir, drafter_dir, dtype, device):
+    """transformers' target (eager attention) and the reimplemented drafter, in `dtype`, in eval mode."""
+    for path in (target_dir, drafter_dir):
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            fail(f"{path} has no config.json: pass topotrain-export's folders of the target and the drafter")
     with open(os.path.join(drafter_dir, "config.json")) as f:
         raw = json.load(f)
     dflash = raw.get("dflash_config", {})
     if "target_layer_ids" not in dflash or "mask_token_id" not in dflash or "block_size" not in raw:
         fail(f"{drafter_dir}/config.json lacks dflash_config.target_layer_ids, dflash_config.mask_token_id or "
              "block_size: is it a DFlash drafter folder?")
-    layer_ids, mask_id, block_size = dflash["target_layer_ids"], dflash["mask_token_id"], raw["block_size"]
     config = Qwen3Config.from_pretrained(drafter_dir)
 
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=dtype, attn_implementation="eager").to(device)
     target.eval()
-    drafter = Drafter(config, len(layer_ids))
+    if max(dflash["target_layer_ids"]) >= target.config.num_hidden_layers - 1:
+        fail(f"target_layer_ids {dflash['target_layer_ids']} name the target's last layer "
+             f"({target.config.num_hidden_layers - 1}) or one past it: transformers' hidden_states of the last layer "
+             "is after the final norm")
+    drafter = Drafter(config, dflash["target_layer_ids"], dflash["mask_token_id"], raw["block_size"])
     try:
         drafter.load_state_dict(drafter_tensors(drafter_dir), strict=True)
     except RuntimeError as e:  # a tensor missing, extra or of another shape: the export's layout is wrong
-        print(f"export_parity.py: {drafter_dir} does not hold the DFlash layout: {e}\nFAIL", file=sys.stderr)
+        print(f"dflash_export_parity.py: {drafter_dir} does not hold the DFlash layout: {e}\nFAIL", file=sys.stderr)
         sys.exit(1)
     drafter.to(device=device, dtype=dtype).eval()
     # Frequencies stay fp32, as in transformers' own bf16 models: rounded to bf16 they would put
     # the rotary angles at positions in the hundreds off by a large part of a radian.
     drafter.rotary.float()
+    return target, drafter
+
+
+def target_forward(target, drafter, tokens):
+    """The target's logits [T, V] over `tokens` (one sequence from position 0) and the drafter's taps [T, taps * H]."""
+    ids = torch.tensor([tokens], device=target.device)
+    out = target(input_ids=ids, output_hidden_states=True)
+    taps = torch.cat([out.hidden_states[i + 1][0] for i in drafter.layer_ids], -1)
+    return out.logits[0], taps
+
+
+def reference(target_dir, drafter_dir, tokens, anchors, dtype, device):
+    """transformers' taps and the reimplemented drafter's logits, in `dtype`."""
+    target, drafter = load_models(target_dir, drafter_dir, dtype, device)
     with torch.no_grad():
-        ids = torch.tensor([tokens], device=device)
-        hidden = target(input_ids=ids, output_hidden_states=True).hidden_states
-        if max(layer_ids) + 1 >= len(hidden) - 1:
-            fail(f"target_layer_ids {layer_ids} name the target's last layer ({len(hidden) - 2}) or one past it: "
-                 "transformers' hidden_states of the last layer is after the final norm")
-        taps = torch.cat([hidden[i + 1][0] for i in layer_ids], -1)
+        _, taps = target_forward(target, drafter, tokens)
         embed = target.get_input_embeddings().weight
         lm_head = target.get_output_embeddings().weight
-        logits = drafter(taps, tokens, anchors, embed, lm_head, mask_id, block_size)
-    return {"taps": taps.float().cpu(), "logits": logits.cpu()}, layer_ids
+        logits = drafter(taps, tokens, anchors, embed, lm_head)
+    return {"taps": taps.float().cpu(), "logits": logits.cpu()}, drafter.layer_ids
 
 
 def difference(a, b):
@@ -202,9 +226,6 @@ def main():
     parser.add_argument("--bf16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    for path in (args.target, args.drafter):
-        if not os.path.isfile(os.path.join(path, "config.json")):
-            fail(f"{path} has no config.json: pass topotrain-export's folders of the target and the drafter")
     with open(args.inputs) as f:
         inputs = json.load(f)
     tokens, anchors = inputs["tokens"], inputs["anchors"]
