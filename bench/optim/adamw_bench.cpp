@@ -25,7 +25,7 @@
 namespace mdl = topotrain::model;
 
 int main(int argc, char** argv) {
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 0)
+#ifdef TOPOTRAIN_CUDA
   if (argc < 2 || !torch::cuda::is_available()) {
     std::fprintf(stderr, "usage: adamw_bench PRESET|config.json [steps] (needs a GPU)\n");
     return 2;

@@ -1,68 +1,17 @@
-// The one place where LibTorch versions and CUDA availability differ.
+// The one place where a CUDA build and a CPU-only build differ.
 //
-// The CPU machine and CI build against Debian's LibTorch 1.13 (CPU only); GPU machines
-// build against pip torch 2.x with CUDA. Model and trainer code calls what is declared
-// here instead of testing versions itself.
+// Every machine builds against one LibTorch, pip torch 2.11 (cmake/TopotrainDeps.cmake
+// refuses an older one); TOPOTRAIN_CUDA is defined where our CUDA code is compiled as well
+// (a CUDA LibTorch and a CUDA toolkit). Model and trainer code calls what is declared here
+// instead of testing TOPOTRAIN_CUDA itself.
 #pragma once
 
-#include <torch/version.h>
-
-#define TOPOTRAIN_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||            \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
-
-namespace topotrain::compat {
-
-// True when this build can run CUDA kernels (TOPOTRAIN_CUDA is defined by CMake exactly
-// when the LibTorch found was built with CUDA).
-constexpr bool kCudaBuild =
-#ifdef TOPOTRAIN_CUDA
-    true;
-#else
-    false;
-#endif
-
-}  // namespace topotrain::compat
-
-// ---------------------------------------------------------------------------------------
-// Model kernels (src/model). All are CUDA-only and differentiable in the versions named.
-//
-// TOPOTRAIN_HAS_FLASH_VARLEN: at::_flash_attention_forward takes packed [T, heads, dim]
-//   tensors with cu_seqlens (FlashAttention-2 varlen, GQA without repeating k/v), accepts
-//   `scale` and the window arguments from 2.5 on, and has an autograd formula.
-// TOPOTRAIN_HAS_GROUPED_MM: at::_grouped_mm (2.8+) multiplies row groups of a 2-D matrix by
-//   a stack of matrices in one launch (bf16, CUTLASS on sm90), with an autograd formula.
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 5)
-#define TOPOTRAIN_HAS_FLASH_VARLEN 1
-#else
-#define TOPOTRAIN_HAS_FLASH_VARLEN 0
-#endif
-
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 8)
-#define TOPOTRAIN_HAS_GROUPED_MM 1
-#else
-#define TOPOTRAIN_HAS_GROUPED_MM 0
-#endif
-
-// TOPOTRAIN_HAS_CUDNN_ATTENTION: at::_scaled_dot_product_cudnn_attention(q, k, v, attn_bias,
-//   compute_log_sumexp, dropout_p, is_causal, return_debug_mask, scale) on dense
-//   [batch, heads, seq, dim] tensors of any strides, grouped k/v heads, with an autograd
-//   formula (the attn_bias argument arrived in 2.5; 2.6 is the oldest checked).
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 6)
-#define TOPOTRAIN_HAS_CUDNN_ATTENTION 1
-#else
-#define TOPOTRAIN_HAS_CUDNN_ATTENTION 0
-#endif
-
-namespace topotrain::compat {
-constexpr bool kHasFlashVarlen = TOPOTRAIN_HAS_FLASH_VARLEN;
-constexpr bool kHasGroupedMm = TOPOTRAIN_HAS_GROUPED_MM;
-constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
-}  // namespace topotrain::compat
-
-// ---- device memory and identity ---------------------------------------------------------
+#include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
+
+#include <torch/torch.h>
 
 #ifdef TOPOTRAIN_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -72,6 +21,15 @@ constexpr bool kHasCudnnAttention = TOPOTRAIN_HAS_CUDNN_ATTENTION;
 #endif
 
 namespace topotrain::compat {
+
+// True when this build can run CUDA kernels (CMake defines TOPOTRAIN_CUDA:
+// cmake/TopotrainDeps.cmake).
+constexpr bool kCudaBuild =
+#ifdef TOPOTRAIN_CUDA
+    true;
+#else
+    false;
+#endif
 
 // What torch's caching allocator counts on `device`: the bytes handed out to tensors
 // (allocated) or held from the driver (reserved: allocated or cached, fragmentation
@@ -239,129 +197,6 @@ inline std::string device_name(const at::Device& device) {
   }
 #endif
   return device.str();
-}
-
-}  // namespace topotrain::compat
-
-// ---------------------------------------------------------------------------------------
-// DFlash attention (src/model/dflash_attention.cpp).
-//
-// TOPOTRAIN_HAS_SDPA: at::scaled_dot_product_attention(q, k, v, attn_mask, dropout_p,
-//   is_causal, scale) with a differentiable additive mask path (memory-efficient kernel on
-//   CUDA); the `scale` argument arrived in 2.1.
-#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
-#define TOPOTRAIN_HAS_SDPA 1
-#else
-#define TOPOTRAIN_HAS_SDPA 0
-#endif
-
-namespace topotrain::compat {
-constexpr bool kHasSdpa = TOPOTRAIN_HAS_SDPA;
-
-// While it lives, scaled_dot_product_attention does not choose cuDNN's kernel. Recent torch
-// prefers it on sm90 for attention with a mask, and cuDNN builds an execution plan for every
-// new shape: about 9 ms of host time per call on an H200 (DFlash chunks of exact shapes, new
-// with every batch, once cost a pipeline's drafter 90% of its step). Where shapes rarely
-// repeat, the memory-efficient kernel, which plans nothing, is faster. The backward follows
-// the forward's choice.
-class WithoutCudnnAttention {
- public:
-  WithoutCudnnAttention() {
-#if TOPOTRAIN_TORCH_AT_LEAST(2, 4)
-    enabled_ = at::globalContext().userEnabledCuDNNSDP();
-    at::globalContext().setSDPUseCuDNN(false);
-#endif
-  }
-  ~WithoutCudnnAttention() {
-#if TOPOTRAIN_TORCH_AT_LEAST(2, 4)
-    at::globalContext().setSDPUseCuDNN(enabled_);
-#endif
-  }
-  WithoutCudnnAttention(const WithoutCudnnAttention&) = delete;
-  WithoutCudnnAttention& operator=(const WithoutCudnnAttention&) = delete;
-
- private:
-  bool enabled_ = false;
-};
-}  // namespace topotrain::compat
-
-// ---- normalisation ---------------------------------------------------------------------
-// RMSNorm in one fused kernel (forward and backward) where torch has one for CUDA (2.8+:
-// at::rms_norm dispatches to _fused_rms_norm); it normalises in fp32 like the unfused path
-// and rounds once at the end instead of before the weight. An unfused RMSNorm is about ten
-// elementwise and reduction kernels per call, four calls per layer.
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 8)
-#define TOPOTRAIN_HAS_FUSED_RMS_NORM 1
-#else
-#define TOPOTRAIN_HAS_FUSED_RMS_NORM 0
-#endif
-
-namespace topotrain::compat {
-
-// Returns false (and leaves `out` alone) where no fused kernel applies.
-inline bool fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& out) {
-#if TOPOTRAIN_HAS_FUSED_RMS_NORM
-  if (!x.is_cuda()) return false;
-  out = at::rms_norm(x, {x.size(-1)}, weight.to(x.scalar_type()), eps);
-  return true;
-#else
-  (void)x, (void)weight, (void)eps, (void)out;
-  return false;
-#endif
-}
-
-}  // namespace topotrain::compat
-
-// ---- index selection -------------------------------------------------------------------
-// at::nonzero_static (CUDA from 2.6) fills a result of a size the caller gives instead of
-// reading the count back: at::nonzero waits for the device to learn how big its result is.
-#if defined(TOPOTRAIN_CUDA) && TOPOTRAIN_TORCH_AT_LEAST(2, 6)
-#define TOPOTRAIN_HAS_NONZERO_STATIC_CUDA 1
-#else
-#define TOPOTRAIN_HAS_NONZERO_STATIC_CUDA 0
-#endif
-
-namespace topotrain::compat {
-
-// The indices of the true entries of a 1-D bool tensor, int64 [count], where the caller
-// knows `count` on the host. On CUDA (where nonzero_static exists) the host is not held;
-// elsewhere the count is checked, so that CPU runs catch a caller whose count is wrong
-// (on CUDA a wrong count would pad with -1 or drop indices).
-inline at::Tensor nonzero_of_count(const at::Tensor& mask, std::int64_t count) {
-#if TOPOTRAIN_HAS_NONZERO_STATIC_CUDA
-  if (mask.is_cuda()) return at::nonzero_static(mask, count, /*fill_value=*/-1).squeeze(1);
-#endif
-  at::Tensor rows = mask.nonzero().squeeze(1);
-  if (rows.size(0) != count) {
-    throw std::logic_error("nonzero_of_count: the mask has " + std::to_string(rows.size(0)) +
-                           " true entries, the caller counted " + std::to_string(count));
-  }
-  return rows;
-}
-
-}  // namespace topotrain::compat
-
-// ---- profiler --------------------------------------------------------------------------
-// torch's profiler events report microseconds up to 1.13 and nanoseconds from 2.x on.
-// Templates, so that only the profiling code includes the profiler's headers.
-namespace topotrain::compat {
-
-template <class KinetoEvent>
-double profiler_event_start_us(const KinetoEvent& event) {
-#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
-  return static_cast<double>(event.startNs()) / 1e3;
-#else
-  return static_cast<double>(event.startUs());
-#endif
-}
-
-template <class KinetoEvent>
-double profiler_event_duration_us(const KinetoEvent& event) {
-#if TOPOTRAIN_TORCH_AT_LEAST(2, 1)
-  return static_cast<double>(event.durationNs()) / 1e3;
-#else
-  return static_cast<double>(event.durationUs());
-#endif
 }
 
 }  // namespace topotrain::compat

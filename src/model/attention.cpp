@@ -17,8 +17,11 @@ torch::Tensor dense_causal_math(const torch::Tensor& q, const torch::Tensor& k, 
   auto scores = torch::matmul(q, k.repeat_interleave(groups, 1).transpose(2, 3)) * scale;
   auto future = torch::ones({len, len}, q.options().dtype(torch::kBool)).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  // Softmax in fp32 as HF's eager path does, then back to the compute dtype.
-  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  // Softmax in fp32 as HF's eager path does, then back to the compute dtype; fp64 stays fp64,
+  // so that the fp64 tests compare layouts exactly (torch's fp32 softmax backward rounds
+  // differently for rows of different lengths, as a padded window's are).
+  const auto softmax_dtype = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  auto probs = torch::softmax(scores, -1, softmax_dtype).to(q.scalar_type());
   return torch::matmul(probs, v.repeat_interleave(groups, 1));
 }
 
@@ -48,7 +51,7 @@ torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, con
 // q [B, Hq, S, D], k and v [B, Hkv, S, D]: cuDNN's kernel where it applies, math otherwise.
 torch::Tensor dense_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      double scale) {
-#if TOPOTRAIN_HAS_CUDNN_ATTENTION
+#ifdef TOPOTRAIN_CUDA
   if (cudnn_applies(q)) {
     // The log-sum-exp is the backward's input; grouped k/v heads go in as they are.
     return std::get<0>(at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/{},
@@ -92,7 +95,7 @@ struct WindowForward {
 // needs_grad: whether a backward follows (cuDNN then writes the log-sum-exp it reads).
 WindowForward window_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, double scale,
                              [[maybe_unused]] bool needs_grad) {
-#if TOPOTRAIN_HAS_CUDNN_ATTENTION
+#ifdef TOPOTRAIN_CUDA
   if (cudnn_applies(q)) {
     auto result = at::_scaled_dot_product_cudnn_attention(q, k, v, /*attn_bias=*/{}, /*compute_log_sumexp=*/needs_grad,
                                                           /*dropout_p=*/0.0, /*is_causal=*/true,
@@ -106,7 +109,7 @@ WindowForward window_forward(const torch::Tensor& q, const torch::Tensor& k, con
 torch::autograd::tensor_list window_backward(const torch::Tensor& grad_out, const torch::Tensor& q,
                                              const torch::Tensor& k, const torch::Tensor& v,
                                              const WindowForward& forward, double scale) {
-#if TOPOTRAIN_HAS_CUDNN_ATTENTION
+#ifdef TOPOTRAIN_CUDA
   if (cudnn_applies(q)) {
     auto grads = at::_scaled_dot_product_cudnn_attention_backward(
         grad_out, q, k, v, forward.out, forward.logsumexp, forward.philox_seed, forward.philox_offset,
@@ -190,7 +193,7 @@ class DocumentWindowsFunction : public torch::autograd::Function<DocumentWindows
   }
 };
 
-#if TOPOTRAIN_HAS_FLASH_VARLEN
+#ifdef TOPOTRAIN_CUDA
 torch::Tensor flash_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                               const torch::Tensor& cu_seqlens, int64_t max_seqlen, double scale) {
   // The kernel takes any row and head strides with a dense last dimension: v, a column slice of
@@ -230,8 +233,8 @@ std::string to_string(AttentionBackend backend) {
 AttentionBackend choose_attention_backend(const torch::Device& device, torch::ScalarType dtype, int64_t head_dim) {
   const bool half = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
   if (!device.is_cuda() || !half || head_dim % 8 != 0) return AttentionBackend::math_per_document;
-  if (compat::kHasCudnnAttention && head_dim <= 128) return AttentionBackend::dense_grid;
-  if (compat::kHasFlashVarlen && head_dim <= 256) return AttentionBackend::flash_varlen;
+  if (compat::kCudaBuild && head_dim <= 128) return AttentionBackend::dense_grid;
+  if (compat::kCudaBuild && head_dim <= 256) return AttentionBackend::flash_varlen;
   return AttentionBackend::math_per_document;
 }
 
@@ -272,7 +275,7 @@ DocumentLayout layout_documents(const torch::Tensor& cu_seqlens, int64_t max_seq
     layout.backend = AttentionBackend::document_windows;
     layout.windows = document_windows(lengths);
   } else {
-    const bool flash = compat::kHasFlashVarlen && cu_seqlens.is_cuda();
+    const bool flash = compat::kCudaBuild && cu_seqlens.is_cuda();
     layout.backend = flash ? AttentionBackend::flash_varlen : AttentionBackend::math_per_document;
   }
   return layout;
@@ -299,7 +302,7 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
     case AttentionBackend::math_per_document:
       return math_attention(q, k, v, layout.cu_seqlens, scale);
     case AttentionBackend::flash_varlen:
-#if TOPOTRAIN_HAS_FLASH_VARLEN
+#ifdef TOPOTRAIN_CUDA
       return flash_attention(q, k, v, layout.cu_seqlens, layout.max_seqlen, scale);
 #else
       throw std::runtime_error("varlen_causal_attention: this build has no flash varlen kernel (needs CUDA LibTorch >= 2.5)");

@@ -7,7 +7,6 @@
 #include "topotrain/core/error.h"
 #include "topotrain/model/attention.h"
 #include "topotrain/model/host_values.h"
-#include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
 namespace {
@@ -95,7 +94,25 @@ class ChunkRowsFunction : public torch::autograd::Function<ChunkRowsFunction> {
   }
 };
 
-#if TOPOTRAIN_HAS_SDPA
+// While it lives, scaled_dot_product_attention does not choose cuDNN's kernel. Recent torch
+// prefers it on sm90 for attention with a mask, and cuDNN builds an execution plan for every
+// new shape: about 9 ms of host time per call on an H200 (DFlash chunks of exact shapes, new
+// with every batch, once cost a pipeline's drafter 90% of its step). Where shapes rarely
+// repeat, the memory-efficient kernel, which plans nothing, is faster. The backward follows
+// the forward's choice.
+class WithoutCudnnAttention {
+ public:
+  WithoutCudnnAttention() : enabled_(at::globalContext().userEnabledCuDNNSDP()) {
+    at::globalContext().setSDPUseCuDNN(false);
+  }
+  ~WithoutCudnnAttention() { at::globalContext().setSDPUseCuDNN(enabled_); }
+  WithoutCudnnAttention(const WithoutCudnnAttention&) = delete;
+  WithoutCudnnAttention& operator=(const WithoutCudnnAttention&) = delete;
+
+ private:
+  bool enabled_;
+};
+
 // One chunk's additive mask, [queries, L + queries] of its padded shape: query slot i (of block
 // i / B) sees the first visible[i / B] context rows and its own block's keys. Padded queries
 // form blocks that see only their own zero keys, so no row is all -inf; padded context rows
@@ -123,10 +140,10 @@ torch::Tensor sdpa_chunk(const torch::Tensor& q, torch::Tensor keys, torch::Tens
   auto query = heads_first(
       rows < queries ? torch::cat({q, q.new_zeros({queries - rows, q.size(1), q.size(2)})}, 0) : q);
   torch::Tensor out;
-#if TOPOTRAIN_HAS_CUDNN_ATTENTION
+#ifdef TOPOTRAIN_CUDA
   // cuDNN's kernel is the fastest here and takes grouped k/v heads, but plans each new
   // shape: only bucketed shapes repeat. The log-sum-exp is the backward's input.
-  if (bucketed) {
+  if (bucketed && q.is_cuda()) {
     out = std::get<0>(at::_scaled_dot_product_cudnn_attention(
         query, heads_first(keys), heads_first(values), mask.view({1, 1, queries, mask.size(1)}),
         attention_gradient_follows(q, keys, values),
@@ -143,12 +160,11 @@ torch::Tensor sdpa_chunk(const torch::Tensor& q, torch::Tensor keys, torch::Tens
   if (bucketed) {
     out = attend();
   } else {
-    const compat::WithoutCudnnAttention no_cudnn;
+    const WithoutCudnnAttention no_cudnn;
     out = attend();
   }
   return out.squeeze(0).transpose(0, 1).narrow(0, 0, rows);
 }
-#endif
 
 }  // namespace
 
@@ -164,7 +180,7 @@ std::string to_string(DFlashAttentionBackend backend) {
 
 DFlashAttentionBackend choose_dflash_attention_backend(const torch::Device& device, torch::ScalarType dtype) {
   const bool half = dtype == torch::kBFloat16 || dtype == torch::kFloat16;
-  if (compat::kHasSdpa && device.is_cuda() && half) return DFlashAttentionBackend::sdpa_chunked;
+  if (device.is_cuda() && half) return DFlashAttentionBackend::sdpa_chunked;
   return DFlashAttentionBackend::math_chunked;
 }
 
@@ -202,20 +218,15 @@ DFlashAttentionPlan plan_dflash_attention(const DFlashBlocks& blocks, const DFla
   plan.device = like.device();
   plan.dtype = c10::typeMetaToScalarType(like.dtype());
   const bool sdpa = options.backend == DFlashAttentionBackend::sdpa_chunked;
-#if !TOPOTRAIN_HAS_SDPA
-  if (sdpa) throw std::runtime_error("dflash_attention: this build has no scaled_dot_product_attention (torch >= 2.1)");
-#endif
   plan.chunks = plan_dflash_chunks(blocks, options.max_chunk_scores,
                                    sdpa ? options.max_sdpa_chunk_blocks : blocks.num_blocks() + 1);
   plan.visible = host_values_on(blocks.visible_context, plan.device);
-#if TOPOTRAIN_HAS_SDPA
   if (sdpa) {
     for (const auto& c : plan.chunks) {
       plan.masks.push_back(sdpa_chunk_mask(plan.visible.narrow(0, c.first_block, c.last_block - c.first_block),
                                            padded_chunk(c, plan.block_size, options), plan.block_size, plan.dtype));
     }
   }
-#endif
   return plan;
 }
 
@@ -244,7 +255,6 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
   const auto q_parts = q.split_with_sizes(chunk_rows);
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.chunks.size());
-#if TOPOTRAIN_HAS_SDPA
   if (plan.options.backend == DFlashAttentionBackend::sdpa_chunked) {
     const auto keys = sdpa_chunk_rows(context_k, block_k, plan), values = sdpa_chunk_rows(context_v, block_v, plan);
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -252,7 +262,6 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
     }
     return torch::cat(outputs, 0);
   }
-#endif
   // Each chunk's context is a prefix of its document's rows, so only documents are split off
   // the context.
   std::vector<int64_t> document_rows;

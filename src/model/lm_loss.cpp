@@ -24,6 +24,20 @@ struct NextTokenTargets {
   torch::Tensor targets;  // int64 [N]
 };
 
+// The indices of the true entries of a 1-D bool tensor, int64 [count], where the caller knows
+// `count` on the host. On CUDA nonzero_static fills a result of that size without the host
+// waiting to learn it (at::nonzero would); on CPU the count is checked, so that CPU runs
+// catch a caller whose count is wrong (on CUDA it would pad with -1 or drop indices).
+at::Tensor nonzero_of_count(const at::Tensor& mask, std::int64_t count) {
+  if (mask.is_cuda()) return at::nonzero_static(mask, count, /*fill_value=*/-1).squeeze(1);
+  at::Tensor rows = mask.nonzero().squeeze(1);
+  if (rows.size(0) != count) {
+    throw std::logic_error(cat("nonzero_of_count: the mask has ", rows.size(0), " true entries, the caller counted ",
+                               count));
+  }
+  return rows;
+}
+
 NextTokenTargets next_token_targets(const PackedBatch& batch) {
   const auto opts = batch.tokens.options();
   auto has_target = torch::ones({batch.num_tokens()}, opts.dtype(torch::kBool));
@@ -33,7 +47,7 @@ NextTokenTargets next_token_targets(const PackedBatch& batch) {
   if (batch.loss_mask.defined() && n > 1) {
     has_target.narrow(0, 0, n - 1).logical_and_(batch.loss_mask.narrow(0, 1, n - 1));
   }
-  auto rows = compat::nonzero_of_count(has_target, batch.num_loss_targets);
+  auto rows = nonzero_of_count(has_target, batch.num_loss_targets);
   return {rows, batch.tokens.index_select(0, rows + 1)};
 }
 

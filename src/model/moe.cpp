@@ -258,7 +258,7 @@ std::string to_string(ExpertLayout layout) {
 ExpertBackend choose_expert_backend(const torch::Device& device, torch::ScalarType dtype, const ModelConfig& c) {
   // CUTLASS grouped GEMM wants 16-byte aligned rows in every operand.
   const bool aligned = c.hidden_size % 8 == 0 && c.moe_intermediate_size % 8 == 0;
-  if (compat::kHasGroupedMm && device.is_cuda() && dtype == torch::kBFloat16 && aligned) {
+  if (compat::kCudaBuild && device.is_cuda() && dtype == torch::kBFloat16 && aligned) {
     return ExpertBackend::grouped_mm;
   }
   return ExpertBackend::sorted_loop;
@@ -303,7 +303,7 @@ torch::Tensor ExpertsImpl::forward(const torch::Tensor& x_sorted, const torch::T
   auto gate_up = gate_up_compute_.get({gate_up_proj}, dtype, group_experts);
   auto down = down_compute_.get({down_proj}, dtype, group_experts);
   if (backend == ExpertBackend::grouped_mm) {
-#if TOPOTRAIN_HAS_GROUPED_MM
+#ifdef TOPOTRAIN_CUDA
     // offs holds each group's end row; weights go in as [E, in, out] views of the
     // [E, out, in] storage, the column-major operand layout the kernel prefers.
     auto offs = counts.cumsum(0, torch::kInt32);

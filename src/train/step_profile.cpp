@@ -91,7 +91,7 @@ void StepProfile::finish() noexcept {
     events.reserve(result->events().size());
     for (const auto& e : result->events()) {
       events.push_back({e.name(), e.deviceType() != c10::DeviceType::CPU, e.startThreadId(),
-                        compat::profiler_event_start_us(e), compat::profiler_event_duration_us(e)});
+                        static_cast<double>(e.startNs()) / 1e3, static_cast<double>(e.durationNs()) / 1e3});
     }
     const std::string stem = cat(run_dir_, "/profile-step", request_.first_step, "-rank", rank_);
     const std::string what = steps_named(request_.first_step, last_recorded_);

@@ -7,6 +7,7 @@
 
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_attention.h"
+#include "dflash_sdpa_check.h"
 
 namespace mdl = topotrain::model;
 
@@ -187,4 +188,11 @@ TEST_F(DFlashAttentionTest, SdpaChunkRowsArePaddedPrefixesAndBlocksWithGradients
   for (size_t i = 0; i < grads.size(); ++i) {
     EXPECT_LE((grads[i] - reference[i]).abs().max().item<double>(), 1e-12) << "gradient " << i;
   }
+}
+
+// The SDPA path needs no GPU: on CPU at::scaled_dot_product_attention runs torch's CPU kernel
+// with the same masks, padding and chunking. fp32 on both sides; what remains is summation
+// order.
+TEST_F(DFlashAttentionTest, SdpaPathMatchesTheMathPathOnCpu) {
+  topotrain::model::test_support::expect_sdpa_matches_math(torch::TensorOptions().dtype(torch::kFloat32), 1e-4);
 }

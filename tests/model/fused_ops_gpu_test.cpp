@@ -311,7 +311,6 @@ TEST_F(FusedOpsGpu, SparseMoeBlockInBf16MatchesItsFp32TorchOpPath) {
 // The experts' busiest-first layout on the grouped GEMMs (expert_layout_check.h): the order of
 // the groups moves tiles between CTAs, not a tile's sum.
 TEST_F(FusedOpsGpu, BusiestFirstExpertLayoutEqualsExpertOrderBitForBitOnTheGroupedGemms) {
-  if (!topotrain::compat::kHasGroupedMm) GTEST_SKIP() << "no at::_grouped_mm in this LibTorch";
   test_support::expect_busiest_first_equals_expert_order(torch::kCUDA, mdl::ExpertBackend::grouped_mm);
 }
 

@@ -15,11 +15,11 @@ enum class AttentionBackend {
   // heads x len^2 scores, fine for the CPU runs and as the reference on GPU.
   math_per_document,
   // FlashAttention-2 varlen through at::_flash_attention_forward: one launch for the
-  // whole packed batch, exact, bf16/fp16 on CUDA (TOPOTRAIN_HAS_FLASH_VARLEN).
+  // whole packed batch, exact, bf16/fp16 on CUDA.
   flash_varlen,
   // A batch whose documents all have one length is a dense [documents, length] grid as it is
   // packed: one batched causal attention over it, cuDNN's kernel on CUDA
-  // (TOPOTRAIN_HAS_CUDNN_ATTENTION; 1.8x FlashAttention-2 on an H200), a math path elsewhere
+  // (1.8x FlashAttention-2 on an H200), a math path elsewhere
   // (tests). A batch of documents of several lengths runs document_windows where they are
   // long, else flash varlen (or math): padding them into a grid cost as much as the faster
   // kernel saved (bench/models/RESULTS.md).

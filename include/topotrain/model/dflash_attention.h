@@ -27,10 +27,9 @@ enum class DFlashAttentionBackend {
   // A fused attention kernel per chunk with an additive mask of [chunk queries, context +
   // chunk block keys]; only the log-sum-exp is kept for backward. With bucketed shapes
   // (sdpa_context_multiple > 0) cuDNN's, called directly with the grouped k/v heads as they
-  // are (where this build has it: TOPOTRAIN_HAS_CUDNN_ATTENTION); otherwise
-  // at::scaled_dot_product_attention on k/v repeated per query head (its memory-efficient
-  // kernel takes no grouped k/v with a mask), cuDNN kept out for exact shapes. Needs torch
-  // >= 2.1 (TOPOTRAIN_HAS_SDPA).
+  // are (in a CUDA build); otherwise at::scaled_dot_product_attention on k/v repeated per
+  // query head (its memory-efficient kernel takes no grouped k/v with a mask), cuDNN kept out
+  // for exact shapes. On CPU the same call runs torch's CPU kernel (the CPU tests' path).
   sdpa_chunked,
 };
 std::string to_string(DFlashAttentionBackend backend);

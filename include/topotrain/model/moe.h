@@ -17,8 +17,8 @@ enum class ExpertBackend {
   // Tokens sorted by expert, one matmul pair per expert (any device and dtype; reads the
   // per-expert counts back to the host).
   sorted_loop,
-  // Tokens sorted by expert, one at::_grouped_mm per projection (CUDA bf16,
-  // TOPOTRAIN_HAS_GROUPED_MM); no host synchronisation.
+  // Tokens sorted by expert, one at::_grouped_mm per projection (CUDA bf16
+  // in a CUDA build); no host synchronisation.
   grouped_mm,
 };
 

@@ -8,7 +8,7 @@ namespace topotrain::model {
 // Normalise in fp32, return to the input dtype, scale by `weight` (cast to the input dtype).
 // On CUDA with bf16 rows (hidden % 8 == 0, <= 8192) and an fp32 weight, our kernel (a block
 // per row, the weight gradient from per-block partials); elsewhere torch's fused kernel where
-// it has one (compat::fused_rms_norm), else torch ops. The kernels round once, after scaling.
+// it has one (at::rms_norm on CUDA), else torch ops. The kernels round once, after scaling.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 // The pre-norm residual step: sum = x + residual (the residual stream's next value) and
