@@ -27,6 +27,7 @@ if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
   endforeach()
 endif()
 
+include(TopotrainCudaVersion)
 find_package(Torch REQUIRED)
 # The floor: the version the GPU machines run and CI tests; torch_compat.h holds no branch
 # for an older one.
@@ -72,36 +73,7 @@ message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} 
 
 if(TOPOTRAIN_CUDA_ENABLED)
   find_package(CUDAToolkit REQUIRED)
-  # Kernels compiled by one CUDA major version run on the runtime of another only by chance:
-  # the wheel's CUDA (its version.py, or a LibTorch zip's build-version) and the toolkit's nvcc
-  # must share the major version. Minor versions may differ (CUDA's minor version
-  # compatibility; the driver must support the newer of the two).
-  set(_tt_torch_cuda_version "")
-  foreach(file "${TORCH_INSTALL_PREFIX}/version.py" "${TORCH_INSTALL_PREFIX}/build-version")
-    if(EXISTS "${file}" AND _tt_torch_cuda_version STREQUAL "")
-      file(READ "${file}" _tt_text)
-      if(_tt_text MATCHES "cuda[^\n']*'([0-9]+)\\.([0-9]+)'")
-        set(_tt_torch_cuda_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
-      elseif(_tt_text MATCHES "\\+cu([0-9]+)([0-9])")
-        set(_tt_torch_cuda_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
-      endif()
-    endif()
-  endforeach()
-  if(_tt_torch_cuda_version STREQUAL "")
-    message(STATUS "topotrain: the CUDA version LibTorch was built with is not recorded at ${TORCH_INSTALL_PREFIX}; "
-                   "it must share its major version with nvcc ${CMAKE_CUDA_COMPILER_VERSION}")
-  else()
-    string(REGEX MATCH "^[0-9]+" _tt_wheel_major "${_tt_torch_cuda_version}")
-    string(REGEX MATCH "^[0-9]+" _tt_nvcc_major "${CMAKE_CUDA_COMPILER_VERSION}")
-    if(NOT _tt_wheel_major STREQUAL _tt_nvcc_major)
-      message(FATAL_ERROR "topotrain: LibTorch at ${TORCH_INSTALL_PREFIX} was built with CUDA "
-                          "${_tt_torch_cuda_version}, and the CUDA toolkit found (${CMAKE_CUDA_COMPILER}) is "
-                          "${CMAKE_CUDA_COMPILER_VERSION}: kernels of one major version do not run on the other's "
-                          "runtime. Install a torch built for CUDA ${_tt_nvcc_major} (pip torch 2.11.0 is CUDA "
-                          "13.0), point CUDAToolkit_ROOT at a CUDA ${_tt_wheel_major} toolkit, or configure with "
-                          "-DTOPOTRAIN_CUDA=OFF for CPU ranks only.")
-    endif()
-  endif()
+  topotrain_check_cuda_versions("${TORCH_INSTALL_PREFIX}" "${CMAKE_CUDA_COMPILER_VERSION}" "${CMAKE_CUDA_COMPILER}")
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
   # cuBLAS: the very library LibTorch loads (pip torch bundles its own under nvidia/), so that
