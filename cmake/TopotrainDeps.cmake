@@ -74,8 +74,13 @@ message(STATUS "topotrain: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX} 
 if(TOPOTRAIN_CUDA_ENABLED)
   find_package(CUDAToolkit REQUIRED)
   topotrain_check_cuda_versions("${TORCH_INSTALL_PREFIX}" "${CMAKE_CUDA_COMPILER_VERSION}" "${CMAKE_CUDA_COMPILER}")
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include REQUIRED)
-  find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu REQUIRED)
+  # NCCL: the toolkit's or the system's, else the one a pip torch bundles (a CUDA toolkit alone
+  # has none).
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/include
+            ${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include REQUIRED)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+               HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/lib/x86_64-linux-gnu ${TORCH_INSTALL_PREFIX}/../nvidia/nccl/lib
+               REQUIRED)
   # cuBLAS: the very library LibTorch loads (pip torch bundles its own under nvidia/), so that
   # one copy serves torch's handle and our calls; a toolkit build of LibTorch uses the toolkit's.
   find_library(TOPOTRAIN_CUBLAS NAMES cublas libcublas.so.13 libcublas.so.12
