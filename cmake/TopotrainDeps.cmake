@@ -11,17 +11,32 @@ set_property(CACHE TOPOTRAIN_CUDA PROPERTY STRINGS AUTO ON OFF)
 # torch's CMake config discards CMAKE_CUDA_ARCHITECTURES and compiles CUDA for
 # TORCH_CUDA_ARCH_LIST instead; unset, it detects the GPU, and with none falls back to a list
 # that includes sm_50, which CUDA 13's nvcc rejects. So our list is handed over in its form:
-# the A100, RTX 30/40 and L40 generations and Hopper, the GPUs that compute in bf16 natively.
-# -DCMAKE_CUDA_ARCHITECTURES is taken over (and removed, which torch's config would warn of).
-set(TOPOTRAIN_CUDA_ARCHITECTURES "80;86;89;90" CACHE STRING "GPU architectures our kernels are compiled for")
+# -DCMAKE_CUDA_ARCHITECTURES (taken over, and removed, which torch's config would warn of),
+# else the GPUs nvidia-smi sees here (a GPU machine compiles for its own GPU alone), else the
+# A100, RTX 30/40 and L40 generations and Hopper, the GPUs that compute in bf16 natively.
+set(TOPOTRAIN_CUDA_ARCHITECTURES "" CACHE STRING
+    "GPU architectures our kernels are compiled for (empty: this machine's GPUs, else 80;86;89;90)")
 if(DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(TOPOTRAIN_CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}" CACHE STRING "" FORCE)
   unset(CMAKE_CUDA_ARCHITECTURES)
   unset(CMAKE_CUDA_ARCHITECTURES CACHE)
 endif()
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(_tt_archs ${TOPOTRAIN_CUDA_ARCHITECTURES})
+  if(NOT _tt_archs)
+    execute_process(COMMAND nvidia-smi --query-gpu=compute_cap --format=csv,noheader
+                    RESULT_VARIABLE _tt_smi OUTPUT_VARIABLE _tt_caps ERROR_QUIET)
+    if(_tt_smi EQUAL 0)
+      string(REGEX MATCHALL "[0-9]+\\.[0-9]+" _tt_caps "${_tt_caps}")
+      string(REPLACE "." "" _tt_archs "${_tt_caps}")
+      list(REMOVE_DUPLICATES _tt_archs)
+    endif()
+    if(NOT _tt_archs)
+      set(_tt_archs 80 86 89 90)
+    endif()
+  endif()
   set(TORCH_CUDA_ARCH_LIST "")
-  foreach(arch ${TOPOTRAIN_CUDA_ARCHITECTURES})
+  foreach(arch ${_tt_archs})
     string(REGEX REPLACE "^([0-9]+)([0-9][a-z]?)$" "\\1.\\2" arch "${arch}")
     list(APPEND TORCH_CUDA_ARCH_LIST "${arch}")
   endforeach()
