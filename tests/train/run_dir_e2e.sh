@@ -120,9 +120,12 @@ lock)
     "which ended without releasing it (killed or aborted): pid $killed is gone" "done: $steps steps"
 
   # dflash_train: one lock for its run directory, though drafters and targets both write there.
+  # The first job must still run, and its step-2 checkpoint still exist, when the second comes:
+  # without keep and epochs it finished the demo set in seconds and pruned that checkpoint.
   dflash=("$bin/dflash_train" "$work/cpu-1t1d.toml" --set model.preset=tiny-dense --set model.draft_layers=1
           --set model.taps=1 --set model.block_size=4 --set train.anchors=8 --set train.token_budget=256 --set log.every=1
-          --set checkpoint.dir="$work" --set checkpoint.run=dflash --set checkpoint.every_steps=2)
+          --set checkpoint.dir="$work" --set checkpoint.run=dflash --set checkpoint.every_steps=2
+          --set checkpoint.keep=100 --set train.epochs=1000)
   "${mpirun[@]}" -np 2 "${dflash[@]}" --set train.max_steps=100000 >"$work/dflash-first.log" 2>&1 &
   background=$!
   wait_for "$work/dflash/step-00000002.h5" "$work/dflash-first.log"
