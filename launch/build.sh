@@ -27,6 +27,8 @@ if command -v ccache >/dev/null; then
   args+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   # The precompiled header is cacheable only with these (ccache's manual, "Precompiled headers").
   export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+  # Paths inside the clone are hashed relative to it, so that a clone in another folder hits.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 fi
 # Configuring every time is cheap when nothing changed, and repairs a build folder whose
 # first configure failed.
