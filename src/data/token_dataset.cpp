@@ -18,6 +18,10 @@ namespace {
 constexpr const char* kFormatHint = "write it with topotrain-prepare or h5py as docs/data.md shows";
 constexpr const char* kTokenizerFiles = "tokenizer_files";
 constexpr const char* kTokensCrc = "tokens_crc32c";
+// The CRC-32C of every chunk_tokens tokens (the last chunk shorter): what says where a file
+// whose tokens_crc32c does not match its tokens was changed.
+constexpr const char* kChunkCrcs = "tokens_chunk_crc32c";
+constexpr const char* kChunkTokens = "chunk_tokens";
 
 // The checksum of tokens as the file stores them, little-endian uint32, continuing `before`.
 uint32_t tokens_crc32c(const uint32_t* tokens, size_t count, uint32_t before) {
@@ -294,6 +298,48 @@ TokenDatasetHeader header_of(hid_t file, const std::string& path) {
           static_cast<uint64_t>(tokens)};
 }
 
+// Where `tokens` differ from what the file's writer checksummed, from its per-chunk CRCs:
+// "tokens 0..65535 (chunk 1 of 16 of 65536 tokens)", up to three chunks and how many in all;
+// empty when the file has no per-chunk CRCs that fit its tokens (h5py's, an older
+// topotrain-prepare's).
+std::string changed_chunks(hid_t file, const std::string& path, const std::vector<uint32_t>& tokens) {
+  const std::vector<uint32_t> stored =
+      read_integer_dataset<uint32_t>(file, path, kChunkCrcs, H5T_NATIVE_UINT32, "uint32", false);
+  if (stored.empty()) return "";
+  H5Handle dset(H5Dopen2(file, kChunkCrcs, H5P_DEFAULT), H5Dclose, cat("cannot open /", kChunkCrcs, " in '", path, "'"));
+  if (H5Aexists(dset, kChunkTokens) <= 0) return "";
+  const int64_t stored_chunk = read_int_attribute(dset, path, kChunkTokens);
+  if (stored_chunk <= 0) return "";
+  const auto chunk = static_cast<uint64_t>(stored_chunk);
+  if (stored.size() != (tokens.size() + chunk - 1) / chunk) return "";
+  std::string listed;
+  uint64_t changed = 0;
+  for (uint64_t i = 0; i < stored.size(); ++i) {
+    const uint64_t begin = i * chunk, count = std::min<uint64_t>(chunk, tokens.size() - begin);
+    if (tokens_crc32c(tokens.data() + begin, count, 0) == stored[i]) continue;
+    if (++changed <= 3)
+      listed += cat(changed > 1 ? ", " : "", "tokens ", begin, "..", begin + count - 1, " (chunk ", i + 1, ")");
+  }
+  if (changed == 0) return "";
+  return cat(changed, " of its ", stored.size(), " chunks of ", chunk, " tokens differ: ", listed,
+             changed > 3 ? ", ..." : "");
+}
+
+// A file whose tokens do not match the tokens_crc32c stored with them was changed or damaged
+// after it was written: training on it, or resuming a run on it, would silently learn other
+// data than the run was started with.
+std::string tokens_changed_message(hid_t file, const std::string& path, const std::vector<uint32_t>& tokens,
+                                   uint32_t stored, uint32_t read) {
+  std::string where = changed_chunks(file, path, tokens);
+  if (where.empty()) where = cat("the file stores no per-chunk checksums, so its ", tokens.size(),
+                                 " tokens as a whole differ");
+  return cat("dataset file '", path, "': its tokens do not match the checksum stored with them (tokens_crc32c ",
+             stored, ", the tokens read give ", read, "): ", where,
+             ". The file was changed or damaged after it was written: restore the file the run was started with, "
+             "or re-run topotrain-prepare to write it again (a file edited on purpose must drop its tokens_crc32c "
+             "attribute and /", kChunkCrcs, " dataset, and then starts a new run)");
+}
+
 }  // namespace
 
 TokenDatasetHeader TokenDataset::read_header(const std::string& path) {
@@ -329,13 +375,15 @@ TokenDataset TokenDataset::load(const std::string& path) {
   c.eos_id = header.eos_id;
   c.tokenizer = std::move(header.tokenizer);
   c.tokens = read_integer_dataset<uint32_t>(file, path, "tokens", H5T_NATIVE_UINT32, "uint32", true);
+  const auto started = std::chrono::steady_clock::now();
+  const uint32_t crc = tokens_crc32c(c.tokens.data(), c.tokens.size(), 0);
+  c.file_tokens_crc32c_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (H5Aexists(file, kTokensCrc) > 0) {
-    c.file_tokens_crc32c = static_cast<uint32_t>(read_int_attribute(file, path, kTokensCrc));
-  } else {
-    const auto started = std::chrono::steady_clock::now();
-    c.file_tokens_crc32c = tokens_crc32c(c.tokens.data(), c.tokens.size(), 0);
-    c.file_tokens_crc32c_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const auto stored = static_cast<uint32_t>(read_int_attribute(file, path, kTokensCrc));
+    if (stored != crc) throw ConfigError(tokens_changed_message(file, path, c.tokens, stored, crc));
+    c.file_tokens_crc32c_verified = true;
   }
+  c.file_tokens_crc32c = crc;
   c.offsets = read_integer_dataset<uint64_t>(file, path, "offsets", H5T_NATIVE_UINT64, "uint64", true);
   c.loss_mask = read_integer_dataset<uint8_t>(file, path, "loss_mask", H5T_NATIVE_UINT8, "uint8", false);
   TokenDataset dataset = from_contents(std::move(c), path);
@@ -351,7 +399,26 @@ struct TokenDatasetWriter::Impl {
   TokenizerFiles tokenizer_files;
   H5Handle file, tokens, loss_mask;
   uint32_t tokens_crc = 0;  // of the tokens appended so far
+  std::vector<uint32_t> chunk_crcs;  // of every whole chunk of chunk_tokens appended so far
+  uint32_t chunk_crc = 0;            // of the tokens of the chunk being filled
+  uint64_t chunk_filled = 0;         // tokens in it
   bool finished = false;
+
+  void checksum(const uint32_t* data, uint64_t count) {
+    tokens_crc = tokens_crc32c(data, count, tokens_crc);
+    while (count > 0) {
+      const uint64_t take = std::min(count, options.chunk_tokens - chunk_filled);
+      chunk_crc = tokens_crc32c(data, take, chunk_crc);
+      chunk_filled += take;
+      data += take;
+      count -= take;
+      if (chunk_filled == options.chunk_tokens) {
+        chunk_crcs.push_back(chunk_crc);
+        chunk_crc = 0;
+        chunk_filled = 0;
+      }
+    }
+  }
 };
 
 TokenDatasetWriter::TokenDatasetWriter(const std::string& path, uint64_t vocab_size, uint64_t eos_id,
@@ -405,7 +472,7 @@ void TokenDatasetWriter::append(const std::vector<uint32_t>& tokens, const std::
     }
   }
   append_rows(impl_->tokens, H5T_NATIVE_UINT32, tokens_written_, tokens.size(), tokens.data(), "/tokens");
-  impl_->tokens_crc = tokens_crc32c(tokens.data(), tokens.size(), impl_->tokens_crc);
+  impl_->checksum(tokens.data(), tokens.size());
   if (impl_->loss_mask.valid()) {
     const std::vector<uint8_t> ones(loss_mask.empty() ? tokens.size() : 0, 1);
     append_rows(impl_->loss_mask, H5T_NATIVE_UINT8, tokens_written_, tokens.size(),
@@ -427,6 +494,17 @@ void TokenDatasetWriter::finish() {
   write_int_attribute(impl_->file, "eos_id", static_cast<int64_t>(impl_->eos_id));
   write_string_attribute(impl_->file, "tokenizer", impl_->tokenizer);
   write_int_attribute(impl_->file, kTokensCrc, static_cast<int64_t>(impl_->tokens_crc));
+  if (impl_->chunk_filled > 0) impl_->chunk_crcs.push_back(impl_->chunk_crc);
+  hsize_t chunks = impl_->chunk_crcs.size();
+  H5Handle chunk_space(H5Screate_simple(1, &chunks, nullptr), H5Sclose, "cannot create an HDF5 dataspace");
+  H5Handle chunk_crc_set(H5Dcreate2(impl_->file, kChunkCrcs, H5T_STD_U32LE, chunk_space, H5P_DEFAULT, H5P_DEFAULT,
+                                    H5P_DEFAULT),
+                         H5Dclose, cat("cannot create /", kChunkCrcs, " in '", impl_->path, "'"));
+  if (chunks > 0)
+    h5_check(H5Dwrite(chunk_crc_set, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, impl_->chunk_crcs.data()),
+             cat("cannot write /", kChunkCrcs, " of '", impl_->path, "'"));
+  write_int_attribute(chunk_crc_set, kChunkTokens, static_cast<int64_t>(impl_->options.chunk_tokens));
+  chunk_crc_set.reset();
   if (!impl_->tokenizer_files.empty()) {
     H5Handle group(H5Gcreate2(impl_->file, kTokenizerFiles, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    cat("cannot create /", kTokenizerFiles, " in '", impl_->path, "'"));

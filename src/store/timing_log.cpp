@@ -78,11 +78,22 @@ std::string gather_roles(MPI_Comm world, int rank, int world_size, const std::st
 // renamed when the log closes.
 constexpr double kPublishShare = 0.01;
 
+// A failed copy (a full disk, say) names the OS's reason and leaves no partial `to` behind:
+// the published log stays the last whole copy.
 void copy_bytes(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
+  if (!in) throw std::runtime_error(cat("timing log: cannot read ", from, ": ", os_error_text(errno)));
   std::ofstream out(to, std::ios::binary | std::ios::trunc);
-  out << in.rdbuf();
-  if (!in || !out.flush()) throw std::runtime_error("timing log: cannot copy " + from + " to " + to);
+  errno = 0;
+  if (out) out << in.rdbuf();
+  if (out) out.close();
+  if (out) return;
+  const int error = errno;
+  const std::string said = cat("timing log: cannot copy ", from, " to ", to);
+  const std::string detail = write_failure_detail(error, to, file_size(from), said);
+  out.close();
+  remove_file(to);
+  throw std::runtime_error(said + detail);
 }
 
 }  // namespace
@@ -106,6 +117,27 @@ struct TimingLog::File {
     auto lock = h5_serialize();
     h5_quiet();
     const std::string starting = live + ".start";
+    try {
+      create(starting, world_size, roles, gather_every, extra_fields, rank_rows, earlier);
+    } catch (const std::runtime_error& e) {
+      // A full disk, say: named, and no half-made file left to be taken for a killed run's log.
+      const int error = errno;
+      const std::string detail = write_failure_detail(error, starting, 0, e.what());
+      steps.reset();
+      spans.reset();
+      nvml.reset();
+      file.reset();
+      remove_file(starting);
+      throw std::runtime_error(cat(e.what(), detail));
+    }
+    rename_file(starting, live);
+    copy_to_published();  // an empty log, at once; not counted: the first gather's copy follows
+  }
+
+  // The constructor's file: `starting` with the earlier launches and this one's empty tables.
+  void create(const std::string& starting, int world_size, const std::string& roles, int gather_every,
+              const std::vector<std::string>& extra_fields, const std::vector<double>& rank_rows,
+              const std::vector<std::string>& earlier) {
     file = H5Handle(H5Fcreate(starting.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
                     "cannot create timing log " + starting);
     int before = 0;  // the highest launch number before this one
@@ -137,8 +169,6 @@ struct TimingLog::File {
     write_attribute(spans_set, "phases", phases);
     nvml = std::make_unique<H5Table>(file, "nvml", nvml_fields(), 1024);
     h5_check(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush " + starting);
-    rename_file(starting, live);
-    copy_to_published();  // an empty log, at once; not counted: the first gather's copy follows
   }
 
   // The final state: the live file closed and renamed to timings.h5.

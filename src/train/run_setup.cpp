@@ -178,13 +178,14 @@ data::TokenDataset load_checked(const std::string& path, const RunConfig& config
   data::TokenDataset dataset = data::TokenDataset::load(path);
   check_vocabulary(path, {dataset.vocab_size(), dataset.eos_id(), dataset.tokenizer(), dataset.num_tokens()},
                    config.model);
-  const double checksum_seconds = dataset.contents().file_tokens_crc32c_seconds;
+  const data::TokenDatasetContents& contents = dataset.contents();
   log_info(cat("dataset ", path, ": ", dataset.num_samples(), " documents, ", dataset.num_tokens(),
                " tokens, loaded in ", seconds_since(started),
-               checksum_seconds > 0
-                   ? cat("; the file stores no token checksum, so computing the one that identifies it to a resume "
-                         "took ", fixed_point(checksum_seconds, 2), " s of that (topotrain-prepare stores it)")
-                   : std::string()));
+               contents.file_tokens_crc32c_verified
+                   ? std::string()
+                   : cat("; the file stores no token checksum to check its tokens against; the one that identifies "
+                         "it to a resume took ", fixed_point(contents.file_tokens_crc32c_seconds, 2),
+                         " s of that (topotrain-prepare stores it)")));
   warn_past_positions(path, dataset, config);
   return dataset;
 }

@@ -309,7 +309,7 @@ TEST(TokenDataset, TheTokensChecksumIsStoredOrComputedAtLoad) {
   const std::vector<uint32_t> tokens = {5, 6, 7, 1, 999, 2, 3, 1, 0, 500};
   const TokenDataset stored = TokenDataset::load(path);
   EXPECT_EQ(stored.file_tokens_crc32c(), std::optional<uint32_t>(reference_tokens_crc(tokens)));
-  EXPECT_EQ(stored.contents().file_tokens_crc32c_seconds, 0.0);
+  EXPECT_TRUE(stored.contents().file_tokens_crc32c_verified);
 
   const std::string raw = temp_path("checksum_h5py");
   {
@@ -322,11 +322,87 @@ TEST(TokenDataset, TheTokensChecksumIsStoredOrComputedAtLoad) {
   const TokenDataset computed = TokenDataset::load(raw);
   EXPECT_EQ(computed.file_tokens_crc32c(), stored.file_tokens_crc32c());
   EXPECT_GT(computed.contents().file_tokens_crc32c_seconds, 0.0);
+  EXPECT_FALSE(computed.contents().file_tokens_crc32c_verified);
 
   TokenDatasetContents in_memory = three_documents();
   EXPECT_FALSE(TokenDataset::from_contents(in_memory, "memory").file_tokens_crc32c());
   std::remove(path.c_str());
   std::remove(raw.c_str());
+}
+
+// Edits /tokens of a finished file in place, its attributes and other datasets kept, as h5py's
+// `f["tokens"][...] = ...` does.
+void edit_tokens(const std::string& path, const std::function<void(std::vector<uint32_t>&)>& edit) {
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose, "open " + path);
+  H5Handle tokens(H5Dopen2(file, "tokens", H5P_DEFAULT), H5Dclose, "open /tokens");
+  H5Handle space(H5Dget_space(tokens), H5Sclose, "space");
+  std::vector<uint32_t> values(static_cast<size_t>(H5Sget_simple_extent_npoints(space)));
+  h5_check(H5Dread(tokens, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "read /tokens");
+  edit(values);
+  h5_check(H5Dwrite(tokens, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), "write /tokens");
+}
+
+void delete_from(const std::string& path, const char* dataset, const char* attribute) {
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose, "open " + path);
+  if (dataset) h5_check(H5Ldelete(file, dataset, H5P_DEFAULT), dataset);
+  if (attribute) h5_check(H5Adelete(file, attribute), attribute);
+}
+
+// 10 tokens in chunks of 4: [5 6 7 1] [999 2 3 1] [0 500], appended across a chunk's end.
+std::string three_chunk_file(const std::string& name) {
+  const std::string path = temp_path(name);
+  TokenDatasetWriter writer(path, 1000, 1, "test", WriteOptions{4, 0});
+  writer.append({5, 6, 7}, {3}, {});
+  writer.append({1, 999, 2, 3, 1, 0, 500}, {1, 4, 2}, {});
+  writer.finish();
+  return path;
+}
+
+TEST(TokenDataset, TheWriterStoresEveryChunksChecksum) {
+  const std::string path = three_chunk_file("chunk_crcs");
+  H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "open " + path);
+  H5Handle crcs(H5Dopen2(file, "tokens_chunk_crc32c", H5P_DEFAULT), H5Dclose, "open /tokens_chunk_crc32c");
+  std::vector<uint32_t> stored(3);
+  h5_check(H5Dread(crcs, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored.data()), "read");
+  EXPECT_EQ(stored, (std::vector<uint32_t>{reference_tokens_crc({5, 6, 7, 1}), reference_tokens_crc({999, 2, 3, 1}),
+                                           reference_tokens_crc({0, 500})}));
+  H5Handle attr(H5Aopen(crcs, "chunk_tokens", H5P_DEFAULT), H5Aclose, "open chunk_tokens");
+  int64_t chunk = 0;
+  h5_check(H5Aread(attr, H5T_NATIVE_INT64, &chunk), "read chunk_tokens");
+  EXPECT_EQ(chunk, 4);
+  std::remove(path.c_str());
+}
+
+// A file whose tokens changed after topotrain-prepare wrote it (a flipped bit, every token
+// rewritten with the attributes kept) is refused at load, naming the file, the chunks that
+// differ and the fix; never trained on as if it were the file a run was started with.
+TEST(TokenDataset, TokensThatDoNotMatchTheStoredChecksumAreRefused) {
+  const std::string flipped = three_chunk_file("flipped_bit");
+  edit_tokens(flipped, [](std::vector<uint32_t>& t) { t[5] ^= 1u; });
+  expect_load_error(flipped, "its tokens do not match the checksum stored with them");
+  expect_load_error(flipped, "1 of its 3 chunks of 4 tokens differ: tokens 4..7 (chunk 2)");
+  expect_load_error(flipped, "restore the file the run was started with, or re-run topotrain-prepare");
+
+  const std::string rewritten = three_chunk_file("every_token");
+  edit_tokens(rewritten, [](std::vector<uint32_t>& t) {
+    for (uint32_t& token : t) token = (token + 1) % 1000;
+  });
+  expect_load_error(rewritten, "3 of its 3 chunks of 4 tokens differ: tokens 0..3 (chunk 1), tokens 4..7 (chunk 2), "
+                               "tokens 8..9 (chunk 3)");
+
+  // Without per-chunk checksums (an older topotrain-prepare's file) the file as a whole differs.
+  delete_from(flipped, "tokens_chunk_crc32c", nullptr);
+  expect_load_error(flipped, "the file stores no per-chunk checksums, so its 10 tokens as a whole differ");
+
+  // With the stored checksum dropped, the file loads; what identifies it to a resume is the
+  // checksum of the tokens read, so a resume still tells it from the file it trained on.
+  delete_from(flipped, nullptr, "tokens_crc32c");
+  const TokenDataset edited = TokenDataset::load(flipped);
+  EXPECT_FALSE(edited.contents().file_tokens_crc32c_verified);
+  EXPECT_EQ(edited.file_tokens_crc32c(), std::optional<uint32_t>(reference_tokens_crc({5, 6, 7, 1, 999, 3, 3, 1, 0,
+                                                                                       500})));
+  std::remove(flipped.c_str());
+  std::remove(rewritten.c_str());
 }
 
 TEST(TokenDataset, DemoCorpusIsByteTokenizedParagraphs) {

@@ -60,6 +60,17 @@
 #                                      checkpoint's write fails with ENOSPC by TOPOTRAIN_FAULT_DISK_FULL):
 #                                      the job stops naming the OS's reason with the bytes needed and
 #                                      free; no .tmp is left and `latest` still names the first checkpoint
+#   moe_train_e2e.sh BIN_DIR disk_full_sizes  checkpoint.dir on tmpfs of 4 KiB to 640 KiB, checkpoints
+#                                      off: the records' writes (the timing log's create, flush and
+#                                      copy, log.txt, metrics.jsonl) meet the full disk one after
+#                                      another; every launch that fails names the OS's reason and
+#                                      leaves no .tmp and no half-made timing log (.start) behind
+#   moe_train_e2e.sh BIN_DIR edited_data  a dataset changed in place after topotrain-prepare wrote it,
+#                                      its attributes kept (h5py): one flipped bit refused at a fresh
+#                                      start, every token rewritten refused at a resume, each with exit
+#                                      2 naming the file, the chunks that differ and the fix; with the
+#                                      stored checksums dropped too, the resume is refused by the
+#                                      checkpoint's record of the tokens read
 #   moe_train_e2e.sh BIN_DIR auto      train.token_budget = "auto" under a train.memory_limit: a limit
 #                                      below what a rank holds is refused saying so; one with room
 #                                      for about a thousand tokens picks a budget well below the
@@ -687,6 +698,72 @@ auto)
   shrunk=$(awk -v b="$budget" 'BEGIN { s = int(b * 0.9); if (s >= 128) s = int(s / 128) * 128; print s }')
   grep -q "retrying the step with token_budget $shrunk (what the failing step's peak leaves room for" "$work/shrink.log"
   grep -q "done: 4 steps" "$work/shrink.log"
+  ;;
+disk_full_sizes)
+  full=$work/full
+  mkdir -p "$full"
+  if ! mount -t tmpfs -o size=4k tmpfs "$full" 2>/dev/null; then
+    echo "cannot mount a tmpfs here (not root, or in a container without the capability): nothing checked"; exit 0
+  fi
+  umount "$full"
+  trap 'mountpoint -q "$full" && umount "$full"; rm -rf "$work"' EXIT
+  failed=0
+  for kib in 4 8 12 16 20 24 28 48 160 464 640; do
+    mount -t tmpfs -o size=${kib}k tmpfs "$full"
+    code=0
+    timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$(topology 1)" --set model.preset=tiny-moe \
+      --set train.token_budget=256 --set train.max_steps=6 --set log.every=1 --set checkpoint.every_steps=-1 \
+      --set checkpoint.dir="$full" --set checkpoint.run=run >"$work/$kib.log" 2>&1 || code=$?
+    if [[ $code != 0 ]]; then
+      failed=$((failed + 1))
+      grep -q "No space left on device (ENOSPC)" "$work/$kib.log" ||
+        { cat "$work/$kib.log"; echo "at $kib KiB: exit $code without the OS's reason"; exit 1; }
+    fi
+    left=$(find "$full" -name '*.tmp' -o -name '*.start')
+    [[ -z $left ]] || { cat "$work/$kib.log"; ls -la "$full/run"; echo "at $kib KiB: left behind: $left"; exit 1; }
+    umount "$full"
+  done
+  # The sizes cover the timing log's copy (the path that once gave no reason) and a launch that fits.
+  grep -q "timing log: cannot copy .*: No space left on device (ENOSPC)" "$work"/*.log ||
+    { echo "no size met the timing log's copy"; exit 1; }
+  (( failed < 11 )) || { cat "$work/640.log"; echo "no launch fitted in 640 KiB"; exit 1; }
+  ;;
+edited_data)
+  python=$(source launch/torch.sh && topotrain_torch_python) && "$python" -c 'import h5py' ||
+    { echo "this scenario edits a dataset with h5py, which ci/setup.sh installs into the venv"; exit 1; }
+  edit() {  # edit FILE STATEMENT: runs STATEMENT with f (the h5py file) and t (its tokens), then writes t back
+    "$python" - "$@" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    t = f["tokens"][...]
+    exec(sys.argv[2])
+    f["tokens"][...] = t
+PY
+  }
+  refused() {  # refused DATA RUN [args...]: moe_train on DATA must exit 2; output in $work/RUN.log
+    local data=$1 run=$2 code=0
+    shift 2
+    timeout 300 "${mpirun[@]}" -np 1 "$bin/moe_train" "$(topology 1)" --set model.preset=tiny-moe \
+      --set train.token_budget=256 --set checkpoint.dir="$work" --set checkpoint.run="$run" \
+      --set data.path="$data" "$@" >"$work/$run.log" 2>&1 || code=$?
+    [[ $code == 2 ]] || { cat "$work/$run.log"; echo "exit $code on $data, expected 2"; exit 1; }
+  }
+  cp "$bin/../data/demo.h5" "$work/data.h5"
+  train 1 edited --set data.path="$work/data.h5" --set train.max_steps=10 --set checkpoint.every_steps=10
+  fix="restore the file the run was started with, or re-run topotrain-prepare to write it again"
+  cp "$work/data.h5" "$work/flipped.h5"
+  edit "$work/flipped.h5" 't[70000] ^= 1'
+  refused "$work/flipped.h5" flipped --set train.max_steps=10
+  grep -q "dataset file '$work/flipped.h5': its tokens do not match the checksum stored with them.*: 1 of its [0-9]* chunks of 65536 tokens differ: tokens 65536..131071 (chunk 2)\. .*$fix" \
+    "$work/flipped.log" || { cat "$work/flipped.log"; echo "no refusal naming the file, the chunk and the fix"; exit 1; }
+  edit "$work/data.h5" 't[:] = (t + 1) % 259'
+  refused "$work/data.h5" edited --set train.max_steps=12 --resume auto
+  grep -q "dataset file '$work/data.h5': its tokens do not match.*: \([0-9]*\) of its \1 chunks of 65536 tokens differ: tokens 0..65535 (chunk 1), .*$fix" \
+    "$work/edited.log" || { cat "$work/edited.log"; echo "no refusal naming the file, every chunk and the fix"; exit 1; }
+  edit "$work/data.h5" 'del f.attrs["tokens_crc32c"]; del f["tokens_chunk_crc32c"]'
+  refused "$work/data.h5" edited --set train.max_steps=12 --resume auto
+  grep -q "documents of the same lengths, but other tokens (token checksum" "$work/edited.log" ||
+    { cat "$work/edited.log"; echo "the resume on the edited file was not refused by the checkpoint's record"; exit 1; }
   ;;
 *) echo "unknown scenario $scenario"; exit 2 ;;
 esac

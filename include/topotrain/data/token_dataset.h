@@ -6,6 +6,9 @@
 //   /loss_mask  uint8  [N]          optional; 1 where the token is trained on
 //   attributes  vocab_size (int), eos_id (int), tokenizer (string), tokens_crc32c (int, optional:
 //               the CRC-32C of /tokens as little-endian uint32, which topotrain-prepare stores)
+//   /tokens_chunk_crc32c  uint32 [chunks]  optional: the CRC-32C of every chunk_tokens tokens (its
+//               attribute; the last chunk shorter), stored by topotrain-prepare to say where
+//               tokens that do not match tokens_crc32c differ
 //   /tokenizer_files/<name>  uint8 [bytes]  optional: the Hugging Face tokenizer's files the
 //               tokens were made with (data/tokenizer_files.h), stored by topotrain-prepare
 //
@@ -37,7 +40,8 @@ struct TokenDatasetContents {
   // also after a held-out split took documents away, so that it names the file's contents
   // (a resume on a file that changed is refused). Unset for contents built in memory.
   std::optional<uint32_t> file_tokens_crc32c;
-  double file_tokens_crc32c_seconds = 0;  // what computing it at load took; 0 when the file stored it
+  double file_tokens_crc32c_seconds = 0;    // what computing it from the tokens at load took
+  bool file_tokens_crc32c_verified = false;  // the file stored it, and its tokens match
 };
 
 // One sample: a view into the dataset's memory.
@@ -64,8 +68,10 @@ class TokenDataset {
   // one written by h5py or by a topotrain older than these files). ConfigError as load's.
   static TokenizerFiles stored_tokenizer_files(const std::string& path);
   // Reads and validates the file. Every error (ConfigError) names the file, what is wrong
-  // (with the offending index) and how to fix it. A file without tokens_crc32c (one written by
-  // h5py or an older topotrain) has it computed here, the time that took kept in the contents. A file with no next-token target
+  // (with the offending index) and how to fix it. The tokens' checksum is computed from the
+  // tokens read, the time that took kept in the contents; a file storing tokens_crc32c (as
+  // topotrain-prepare writes it) whose tokens do not match it is refused, naming the chunks that
+  // differ where the file stores per-chunk checksums. A file with no next-token target
   // (num_loss_targets() == 0) is refused too: a run on it would train nothing at loss 0.
   static TokenDataset load(const std::string& path);
   // Validates contents built in memory; `origin` names them in error messages.

@@ -92,8 +92,9 @@ struct TrainingSetIdentity {
   std::optional<std::int64_t> documents;
   std::optional<std::int64_t> tokens;
   std::optional<std::int64_t> lengths_crc;  // CRC-32C of the documents' lengths, in order
-  // CRC-32C of the tokens of the file the set was read from (TokenDataset::file_tokens_crc32c):
-  // the same lengths with other tokens are another set.
+  // CRC-32C of the tokens of the file the set was read from (TokenDataset::file_tokens_crc32c),
+  // computed from the tokens read, not taken from the file's attribute: the same lengths with
+  // other tokens are another set, also where the file's stored checksum was rewritten or dropped.
   std::optional<std::int64_t> tokens_crc;
   std::string path;                         // the data.path it was read from, for messages
   // The tokenizer files the set's dataset file stores (tokenizer_files.h), which checkpoints
