@@ -141,9 +141,12 @@ void HiddenStateSender::send(const PackedHiddenBatch& batch) {
   std::string extra = payload_->stage(batch.hidden);
   std::vector<char> frame = encode_frame(FrameKind::data, &batch, extra);
   // Synchronous send: it completes only once the receiver has taken the frame, which it
-  // does only while its queue has room. This is the back-pressure.
-  mpi_check(MPI_Ssend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kDataTag, link_),
-            "MPI_Ssend (hidden-state header)");
+  // does only while its queue has room. This is the back-pressure. Watched, as every wait
+  // on the receiver is: a receiver that stopped is named (watchdog.h's PeerWatchdog).
+  MPI_Request request = MPI_REQUEST_NULL;
+  mpi_check(MPI_Issend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, 0, kDataTag, link_, &request),
+            "MPI_Issend (hidden-state header)");
+  wait_request(&request, "MPI_Issend (hidden-state header)");
   if (fault_injected("TOPOTRAIN_FAULT_LINK_STALL", rank_, sent_)) std::this_thread::sleep_for(kStallForTests);
   payload_->transfer(batch.hidden);
   ++sent_;

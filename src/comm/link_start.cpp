@@ -4,6 +4,7 @@
 
 #include "link_comm.h"
 #include "mpi_types.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 
 namespace topotrain::comm {
@@ -37,7 +38,7 @@ void send_link_start(MPI_Comm comm, const LinkEnds& ends, const std::vector<std:
 std::vector<std::uint64_t> receive_link_start(MPI_Comm comm, const LinkEnds& ends, int words) {
   StartComm start(comm, ends);
   MPI_Status status;
-  detail::mpi_check(MPI_Probe(0, kStartTag, start.link, &status), "MPI_Probe (link start)");
+  wait_for_message(0, kStartTag, start.link, &status, "MPI_Iprobe (link start)");
   int count = 0;
   MPI_Get_count(&status, MPI_UINT64_T, &count);
   if (count != words)

@@ -38,36 +38,56 @@ bool mpi_alive() {
 }
 
 namespace {
+
 constexpr std::size_t kChunk = std::size_t{1} << 30;  // well below INT_MAX
+
+// start(offset, count, request) for every chunk of `bytes`, in order: messages of one sender
+// and tag match in the order they were sent, so the chunks land in order.
+template <typename Start>
+std::vector<MPI_Request> in_chunks(std::size_t bytes, Start start, const char* what) {
+  std::vector<MPI_Request> requests;
+  std::size_t offset = 0;
+  do {
+    const int count = static_cast<int>(std::min(bytes - offset, kChunk));
+    requests.emplace_back();
+    mpi_check(start(offset, count, &requests.back()), what);
+    offset += static_cast<std::size_t>(count);
+  } while (offset < bytes);
+  return requests;
 }
 
+void wait_all(std::vector<MPI_Request>& requests) {
+  mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
+}  // namespace
+
 void send_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
-  const char* at = static_cast<const char*>(data);
-  do {
-    int count = static_cast<int>(std::min(bytes, kChunk));
-    mpi_check(MPI_Send(at, count, MPI_BYTE, peer, tag, comm), "MPI_Send");
-    at += count;
-    bytes -= count;
-  } while (bytes > 0);
+  std::vector<MPI_Request> requests = isend_bytes(data, bytes, peer, tag, comm);
+  wait_all(requests);
 }
 
 void recv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
   std::vector<MPI_Request> requests = irecv_bytes(data, bytes, peer, tag, comm);
-  mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  wait_all(requests);
 }
 
-// Messages of one sender and tag match in the order they were sent, so the chunks land in order.
+std::vector<MPI_Request> isend_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+  return in_chunks(
+      bytes,
+      [&](std::size_t offset, int count, MPI_Request* request) {
+        return MPI_Isend(static_cast<const char*>(data) + offset, count, MPI_BYTE, peer, tag, comm, request);
+      },
+      "MPI_Isend");
+}
+
 std::vector<MPI_Request> irecv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
-  std::vector<MPI_Request> requests;
-  char* at = static_cast<char*>(data);
-  do {
-    int count = static_cast<int>(std::min(bytes, kChunk));
-    requests.emplace_back();
-    mpi_check(MPI_Irecv(at, count, MPI_BYTE, peer, tag, comm, &requests.back()), "MPI_Irecv");
-    at += count;
-    bytes -= count;
-  } while (bytes > 0);
-  return requests;
+  return in_chunks(
+      bytes,
+      [&](std::size_t offset, int count, MPI_Request* request) {
+        return MPI_Irecv(static_cast<char*>(data) + offset, count, MPI_BYTE, peer, tag, comm, request);
+      },
+      "MPI_Irecv");
 }
 
 }  // namespace topotrain::comm::detail

@@ -25,7 +25,8 @@ bool mpi_alive();
 // Byte transfers of any size: MPI counts are int, so large buffers go in chunks.
 void send_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
 void recv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
-// recv_bytes without waiting: one request per chunk, complete when all are (MPI_Testall).
+// Without waiting: one request per chunk, complete when all are (MPI_Testall).
+std::vector<MPI_Request> isend_bytes(const void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
 std::vector<MPI_Request> irecv_bytes(void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
 
 }  // namespace topotrain::comm::detail

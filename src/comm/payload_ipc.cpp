@@ -23,6 +23,7 @@
 
 #include "cuda_handover.h"
 #include "mpi_types.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 
 namespace topotrain::comm::detail {
@@ -109,7 +110,9 @@ class IpcPayloadSender final : public PayloadSender {
   // this sender's frames in order.
   void take_credit() {
     std::int32_t slot = -1;
-    mpi_check(MPI_Recv(&slot, 1, MPI_INT32_T, 0, kCreditTag, link_, MPI_STATUS_IGNORE), "MPI_Recv (IPC credit)");
+    MPI_Request request = MPI_REQUEST_NULL;
+    mpi_check(MPI_Irecv(&slot, 1, MPI_INT32_T, 0, kCreditTag, link_, &request), "MPI_Irecv (IPC credit)");
+    wait_request(&request, "MPI_Irecv (IPC credit)");  // watched: the receiver may stop
     if (in_flight_.empty() || slot != in_flight_.front())
       throw std::runtime_error(cat("hidden-state link: IPC credit for slot ", slot, " out of order"));
     in_flight_.pop_front();

@@ -8,6 +8,7 @@
 #include "cuda_handover.h"
 #include "mpi_types.h"
 #include "payload_channel.h"
+#include "topotrain/comm/watchdog.h"
 
 namespace topotrain::comm::detail {
 namespace {
@@ -18,7 +19,8 @@ class MpiPayloadSender final : public PayloadSender {
   std::string stage(const at::Tensor&) override { return {}; }
   void transfer(const at::Tensor& hidden) override {
     at::Tensor host = hidden.to(at::kCPU).contiguous();
-    send_bytes(host.data_ptr(), host.nbytes(), 0, kPayloadTag, link_);
+    for (MPI_Request& request : isend_bytes(host.data_ptr(), host.nbytes(), 0, kPayloadTag, link_))
+      wait_request(&request, "MPI_Isend (hidden-state payload)");  // watched: the receiver may stop
   }
   void drain() override {}
 

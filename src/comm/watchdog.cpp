@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <csignal>
 #include <thread>
 
 #include "mpi_types.h"
 #include "topotrain/core/error.h"
+#include "topotrain/core/fault_injection.h"
 
 namespace topotrain::comm {
 namespace {
@@ -17,29 +19,26 @@ constexpr auto kCheckEvery = 200ms;
 constexpr auto kPollWithoutPause = 2ms;
 constexpr auto kLongestPause = 2ms;
 
-// The Watchdog of the thread that built it; waits on other threads only sleep.
-std::atomic<Watchdog*> g_watchdog{nullptr};
-std::atomic<std::thread::id> g_watchdog_thread{};
+// The WaitWatcher of the thread that built it; waits on other threads only sleep.
+std::atomic<WaitWatcher*> g_watcher{nullptr};
+std::atomic<std::thread::id> g_watcher_thread{};
 
-Watchdog* watchdog_of_this_thread() {
-  Watchdog* watchdog = g_watchdog.load();
-  return watchdog && g_watchdog_thread.load() == std::this_thread::get_id() ? watchdog : nullptr;
+WaitWatcher* watcher_of_this_thread() {
+  WaitWatcher* watcher = g_watcher.load();
+  return watcher && g_watcher_thread.load() == std::this_thread::get_id() ? watcher : nullptr;
 }
 
 double seconds(Watchdog::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-}  // namespace
-
-void wait_request(MPI_Request* request, const char* what) {
-  Watchdog* watchdog = watchdog_of_this_thread();
-  if (watchdog) watchdog->wait_begins();
+// Polls `done` until it says the operation completed (see the top of watchdog.h).
+template <typename Done>
+void wait_until(Done done) {
+  WaitWatcher* watcher = watcher_of_this_thread();
+  if (watcher) watcher->wait_begins();
   const auto since = Watchdog::Clock::now();
   auto last_check = since;
   auto pause = 50us;
-  while (true) {
-    int done = 0;
-    detail::mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
+  while (!done()) {
     // A collective moves on only inside MPI calls, and each of its rounds waits for this
     // rank's next one: polled without pause while the ranks are merely out of step, so
     // that an agreement costs no sleep; after that, sleeps that back off.
@@ -50,11 +49,42 @@ void wait_request(MPI_Request* request, const char* what) {
     std::this_thread::sleep_for(pause);
     pause = std::min<std::chrono::microseconds>(pause * 2, kLongestPause);
     const auto now = Watchdog::Clock::now();
-    if (watchdog && now - last_check >= kCheckEvery) {
+    if (watcher && now - last_check >= kCheckEvery) {
       last_check = now;
-      watchdog->check(since, now);
+      watcher->check(since, now);
     }
   }
+}
+
+std::vector<PeerProcess> peers_of(const Runtime& runtime, const std::vector<int>& world_ranks) {
+  std::vector<PeerProcess> peers;
+  for (int rank : world_ranks) peers.push_back(runtime.peers()[static_cast<std::size_t>(rank)]);
+  return peers;
+}
+
+// Ends every rank with `message` and the hang exit code, unless another rank of this node
+// already is ending the job (then returns: that rank's message stands and mpirun takes this one).
+void end_hung_job(const Runtime& runtime, const std::string& message) {
+  if (!runtime.claim_ending()) return;
+  runtime.abort(message, kHangExitCode);
+}
+
+}  // namespace
+
+void wait_request(MPI_Request* request, const char* what) {
+  wait_until([&] {
+    int done = 0;
+    detail::mpi_check(MPI_Test(request, &done, MPI_STATUS_IGNORE), what);
+    return done != 0;
+  });
+}
+
+void wait_for_message(int source, int tag, MPI_Comm comm, MPI_Status* status, const char* what) {
+  wait_until([&] {
+    int arrived = 0;
+    detail::mpi_check(MPI_Iprobe(source, tag, comm, &arrived, status), what);
+    return arrived != 0;
+  });
 }
 
 void all_reduce_in_place(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const char* what) {
@@ -62,6 +92,13 @@ void all_reduce_in_place(void* data, int count, MPI_Datatype type, MPI_Op op, MP
   detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, data, count, type, op, comm, &request), what);
   wait_request(&request, what);
 }
+
+WaitWatcher::WaitWatcher() {
+  g_watcher_thread.store(std::this_thread::get_id());
+  g_watcher.store(this);
+}
+
+WaitWatcher::~WaitWatcher() { g_watcher.store(nullptr); }
 
 bool near_checkpoint(std::int64_t step, std::int64_t checkpoint_every) {
   return checkpoint_every > 0 && (step % checkpoint_every == 0 || (step - 1) % checkpoint_every == 0);
@@ -78,12 +115,9 @@ Watchdog::Watchdog(const Runtime& runtime, MPI_Comm group, double timeout_s)
   detail::mpi_check(MPI_Allgather(&mine, 1, MPI_INT, world_rank_.data(), 1, MPI_INT, reports_),
                     "MPI_Allgather (watchdog)");
   known_.assign(me_ == 0 ? world_rank_.size() : 1, Position{0, 0});
-  g_watchdog_thread.store(std::this_thread::get_id());
-  g_watchdog.store(this);
 }
 
 Watchdog::~Watchdog() {
-  g_watchdog.store(nullptr);
   if (!detail::mpi_alive()) return;
   // Reports still in flight are of no use to anyone now; MPI completes them on its own.
   for (auto& [buffer, request] : sends_) MPI_Request_free(&request);
@@ -114,6 +148,11 @@ void Watchdog::wait_begins() {
     tell(0);
   }
   drain_reports();
+  if (fault_injected("TOPOTRAIN_FAULT_STALL_IN_COLLECTIVE", runtime_.rank(), position_.first)) {
+    for (auto& [buffer, request] : sends_) MPI_Wait(&request, MPI_STATUS_IGNORE);  // the group knows it entered
+    sends_.clear();
+    std::raise(SIGSTOP);
+  }
 }
 
 void Watchdog::tell(int group_rank) {
@@ -137,44 +176,68 @@ void Watchdog::drain_reports() {
 }
 
 void Watchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
-  check_deaths();
+  runtime_.abort_if_peer_died();
   if (timeout_s_ <= 0) return;
   const double waited = seconds(now - waiting_since);
   // One grace for a pipeline's feed waits (check_feed) to name a silent sender first, then
-  // the monitor; the others step in, one after the other, only when the monitor is the one
-  // behind (when it is not, it reports the hang itself).
+  // the monitor; the others step in, one after the other, only when the monitor cannot
+  // (when it can, it reports the hang itself).
   const double grace = (me_ + 1) * std::max(2.0, 0.25 * allowance_s_);
   if (waited <= allowance_s_ + grace) return;
   drain_reports();
-  std::vector<int> behind;
+  std::vector<int> behind, stopped;
   for (std::size_t i = 0; i < known_.size(); ++i) {
     const int group_rank = me_ == 0 ? static_cast<int>(i) : 0;
     if (group_rank != me_ && known_[i] < position_) behind.push_back(world_rank_[static_cast<std::size_t>(group_rank)]);
   }
-  if (me_ != 0 && behind.empty()) return;
-  end_job(waited, behind.empty() ? std::string("every rank of the group entered the collective, which did not complete")
-                                 : cat(describe_ranks(peers_of(behind), runtime_.host()), " did not arrive"));
+  if (!behind.empty()) {
+    end_job(waited, cat(describe_ranks(peers_of(runtime_, behind), runtime_.host()), " did not arrive"));
+    return;
+  }
+  // Every rank (the monitor: as far as a non-monitor knows) entered the collective. One
+  // stopped inside it is found by its process state, on this node only.
+  for (std::size_t g = 0; g < world_rank_.size(); ++g) {
+    const PeerProcess& peer = runtime_.peers()[static_cast<std::size_t>(world_rank_[g])];
+    if (static_cast<int>(g) != me_ && process_state(peer, runtime_.host()) == ProcessState::stopped)
+      stopped.push_back(peer.rank);
+  }
+  if (!stopped.empty()) {
+    end_job(waited, cat(describe_ranks(peers_of(runtime_, stopped), runtime_.host()), " did not complete the collective"));
+    return;
+  }
+  if (me_ != 0 && me_ + 1 != static_cast<int>(world_rank_.size())) return;
+  bool other_nodes = false;
+  for (int rank : world_rank_) other_nodes |= runtime_.peers()[static_cast<std::size_t>(rank)].host != runtime_.host();
+  end_job(waited, cat("every rank of the group entered the collective, which did not complete",
+                      other_nodes ? " (a rank of another node may be stopped inside it)" : ""));
 }
 
 void Watchdog::check_feed(double waited, const std::vector<int>& silent) {
-  check_deaths();
+  runtime_.abort_if_peer_died();
   if (timeout_s_ <= 0 || waited <= allowance_s_ || silent.empty()) return;
-  end_job(waited, cat("nothing arrived from ", describe_ranks(peers_of(silent), runtime_.host())));
-}
-
-void Watchdog::check_deaths() { runtime_.abort_if_peer_died(); }
-
-std::vector<PeerProcess> Watchdog::peers_of(const std::vector<int>& world_ranks) const {
-  std::vector<PeerProcess> peers;
-  for (int rank : world_ranks) peers.push_back(runtime_.peers()[static_cast<std::size_t>(rank)]);
-  return peers;
+  end_job(waited, cat("nothing arrived from ", describe_ranks(peers_of(runtime_, silent), runtime_.host())));
 }
 
 void Watchdog::end_job(double waited, const std::string& why) const {
-  if (!runtime_.claim_ending()) return;  // a rank of this node already said why the job ends
-  runtime_.abort(cat("step ", position_.first, " made no progress for ", static_cast<int>(waited), " s (allowance ",
-                     allowance_s_, " s; train.hang_timeout_s = ", timeout_s_, "): ", why, "; stopping every rank"),
-                 kHangExitCode);
+  end_hung_job(runtime_, cat("step ", position_.first, " made no progress for ", static_cast<int>(waited),
+                             " s (allowance ", allowance_s_, " s; train.hang_timeout_s = ", timeout_s_, "): ", why,
+                             "; stopping every rank"));
+}
+
+PeerWatchdog::PeerWatchdog(const Runtime& runtime, std::vector<int> peers, double timeout_s)
+    : runtime_(runtime),
+      peers_(std::move(peers)),
+      timeout_s_(timeout_s),
+      allowance_s_(step_allowance_s(timeout_s, /*slow=*/true)) {}
+
+void PeerWatchdog::check(Clock::time_point waiting_since, Clock::time_point now) {
+  runtime_.abort_if_peer_died();
+  const double waited = seconds(now - waiting_since);
+  if (timeout_s_ <= 0 || waited <= allowance_s_) return;
+  end_hung_job(runtime_, cat("made no progress for ", static_cast<int>(waited), " s (allowance ", allowance_s_,
+                             " s, a slow step's; train.hang_timeout_s = ", timeout_s_, "): ",
+                             describe_ranks(peers_of(runtime_, peers_), runtime_.host()),
+                             " did not answer; stopping every rank"));
 }
 
 }  // namespace topotrain::comm

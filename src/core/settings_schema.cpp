@@ -123,7 +123,7 @@ const std::vector<SettingSpec>& setting_specs() {
       {"train.hang_timeout_s", T::real, 600.0, at_least(0),
        "seconds a rank may wait for the others in a step's collectives before every rank stops with a message "
        "naming the ranks that did not arrive (exit 5); twice that, and at least 60 s more, for a process's first step "
-       "and around checkpoints; 0: off. 600 is torch's NCCL watchdog default (every collective, its first included)"},
+       "and around checkpoints, and for a dflash target waiting on its drafter; 0: off. 600 is torch's NCCL watchdog default (every collective, its first included)"},
       {"train.anchors", T::integer, std::int64_t{512}, between(1, kIntMax), "dflash: anchors sampled per sequence",
        "dflash_train"},
       {"train.loss", T::string, std::string("ce"), one_of({"ce", "kl"}),

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "topotrain/comm/hidden_state_link.h"
+#include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
@@ -210,6 +211,9 @@ void Target::send_held_out(const StreamStart& start) {
 }
 
 Runtime::Outcome Target::run() {
+  // From the first stream on, every wait on the drafter is bounded (the first start waited
+  // for the drafter's set-up, which loads models and may measure budgets).
+  comm::PeerWatchdog watchdog(context_.runtime, {drafter_}, run_.step.hang_timeout_s);
   while (start_) {
     if (start_->held_out) send_held_out(*start_);
     else send_stream(*start_);

@@ -7,6 +7,15 @@
 #   liveness_e2e.sh BIN_DIR dflash_hang  2 targets -> 2 drafters, drafter rank 3 stops at step 3:
 #                                        exit 5, one message naming rank 3 (drafter) and step 3;
 #                                        then target rank 1 stops: its drafter names it
+#   liveness_e2e.sh BIN_DIR moe_stop     np 4 moe_train on cpu4: a trainer stopped inside the step's
+#                                        collective, where every rank has entered it, is named by
+#                                        its process state (rank 2, then the monitor, rank 0); then
+#                                        REPEAT times rank 2 is stopped from outside at a random
+#                                        moment after step 5, and is named every time
+#   liveness_e2e.sh BIN_DIR dflash_lone_drafter   a drafter with no drafter peer (cpu-7t1d, cpu-1t1d
+#                                        in turn, REPEAT runs) stopped from outside after step 3:
+#                                        its targets, blocked on its full queue, name it after a
+#                                        slow step's allowance (63 s at train.hang_timeout_s = 3)
 #   liveness_e2e.sh BIN_DIR moe_kill     np 3 moe_train, kill -9 of rank 1 mid-run: topotrain itself
 #                                        prints "rank 1 (trainer) died or left; stopping" (one line,
 #                                        no other rank named), and the job ends within seconds
@@ -14,8 +23,9 @@
 #                                        of the drafter (rank 7): the targets torn down after it,
 #                                        which leave in any order, are never named
 #   liveness_e2e.sh BIN_DIR dflash_kill_target    the same, kill -9 of target rank 3
-# The kill scenarios repeat their run REPEAT times (default 3; REPEAT=10 for the release check),
-# since a wrong name shows in some runs only: it depends on which rank the scheduler lets leave first.
+# The kill and outside-stop scenarios repeat their run REPEAT times (default 3; REPEAT=10 for the
+# release check), since a wrong name shows in some runs only: it depends on which rank the
+# scheduler lets leave first, or where in its step a rank is stopped.
 set -euo pipefail
 bin=$1 scenario=$2
 work=$(mktemp -d)
@@ -104,6 +114,26 @@ kill_named() {
 }
 repeat=${REPEAT:-3}
 
+# stop_named LOG NAME VICTIM ROLE AFTER_STEP LIMIT MESSAGE MPIRUN_ARGS...: starts the job, stops
+# world rank VICTIM (ROLE) with SIGSTOP from outside at a random moment after step AFTER_STEP,
+# and checks that the job ends with exit 5 within LIMIT s, one "made no progress" line, and
+# that it matches MESSAGE (naming VICTIM).
+stop_named() {
+  local log=$1 name=$2 victim=$3 role=$4 after=$5 limit=$6 message=$7
+  shift 7
+  start "$log" "$@"
+  local pid
+  pid=$(pid_of_rank "$victim:$name")
+  for _ in $(seq 900); do grep -qs "step $after |" "$log" && break; sleep 0.1; done
+  sleep "0.$((RANDOM % 10))"
+  kill -STOP "$pid"
+  local stopped_at=$SECONDS
+  finish "$log" "$limit" 5
+  one_line "$log" 'made no progress'
+  one_line "$log" "$message"
+  echo "named after $((SECONDS - stopped_at)) s: $(grep -E 'made no progress' "$log")"
+}
+
 moe=(--set model.preset=tiny-moe --set train.token_budget=256 --set log.every=1 --set train.max_steps=100000
      --set checkpoint.every_steps=-1 --set checkpoint.dir="$work")
 
@@ -162,6 +192,38 @@ dflash_hang)
   finish "$work/target.log" 60 5
   one_line "$work/target.log" 'made no progress'
   one_line "$work/target.log" '\[rank 3 drafter\] step [0-9]+ made no progress for [0-9]+ s .*: nothing arrived from rank 1 \(target\) \(process stopped\)'
+  ;;
+moe_stop)
+  # Stopped inside the collective, after the group learnt that it entered: positions alone
+  # cannot name it (every rank arrived); its process state does. Rank 2, named by the monitor;
+  # then the monitor, named by the next rank.
+  for case in 2:6:0 0:4:1; do
+    IFS=: read -r victim step reporter <<<"$case"
+    TOPOTRAIN_FAULT_STALL_IN_COLLECTIVE=$victim:$step start "$work/inside$victim.log" -np 4 "$bin/moe_train" \
+      topology/cpu4.toml "${moe[@]}" --set checkpoint.run="inside$victim" --set train.hang_timeout_s=3
+    wait_stopped "$(pid_of_rank "$victim:moe_train")"
+    finish "$work/inside$victim.log" 60 5
+    one_line "$work/inside$victim.log" 'made no progress'
+    one_line "$work/inside$victim.log" "\\[rank $reporter trainer\\] step $step made no progress for [0-9]+ s \\(allowance 3 s; train.hang_timeout_s = 3\\): rank $victim \\(trainer\\) \\(process stopped\\) did not complete the collective; stopping every rank"
+  done
+  for run in $(seq "$repeat"); do
+    stop_named "$work/stop$run.log" moe_train 2 trainer 5 60 \
+      '\[rank [013] trainer\] step [0-9]+ made no progress for [0-9]+ s .*: rank 2 \(trainer\) \(process stopped\) did not (arrive|complete the collective); stopping every rank' \
+      -np 4 "$bin/moe_train" topology/cpu4.toml "${moe[@]}" --set checkpoint.run="stop$run" --set train.hang_timeout_s=3
+  done
+  ;;
+dflash_lone_drafter)
+  for run in $(seq "$repeat"); do
+    topology=cpu-7t1d np=8
+    (( run % 2 == 0 )) && topology=cpu-1t1d np=2
+    drafter=$((np - 1))
+    # 63 s: a slow step's allowance (twice train.hang_timeout_s, and at least a minute more),
+    # then up to 0.2 s to notice, on a loaded machine a few seconds more.
+    stop_named "$work/lone$run.log" dflash_train "$drafter" drafter 3 100 \
+      "\\[rank [0-9]+ target\\] made no progress for 6[3-9] s \\(allowance 63 s, a slow step's; train.hang_timeout_s = 3\\): rank $drafter \\(drafter\\) \\(process stopped\\) did not answer; stopping every rank" \
+      -np "$np" "$bin/dflash_train" "topology/$topology.toml" --set checkpoint.dir="$work" \
+      --set checkpoint.run="lone$run" --set log.every=1 --set train.max_steps=100000 --set train.hang_timeout_s=3
+  done
   ;;
 moe_kill)
   for run in $(seq "$repeat"); do

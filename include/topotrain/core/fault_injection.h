@@ -5,6 +5,8 @@
 //   TOPOTRAIN_FAULT_NONFINITE   moe_trainer.cpp, dflash_drafting.cpp: the step's loss is NaN
 //   TOPOTRAIN_FAULT_LINK_STALL  comm/hidden_state_link.h: STEP counts the sender's batches
 //   TOPOTRAIN_FAULT_STALL       fault_inject_stall, at the start of a trainer's step
+//   TOPOTRAIN_FAULT_STALL_IN_COLLECTIVE  the same, inside the step's first watched collective,
+//                               once the group knows the rank entered it (comm/watchdog.h)
 //   TOPOTRAIN_FAULT_SLOW_CHECKPOINT  holds SECONDS instead: every checkpoint write takes that
 //                               much longer (store/checkpoint_writer.h), as on a slow disk
 //   TOPOTRAIN_FAULT_DISK_FULL   holds STEP instead: the checkpoint of that step fails to write
