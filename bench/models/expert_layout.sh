@@ -11,8 +11,8 @@
 #   profile  bench/moe/profile.sh of the reference shape under each layout: the device-only
 #            steps' kernel time by kind (tables in $OUT/<layout>/).
 # (model_bench repeats one micro-batch without an optimizer step, so its copies are cast once,
-# in expert order, and never reordered: it cannot show this layout.) TOPOTRAIN_EXPERT_LAYOUT
-# chooses moe_train's layout.
+# in expert order, and never reordered: it cannot show this layout.) The setting
+# model.expert_layout chooses moe_train's layout.
 #   bench/models/expert_layout.sh                 (from the project root; builds into BUILD_DIR)
 #   SKIP_BUILD=1 TRAIN_ROUNDS=3 SECTIONS="train profile" bench/models/expert_layout.sh
 set -uo pipefail
@@ -36,8 +36,8 @@ if [[ $sections == *" train "* ]]; then
   for round in $(seq "${TRAIN_ROUNDS:-2}"); do
     for layout in expert_order busiest_first; do
       rm -rf "$work/runs"
-      TOPOTRAIN_EXPERT_LAYOUT=$layout timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH \
-        -x OMP_NUM_THREADS -x TOPOTRAIN_EXPERT_LAYOUT "$BUILD_DIR/bin/moe_train" "$work/one.toml" \
+      timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH \
+        -x OMP_NUM_THREADS "$BUILD_DIR/bin/moe_train" "$work/one.toml" --set "model.expert_layout=$layout" \
         --set "model.config=$work/reference-shape/config.json" --set "data.path=$work/docs4k.h5" \
         --set train.token_budget=16384 --set train.lr=6e-4 --set "train.max_steps=${STEPS:-110}" \
         --set checkpoint.every_steps=-1 --set "checkpoint.dir=$work/runs" --set checkpoint.run=r \
@@ -49,7 +49,7 @@ if [[ $sections == *" train "* ]]; then
 fi
 [[ $sections == *" profile "* ]] || exit 0
 for layout in expert_order busiest_first; do
-  TOPOTRAIN_EXPERT_LAYOUT=$layout OUT="$OUT/$layout" SKIP_BUILD=1 SHAPES=reference \
+  EXPERT_LAYOUT=$layout OUT="$OUT/$layout" SKIP_BUILD=1 SHAPES=reference \
     bash bench/moe/profile.sh >"$OUT/profile-$layout.txt" 2>&1
   echo "== profile, $layout: $(grep -E '^== reference, device' "$OUT/profile-$layout.txt" | cut -c1-120)"
   grep -E "device span|^grouped GEMM|^gather|^copy|^optimizer" "$OUT/$layout/kernels-reference-device.txt"

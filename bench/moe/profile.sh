@@ -13,7 +13,7 @@
 # profiled step (checkpoint.every_steps), so that the step profiled with its host calls, and
 # the first of the four device-only ones, is the step after a snapshot: what it waits for
 # while the snapshot's device-to-host copy runs. (The last step then also waits for that
-# checkpoint's write before its own.)
+# checkpoint's write before its own.) EXPERT_LAYOUT sets model.expert_layout (default: the default).
 #   bench/moe/profile.sh            (from the project root; builds into BUILD_DIR, default build-gpu)
 #   SKIP_BUILD=1 SHAPES="reference" bench/moe/profile.sh
 set -uo pipefail
@@ -49,6 +49,7 @@ for shape in $shapes; do
       profile=(--set "log.profile_step=$first" --set log.profile_steps=4 --set log.profile_host=false)
     fi
     checkpoints=(--set checkpoint.every_steps=-1)
+    [[ -n ${EXPERT_LAYOUT:-} ]] && checkpoints+=(--set "model.expert_layout=$EXPERT_LAYOUT")
     [[ ${AFTER_SNAPSHOT:-0} == 1 ]] && checkpoints=(--set "checkpoint.every_steps=$((first - 1))")
     rm -rf "$work/runs/$shape"
     timeout 300 mpirun --allow-run-as-root --bind-to none -np 1 -x LD_LIBRARY_PATH -x OMP_NUM_THREADS \

@@ -41,6 +41,10 @@ const std::vector<SettingSpec>& setting_specs() {
        "name the same model (dflash: the target's weights)"},
       {"model.dtype", T::string, std::string("auto"), one_of({"auto", "bf16", "fp32"}),
        "compute dtype; auto: bf16 on GPU, fp32 on CPU"},
+      {"model.expert_layout", T::string, std::string("busiest_first"), one_of({"busiest_first", "expert_order"}),
+       "the MoE experts' group order in the grouped GEMMs, a speed choice: both train the same weights bit for "
+       "bit; fp32 compute runs in expert order",
+       "moe_train"},
       {"model.init_std", T::real, 0.02, above(0),
        "standard deviation of the random initialisation (HF initializer_range; model.config's value wins unless "
        "this is set)"},

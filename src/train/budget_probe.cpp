@@ -362,6 +362,9 @@ MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& st
     peak = peak ? std::min(*peak, larger->second) : larger->second;
   measured.peak_bytes = peak.value_or(measured.fixed_bytes);
   measured.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  int stage_rank = 0;
+  MPI_Comm_rank(stage_group, &stage_rank);
+  if (stage_rank == 0) log_info_here(measured.describe());
   return measured;
 }
 

@@ -44,13 +44,4 @@ double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfi
   return columns * static_cast<double>(c10::elementSize(compute_dtype(run.dtype, device)));
 }
 
-MeasuredBudget measure_stream_budget(const JobContext& context, const BudgetStage& stage, const BudgetBounds& bounds,
-                                     const torch::Device& device) {
-  const Runtime& runtime = context.runtime;
-  MeasuredBudget measured = probe_token_budget(stage, context.config.step, bounds, device,
-                                               runtime.role_comm(), MPI_COMM_WORLD);
-  if (runtime.role_rank() == 0) log_info_here(measured.describe());
-  return measured;
-}
-
 }  // namespace topotrain

@@ -5,7 +5,6 @@
 #include "topotrain/comm/hidden_state_link.h"
 #include "topotrain/comm/watchdog.h"
 #include "topotrain/core/error.h"
-#include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
 #include "topotrain/store/timing_log.h"
@@ -89,7 +88,9 @@ Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::D
   held_out_ = std::move(data.held_out);
   std::int64_t token_budget = run_.step.token_budget;
   if (run_.step.auto_budget) {
-    token_budget = measure_stream_budget(context, budget_stage(config), budget_bounds(*dataset_), device_).budget;
+    token_budget = probe_token_budget(budget_stage(config), run_.step, budget_bounds(*dataset_), device_,
+                                      context.runtime.role_comm(), MPI_COMM_WORLD)
+                       .budget;
   }
   // Packed now, so that a set with nothing to evaluate is refused before training; the
   // drafters, which refuse it alike, have not waited on a target yet.
@@ -125,9 +126,7 @@ void Target::send_stream(const StreamStart& start) {
   PhaseTimer& timer = timings_->timer();
   std::string reason;
   while (!sender.stop_requested() && !stop_requested()) {
-    timer.begin_step(sent_ + 1);
-    fault_inject_stall(rank_, sent_ + 1);
-    auto profiled = profile_.step(sent_ + 1);
+    auto profiled = open_step(timer, profile_, rank_, sent_ + 1);
     data::StepPlan plan = [&] {
       auto t = timer.scope(Phase::data_wait);
       return prefetcher->next();

@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <limits>
 #include <memory>
 #include <optional>
 
 #include "topotrain/core/error.h"
-#include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
@@ -19,6 +16,7 @@
 #include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/training_checkpoint.h"
 #include "topotrain/train/training_session.h"
 
 namespace topotrain {
@@ -33,15 +31,7 @@ model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device&
   load_model_weights(context.runtime, config.weights, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype(config.dtype, device));
-  // The A/B switch of bench/models/expert_layout.sh (docs/model.md): both layouts give the same
-  // results bit for bit, so it is no setting of the run.
-  if (const char* layout = std::getenv("TOPOTRAIN_EXPERT_LAYOUT"); layout && *layout) {
-    const std::string name = layout;
-    if (name != "busiest_first" && name != "expert_order")
-      throw ConfigError(cat("TOPOTRAIN_EXPERT_LAYOUT=", name, ": use busiest_first or expert_order (or leave it unset)"));
-    net->set_expert_layout(name == "busiest_first" ? model::ExpertLayout::busiest_first
-                                                   : model::ExpertLayout::expert_order);
-  }
+  net->set_expert_layout(config.expert_layout);
   if (context.runtime.rank() == 0) {
     log_info(model::describe(config.model));
     log_info(cat("compute ", net->compute_dtype(), " with fp32 master weights and AdamW state; attention ",
@@ -67,6 +57,14 @@ struct LossSums {
         load(torch::zeros_like(lm)) {}
   double global_targets, global_tokens;
   torch::Tensor lm, aux, load;
+
+  StepSums step_sums() const { return {std::nullopt, {lm, aux, load}}; }  // a mean: no divisor
+};
+
+// LossSums summed over the ranks, by name.
+struct AgreedLoss {
+  explicit AgreedLoss(const std::vector<double>& sums) : lm(sums.at(0)), aux(sums.at(1)), load(sums.at(2)) {}
+  double lm, aux, load;
 };
 
 void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const PackedBatch& micro_batch,
@@ -83,8 +81,7 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
     auto t = session.scope(Phase::forward);
     model::BackboneOutput out = net.forward_backbone(batch);
     model::LmLoss lm = model::lm_loss(net, out.hidden, batch);
-    if (fault_injected("TOPOTRAIN_FAULT_NONFINITE", session.rank(), session.step()))
-      lm.loss_sum = lm.loss_sum * std::numeric_limits<double>::quiet_NaN();
+    lm.loss_sum = session.fault_inject_nonfinite(lm.loss_sum);
     const double share = static_cast<double>(batch.num_tokens()) / sums.global_tokens;
     loss = lm.loss_sum / sums.global_targets + out.aux_loss * (net.config().router_aux_loss_coef * share);
     sums.lm += lm.loss_sum.detach();
@@ -95,35 +92,17 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
   loss.backward();
 }
 
-// The held-out loss after the step just trained, timed as the step's eval phase; the lead
-// logs it.
+// The held-out loss after the step just trained (TrainingSession::evaluate_held_out).
 double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, model::Qwen3CausalLMImpl& net,
                          MPI_Comm group) {
-  const auto started = std::chrono::steady_clock::now();
-  HeldOutLoss result;
-  {
-    auto t = session.scope(Phase::eval);
-    result = held_out.evaluate(net, group);
-  }
-  if (session.lead())
-    log_info(cat("held-out loss after step ", session.state().step, ": ", fixed_point(result.loss, 4),
-                 " (perplexity ", fixed_point(std::exp(result.loss), 2), ") over ", result.targets, " targets of ",
-                 result.documents, " documents, in ",
-                 fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),
-                 " s"));
-  return result.loss;
-}
-
-// train.token_budget = "auto": every launch measures it, before the session (budget_probe.h).
-std::optional<MeasuredBudget> measure_token_budget(const JobContext& context, model::Qwen3CausalLMImpl& net,
-                                                   const data::TokenDataset& dataset, const torch::Device& device) {
-  if (!context.config.step.auto_budget) return std::nullopt;
-  const BudgetBounds bounds = budget_bounds(dataset);
-  const Runtime& runtime = context.runtime;
-  MeasuredBudget measured = probe_token_budget(language_model_stage(net), context.config.step, bounds, device,
-                                               runtime.role_comm(), runtime.role_comm());
-  if (runtime.rank() == 0) log_info(measured.describe());
-  return measured;
+  return session
+      .evaluate_held_out(
+          "loss", [&] { return held_out.evaluate(net, group); },
+          [](const HeldOutLoss& result) {
+            return cat(": ", fixed_point(result.loss, 4), " (perplexity ", fixed_point(std::exp(result.loss), 2),
+                       ") over ", result.targets, " targets of ", result.documents, " documents");
+          })
+      .loss;
 }
 
 }  // namespace
@@ -147,7 +126,11 @@ void train_moe(JobContext& context) {
   model::Qwen3CausalLM net = build_model(context, device);
   const TrainingData data = load_training_data(config);
   const std::shared_ptr<const data::TokenDataset>& dataset = data.train;
-  const std::optional<MeasuredBudget> measured = measure_token_budget(context, *net, *dataset, device);
+  // train.token_budget = "auto": every launch measures it, before the session.
+  std::optional<MeasuredBudget> measured;
+  if (config.step.auto_budget)
+    measured = probe_token_budget(language_model_stage(*net), config.step, budget_bounds(*dataset), device,
+                                  runtime.role_comm(), runtime.role_comm());
   std::int64_t token_budget = measured ? measured->budget : config.step.token_budget;
   const int grad_accum = config.step.grad_accum;
   std::optional<HeldOutEval> held_out;
@@ -155,7 +138,10 @@ void train_moe(JobContext& context) {
 
   SessionSpec spec;
   spec.parameters = named_parameters_of(*net);
-  spec.model = &config.model;
+  spec.model_name = config.model.source;
+  spec.snapshot = [&](const NamedParameters& parameters, const AdamW& optimizer, const TrainingState& state) {
+    return snapshot(context.run, config.model, parameters, optimizer, state);
+  };
   spec.length = training_length(config.length, static_cast<std::int64_t>(dataset->num_tokens()));
   spec.initial = initial_state(config.step.seed);
   TimingLogConfig timing = timing_log_config(config.cadences, device);
@@ -191,7 +177,7 @@ void train_moe(JobContext& context) {
       session.accumulate(m, grad_accum, plan.micro_batches[m].num_tokens() > 0,
                          [&] { train_micro_batch(session, *net, plan.micro_batches[m], device, sums); });
     session.timer().add_gpu_spans(Phase::h2d, prefetcher->take_device_spans());  // the copies on its stream
-    const comm::StepAgreement all = session.agree({sums.lm, sums.aux, sums.load});
+    const comm::StepAgreement all = session.optimizer_step(sums.step_sums());
     if (all.out_of_memory()) {
       const std::optional<std::int64_t> halved =
           session.after_out_of_memory(all, token_budget, measured ? &*measured : nullptr);
@@ -202,7 +188,8 @@ void train_moe(JobContext& context) {
                                         plan.position_before, device);
       continue;
     }
-    if (!session.optimizer_step(all)) break;
+    if (session.failed()) break;
+    const AgreedLoss agreed(all.sums);
     for (const auto& batch : plan.micro_batches) session.sample_log().record(batch);
     state.step += 1;
     state.tokens += static_cast<std::int64_t>(plan.global_tokens);
@@ -210,16 +197,16 @@ void train_moe(JobContext& context) {
 
     StepReport report;
     report.tokens = static_cast<std::int64_t>(plan.global_tokens);
-    report.loss = all.sums[0] / sums.global_targets;
+    report.loss = agreed.lm / sums.global_targets;
     report.loss_weight = sums.global_targets;
-    report.aux_loss = all.sums[1];
-    if (config.model.num_moe_layers() > 0) report.peak_expert_load = all.sums[2];
+    report.aux_loss = agreed.aux;
+    if (config.model.num_moe_layers() > 0) report.peak_expert_load = agreed.load;
     if (held_out && held_out->due(state.step, session.done() || all.stop))
       report.eval_loss = evaluate_held_out(session, *held_out, *net, runtime.role_comm());
     // The timing log holds one row per rank and the report sums rows: this rank's tokens.
     StepMetrics metrics;
     for (const auto& batch : plan.micro_batches) metrics.tokens += static_cast<double>(batch.num_tokens());
-    metrics.extra = {all.sums[1], report.eval_loss.value_or(StepMetrics::kUnset),
+    metrics.extra = {agreed.aux, report.eval_loss.value_or(StepMetrics::kUnset),
                      report.peak_expert_load.value_or(StepMetrics::kUnset)};
     session.end_step(report, metrics);
     if (all.stop) {

@@ -222,6 +222,9 @@ RunConfig read_run_config(const RunFile& run, const std::string& job) {
   }
   if (s.has("model.weights")) config.weights = s.string("model.weights");
   config.dtype = dtype_from(s);
+  // moe_train's; the schema admits only these two.
+  if (job == "moe_train" && s.string("model.expert_layout") == "expert_order")
+    config.expert_layout = model::ExpertLayout::expert_order;
 
   config.data.path = s.has("data.path") ? s.string("data.path") : TOPOTRAIN_DEMO_DATASET;
   config.data.long_samples = data::parse_long_sample_policy(s.string("data.long_samples"));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
@@ -80,6 +81,12 @@ PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Devic
   return is_device_work(phase) ? stream_scope(timer, phase, device) : timer.scope(phase);
 }
 
+StepProfile::Scope open_step(PhaseTimer& timer, StepProfile& profile, int rank, std::int64_t step) {
+  timer.begin_step(step);
+  fault_inject_stall(rank, step);
+  return profile.step(step);
+}
+
 TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
     : context_(context),
       config_(context.config),
@@ -95,7 +102,7 @@ TrainingSession::TrainingSession(JobContext& context, SessionSpec spec)
   backend_->time_collectives(true);  // their device time is comm_wait's on CUDA
   for (auto& [name, p] : spec_.parameters) backend_->broadcast(p.data(), 0);
   optimizer_ = std::make_unique<AdamW>(spec_.parameters, config_.adamw);
-  const std::string model_name = spec_.model ? spec_.model->source : kDFlashDrafterModel;
+  const std::string& model_name = spec_.model_name;
   // Every rank resumes from the lead's checkpoint, or all start fresh.
   if (auto resumed = load_resume_checkpoint(runtime_, config_.run_dir, context.options.resume,
                                             expectations_for(model_name, spec_.parameters, *optimizer_))) {
@@ -172,10 +179,8 @@ PhaseTimer::Scope TrainingSession::scope(Phase phase) { return phase_scope(timer
 void TrainingSession::begin_step() {
   const std::int64_t step = state_.step + 1;
   started_ = PhaseTimer::Clock::now();
-  timer().begin_step(step);
   watchdog_->begin_step(step, step == first_step_ || comm::near_checkpoint(step, config_.cadences.checkpoint_every));
-  fault_inject_stall(runtime_.rank(), step);
-  profiled_.emplace(profile_.step(step));
+  profiled_.emplace(open_step(timer(), profile_, runtime_.rank(), step));
   compat::reset_peak_allocated_bytes(device_);
   oom_ = false;
   oom_peak_ = 0;
@@ -197,34 +202,30 @@ void TrainingSession::accumulate(int m, int count, bool has_data, const std::fun
   }
 }
 
-comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sums,
-                                           std::optional<std::size_t> divisor_sum) {
-  // comm_wait is the host's wait for the reduction and the agreement on CPU; on CUDA the
-  // host does not wait for NCCL, and comm_wait is the all-reduces' device time instead.
-  std::optional<PhaseTimer::Scope> host_wait;
-  if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
-  reducer_->finish();
-  if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
-  host_wait.reset();
-  divisor_sum_ = divisor_sum;
+torch::Tensor TrainingSession::fault_inject_nonfinite(const torch::Tensor& loss) const {
+  if (!fault_injected("TOPOTRAIN_FAULT_NONFINITE", runtime_.rank(), step())) return loss;
+  return loss * std::numeric_limits<double>::quiet_NaN();
+}
+
+comm::StepAgreement TrainingSession::optimizer_step(const StepSums& sums) {
+  finish_reduction();
   lr_ = learning_rate(config_.lr, spec_.length, state_);
-  update_enqueued_ = false;
-  comm::StepAgreement mine;
-  std::optional<compat::HostCopy> read;
-  std::vector<std::pair<std::size_t, std::int64_t>> read_into;  // where device sums go in mine.sums
-  torch::Tensor factor;
   wait_for_snapshot_copy();
+  // This rank's sums in agreement order: the divisor first, then sums.values; host values
+  // now, device values (each a run of elements starting at `at`) filled in by the one read.
+  comm::StepAgreement mine;
+  mine.sums.push_back(sums.gradient_divisor.value_or(0.0));
+  std::vector<std::pair<std::size_t, std::int64_t>> read_into;
+  std::vector<torch::Tensor> on_device, defined;
+  torch::Tensor norm_squared, factor;
+  std::optional<compat::HostCopy> read;
   {
-    // The norm, the factor and the update (enqueue_update) are the optimizer's work; the
-    // read waits for the step's device work up to the norm and the factor, not for the
-    // update queued after them.
+    // The norm, the factor and the update are the optimizer's work; the read waits for the
+    // step's device work up to the norm and the factor, not for an update queued after them.
     auto t = scope(Phase::optimizer);
-    norm_squared_ = squared_gradient_norm(spec_.parameters);
-    if (!norm_squared_.defined()) norm_squared_ = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
-    // The sums in agreement order: host values now, device values (each a run of elements
-    // starting at `at`) filled in by the one read.
-    std::vector<torch::Tensor> on_device, defined;
-    for (const torch::Tensor& sum : sums) {
+    norm_squared = squared_gradient_norm(spec_.parameters);
+    if (!norm_squared.defined()) norm_squared = torch::zeros({}, torch::dtype(torch::kFloat64).device(device_));
+    for (const torch::Tensor& sum : sums.values) {
       if (!sum.defined()) {
         mine.sums.push_back(0.0);
         continue;
@@ -239,21 +240,14 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
         mine.sums.insert(mine.sums.end(), host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
       }
     }
-    on_device.push_back(norm_squared_.reshape({1}));
-    // Alone in its group, a rank's own values decide the step, and the device can decide
-    // from them what the host will (gradient_factor): the update is enqueued before the
-    // read, so the device runs it while the host reads, agrees and prepares the next step.
-    // With peers, an out-of-memory rank or non-finite sums elsewhere are known only from
-    // the agreement: optimizer_step enqueues the update after it.
+    on_device.push_back(norm_squared.reshape({1}));
+    // The update before the read: alone in its group, a rank's own values decide the step,
+    // and the device can decide from them what the host will (gradient_factor), so the
+    // update is enqueued before the read and the device runs it while the host reads, agrees
+    // and prepares the next step. With peers, an out-of-memory rank or non-finite sums
+    // elsewhere are known only from the agreement: apply_or_skip enqueues the update after it.
     if (runtime_.role_size() == 1 && !oom_) {
-      double divisor = 1.0;
-      if (divisor_sum) {
-        for (const auto& [at, count] : read_into)
-          if (*divisor_sum >= at && *divisor_sum < at + static_cast<std::size_t>(count))
-            throw std::logic_error("TrainingSession::agree: the divisor sum must be a host value");
-        divisor = step_divisor(mine.sums.at(*divisor_sum));
-      }
-      factor = gradient_factor(norm_squared_, divisor, config_.step.clip, defined);
+      factor = gradient_factor(norm_squared, step_divisor(mine.sums[0]), config_.step.clip, defined);
       on_device.push_back(factor.reshape({1}));
     }
     read.emplace(torch::cat(on_device));
@@ -266,7 +260,7 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
     next += count;
   }
   unscaled_grad_norm_ = std::sqrt(*next++);
-  skipped_on_device_ = factor.defined() && !std::isfinite(*next);
+  const bool skipped_on_device = factor.defined() && !std::isfinite(*next);
   for (double sum : mine.sums)
     if (!std::isfinite(sum)) mine.nonfinite_rank = runtime_.rank();
   if (oom_) {
@@ -275,11 +269,27 @@ comm::StepAgreement TrainingSession::agree(const std::vector<torch::Tensor>& sum
   }
   mine.stop = stop_requested();
   mine.checkpoint_writing = writer_ && writer_->writing();
-  if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
-  const comm::StepAgreement all = comm::agree_step(mine, runtime_.role_comm());
+  comm::StepAgreement all;
+  {
+    std::optional<PhaseTimer::Scope> host_wait;
+    if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
+    all = comm::agree_step(mine, runtime_.role_comm());
+  }
   stop_agreed_ = all.stop;
   writer_busy_ = all.checkpoint_writing;
+  divisor_ = sums.gradient_divisor ? step_divisor(all.sums[0]) : 1.0;
+  all.sums.erase(all.sums.begin());  // the job's sums alone, in sums.values' order
+  if (!all.out_of_memory()) apply_or_skip(all, norm_squared, factor.defined(), skipped_on_device);
   return all;
+}
+
+void TrainingSession::finish_reduction() {
+  // comm_wait is the host's wait for the reduction and the agreement on CPU; on CUDA the
+  // host does not wait for NCCL, and comm_wait is the all-reduces' device time instead.
+  std::optional<PhaseTimer::Scope> host_wait;
+  if (!device_.is_cuda()) host_wait.emplace(timer().scope(Phase::comm_wait));
+  reducer_->finish();
+  if (device_.is_cuda()) timer().add_gpu_spans(Phase::comm_wait, reducer_->take_device_spans());
 }
 
 void TrainingSession::wait_for_snapshot_copy() {
@@ -296,13 +306,12 @@ void TrainingSession::wait_for_snapshot_copy() {
 }
 
 void TrainingSession::enqueue_update(const torch::Tensor& factor) {
-  // The update overwrites what the last snapshot copies: agree() made the device wait.
+  // The update overwrites what the last snapshot copies: optimizer_step made the device wait.
   if (writer_ && writer_->snapshot_unordered())
     throw std::logic_error(cat("step ", step(), ": an update enqueued before the snapshot's copy was ordered"));
   auto t = scope(Phase::optimizer);
   optimizer_->step(lr_, factor);
   reducer_->zero_grad();
-  update_enqueued_ = true;
 }
 
 void TrainingSession::end_failed_step() {
@@ -330,45 +339,45 @@ std::optional<std::int64_t> TrainingSession::after_out_of_memory(const comm::Ste
   return halved;
 }
 
-bool TrainingSession::optimizer_step(const comm::StepAgreement& all) {
-  const double divisor = divisor_sum_ ? step_divisor(all.sums.at(*divisor_sum_)) : 1.0;
+void TrainingSession::apply_or_skip(const comm::StepAgreement& all, const torch::Tensor& norm_squared, bool enqueued,
+                                    bool skipped_on_device) {
   bool finite = all.nonfinite_rank < 0;
   torch::Tensor factor;  // of an update to enqueue
   {
     auto t = scope(Phase::optimizer);
-    grad_norm_ = unscaled_grad_norm_ / divisor;
+    grad_norm_ = unscaled_grad_norm_ / divisor_;
     // The norm of the reduced gradients is the same on every rank, so every rank skips
     // alike: a non-finite step never reaches the weights or the AdamW moments.
     finite = finite && std::isfinite(grad_norm_);
-    if (update_enqueued_) {
+    if (enqueued) {
       // The device decided from the values this decision read (gradient_factor's contract).
-      if (finite == skipped_on_device_)
-        throw std::logic_error(cat("step ", step(), ": the device ", skipped_on_device_ ? "skipped" : "applied",
+      if (finite == skipped_on_device)
+        throw std::logic_error(cat("step ", step(), ": the device ", skipped_on_device ? "skipped" : "applied",
                                    " the update the host ", finite ? "applies" : "skips"));
       if (!finite) optimizer_->unstep();
     } else if (finite) {
-      factor = gradient_factor(norm_squared_, divisor, config_.step.clip, {});
+      factor = gradient_factor(norm_squared, divisor_, config_.step.clip, {});
     } else {
       reducer_->zero_grad();
     }
   }
   if (factor.defined()) enqueue_update(factor);
-  if (finite) return true;
+  if (finite) return;
+  const std::string& role = runtime_.role();
   const std::string what =
-      cat(all.nonfinite_rank >= 0 ? cat("the ", spec_.subject, "loss on rank ", all.nonfinite_rank)
-                                  : cat("the ", spec_.subject, "gradient norm (", grad_norm_, ")"),
+      cat(all.nonfinite_rank >= 0 ? cat("the loss on rank ", all.nonfinite_rank, " (", role, ")")
+                                  : cat("the gradient norm (", grad_norm_, ")"),
           " is not finite at step ", step());
   if (!config_.step.skip_nonfinite) {
     end_failed_step();
-    failure_ = {4, cat(what, "; no ", spec_.member, " applied it. The last checkpoint in ", config_.run_dir,
+    failure_ = {4, cat(what, "; no ", role, " applied it. The last checkpoint in ", config_.run_dir,
                        " holds the last good step: resume with --resume auto after lowering train.lr or checking "
                        "the data, or set train.skip_nonfinite = true to skip such steps")};
-    return false;
+    return;
   }
   skipped_ = true;
   ++skipped_steps_;
   if (lead_) log_warn(cat(what, "; train.skip_nonfinite: step skipped (", skipped_steps_, " so far)"));
-  return true;
 }
 
 void TrainingSession::end_step(StepReport report, StepMetrics metrics) {
@@ -416,12 +425,12 @@ void TrainingSession::discard_step() {
 }
 
 CheckpointState TrainingSession::checkpoint_of(const TrainingState& saved) const {
-  return spec_.model ? snapshot(context_.run, *spec_.model, spec_.parameters, *optimizer_, saved)
-                     : snapshot(context_.run, *spec_.drafter, spec_.parameters, *optimizer_, saved);
+  return spec_.snapshot(spec_.parameters, *optimizer_, saved);
 }
 
 void TrainingSession::save_checkpoint() {
-  const TrainingState saved = spec_.checkpoint_state ? spec_.checkpoint_state(state_) : state_;
+  TrainingState saved = state_;
+  if (checkpoint_streams_) saved.streams = *checkpoint_streams_;
   if (writer_) writer_->save(checkpoint_of(saved));
   saved_step_ = state_.step;
   checkpoint_due_ = 0;

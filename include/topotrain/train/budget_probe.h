@@ -1,38 +1,21 @@
 // train.token_budget = "auto": the largest micro-batch a rank's memory holds, measured on
-// the device before the first step of every launch (not stored for a resume, so that a run
-// restarted on a larger device grows its budget).
-//
-// Each rank runs its stage (BudgetStage: moe_train's trainer; dflash_train's target or
-// drafter) on synthetic micro-batches shaped like the packer's worst cases at a candidate
-// budget: filled with the dataset's samples that are worst for the stage (the longest; for
-// a drafter also those with the most anchors per token), each cut at the budget as
-// data.long_samples cuts a longer one, token ids drawn below the vocabulary by a generator
-// of the probe's own. It measures the peak of each worst case and keeps the largest: on
-// CUDA the peak of what torch's allocator reserves, fragmentation included, plus what the
-// device holds outside torch (the CUDA context, libraries, other processes; an
-// out-of-memory error is a miss, and the cache is released), on CPU the process's peak
-// resident set. A candidate fits when that peak, plus what the stage allocates later (the
-// AdamW state; hidden states queued on a link, per token), stays within memory_fraction of
-// the memory limit (train.memory_limit, else the GPU's capacity or, on CPU, the node's RAM,
-// shared by the ranks on it: each plans with its share, and ranks on one GPU probe in turn,
-// each counting its share of the memory outside torch, so that one's misses never fail
-// another's candidates). search_token_budget picks the candidates: doubling from
-// kBudgetGranule, then a binary search between the last fit and the first miss. The
-// stage's ranks agree on their smallest budget and plan in one all-reduce, then
-// (dflash_train, whose stream has one budget) every rank of the job on the smallest
-// stage's in another; when the smallest candidate fits no rank, every rank throws JobExit
-// (exit 2, the message naming the limit and what a rank holds) together.
-//
-// The search can take minutes (on a CPU rank, whose RAM holds large candidates): each
-// candidate is logged with its peak and time, and a stop request (stop_signal.h) ends it,
-// the rest counted as misses; the job's ranks agree on the stop and leave before the first
-// step with JobExit (exit 0), nothing trained.
-//
-// The probe leaves training as it found it: no optimizer step, the gradients dropped again
-// (undefined, as before the probe), torch's CPU generator restored,
-// and no data read, so that a run with "auto" trains exactly as one with the chosen budget
-// set (tested). It runs before the training session exists: no step, no timer row, no
-// collective of the gradient reducer.
+// the device before the first step of every launch (not stored for a resume: a run restarted
+// on a larger device grows its budget).
+// * A candidate budget runs the rank's stage (BudgetStage) on synthetic micro-batches of the
+//   dataset's worst samples for it, cut at the budget as data.long_samples cuts. It fits when
+//   its peak (CUDA: torch's reserved peak plus what the device holds outside torch, an
+//   out-of-memory error a miss; CPU: the peak resident set) plus what the stage allocates
+//   later stays within train.memory_fraction of the rank's share of the memory limit. Ranks
+//   on one GPU probe in turn, so that one's misses never fail another's candidates.
+// * search_token_budget doubles from kBudgetGranule, then bisects between the last fit and
+//   the first miss. The stage's ranks agree on the smallest budget, then the job's; when none
+//   fits, every rank throws JobExit (exit 2, naming the limit) together.
+// * Each candidate is logged (a search can take minutes); a stop request ends the search and
+//   the job leaves before its first step (JobExit, exit 0).
+// * Training is left as found: no optimizer step, gradients undefined again, torch's CPU
+//   generator restored, no data read, so that "auto" trains exactly as the budget it chose
+//   would if set (tested). It runs before the training session: no timer row, no collective
+//   of the gradient reducer.
 #pragma once
 
 #include <mpi.h>
@@ -135,8 +118,11 @@ struct BudgetStage {
 // moe_train's trainer: forward and backward of `net` on the dataset's longest samples.
 BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net);
 
-// Collective over `stage_group` (the ranks of `stage`), then, when it is another
-// communicator, over `job_group` (every rank whose micro-batches share the budget).
+// train.token_budget = "auto", the one measure of both jobs: this rank measures its `stage`,
+// the ranks of `stage_group` agree on the smallest budget, then, when it is another
+// communicator, so do those of `job_group` (every rank whose micro-batches share the budget:
+// a pipeline's every rank). Each stage group's first rank logs its measure. Collective over
+// both groups.
 MeasuredBudget probe_token_budget(const BudgetStage& stage, const StepConfig& step, const BudgetBounds& bounds,
                                   const torch::Device& device, MPI_Comm stage_group, MPI_Comm job_group);
 

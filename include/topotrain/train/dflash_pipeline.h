@@ -38,10 +38,4 @@ void set_draft_quality(StepMetrics& metrics, const StepReport& report);
 // the dtype the targets compute in.
 double payload_bytes_per_token(const model::DFlashConfig& config, const RunConfig& run, const torch::Device& device);
 
-// train.token_budget = "auto" (budget_probe.h): this rank measures its `stage`, every rank
-// of the job agrees on the smallest stage's budget, which the stream packs with; each
-// role's first rank logs its measure. Collective over every rank of the job.
-MeasuredBudget measure_stream_budget(const JobContext& context, const BudgetStage& stage, const BudgetBounds& bounds,
-                                     const torch::Device& device);
-
 }  // namespace topotrain

@@ -20,6 +20,7 @@
 #include "topotrain/data/token_budget_packer.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/dflash_config.h"
+#include "topotrain/model/moe.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/step_profile.h"
 
@@ -99,6 +100,7 @@ struct RunConfig {
   std::string weights;                        // model.weights; empty: random initialisation
   std::string draft_weights;                  // model.draft_weights (dflash_train); empty: a random drafter
   DtypeChoice dtype = DtypeChoice::auto_;
+  model::ExpertLayout expert_layout = model::ExpertLayout::busiest_first;  // model.expert_layout (moe_train)
   DataConfig data;
   LengthConfig length;
   LrConfig lr;

@@ -9,9 +9,9 @@
 //     ... the job takes the step's inputs, in session.scope(Phase::data_wait) ...
 //     for (int m = 0; m < count; ++m)
 //       session.accumulate(m, count, has_data, [&] { forward, backward });
-//     StepAgreement all = session.agree(read_sums, divisor_sum);  // gradients reduced; one collective
+//     StepAgreement all = session.optimizer_step(step_sums);  // agree (one collective), AdamW
 //     if (all.out_of_memory()) { session.after_out_of_memory(...): shrink and retry, or end }
-//     if (!session.optimizer_step(all)) break;  // clip, AdamW, or skip / end
+//     if (session.failed()) break;           // not finite: the job ends (exit 4)
 //     ... the job moves its data positions ...
 //     session.end_step(report, metrics);      // progress, timings row, checkpoint cadence
 //   }
@@ -22,21 +22,23 @@
 //   (accumulate is called `count` times on every rank: also after this rank ran out of
 //   memory, and for micro-batches without data), so that the reducer issues the same
 //   collectives everywhere.
-// * agree is the step's one agreement: the job's sums, the first rank out of memory, the
-//   first rank whose sums are not finite and any stop request travel in one collective
-//   (comm/step_agreement.h), after the last gradient all-reduce was launched.
+// * optimizer_step holds the step's one agreement: the job's sums, the first rank out of
+//   memory, the first rank whose sums are not finite and any stop request travel in one
+//   collective (comm/step_agreement.h), after the last gradient all-reduce was launched.
+//   It is the one place that enqueues an AdamW update.
 // * Every rank applies a step or none does: a step with an out-of-memory rank never
 //   reaches the optimizer, and one whose sums or reduced gradient norm (the same on every
 //   rank) are not finite is skipped (train.skip_nonfinite) or ends the job (exit 4).
 // * A failed step still gets its row in timings.h5 on every rank. A job that ends on it
 //   keeps what it trained: finish() saves the last good step (a failed one changed no
 //   weight), and the failure (failure()) is the job's to report.
-// * The session makes the host wait for the device once per step, in agree's one read of
-//   the sums and the gradient norm; the rest of its work is enqueued (clipping's factor is
-//   computed on the device, checkpoint snapshots copy on a side stream). The jobs hand
-//   agree everything they report from the device, so that nothing else waits. Where a rank
-//   is alone in its group, the update is enqueued before that read, its skip decided on the
-//   device from the same values, so that the device is not idle while the host reads.
+// * The session makes the host wait for the device once per step, in optimizer_step's one
+//   read of the sums and the gradient norm; the rest of its work is enqueued (clipping's
+//   factor is computed on the device, checkpoint snapshots copy on a side stream). The jobs
+//   hand it everything they report from the device, so that nothing else waits. Where a
+//   rank is alone in its group, the update is enqueued before that read, its skip decided on
+//   the device from the same values, so that the device is not idle while the host reads
+//   (optimizer_step's "update before the read" path).
 // * Timing (phase.h): where the device is a GPU, work phases (h2d, forward, backward,
 //   optimizer) are timed with CUDA events on the stream they run on and comm_wait is the
 //   device time of the gradient all-reduces (the reducer's spans on the NCCL stream), all
@@ -47,6 +49,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -58,7 +61,8 @@
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/comm/step_agreement.h"
 #include "topotrain/comm/watchdog.h"
-#include "topotrain/model/dflash_drafter.h"
+#include "topotrain/core/error.h"
+#include "topotrain/core/log.h"
 #include "topotrain/store/checkpoint_writer.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
@@ -78,22 +82,36 @@ namespace topotrain {
 // pipeline's targets, which train nothing and have no session).
 [[nodiscard]] PhaseTimer::Scope phase_scope(PhaseTimer& timer, Phase phase, const torch::Device& device);
 
+// Opens step `step` of world rank `rank`: its row in `timer`, the TOPOTRAIN_FAULT_STALL hook
+// (core/fault_injection.h), and its profile (log.profile_step), which ends with the returned
+// scope. Every rank's step begins here: a session's, and a pipeline target's batch.
+[[nodiscard]] StepProfile::Scope open_step(PhaseTimer& timer, StepProfile& profile, int rank, std::int64_t step);
+
 struct SessionSpec {
   NamedParameters parameters;  // on the session's device, identical in shape on every rank
-  // What checkpoints are of: a Qwen3 model (its config is stored) or, when `model` is null,
-  // a DFlash drafter (its settings, its target's config and its final norm are stored).
-  const model::ModelConfig* model = nullptr;
-  const model::DFlashDrafterImpl* drafter = nullptr;
+  // The model name of the job's checkpoints, which a resume must match (model.source, or
+  // kDFlashDrafterModel).
+  std::string model_name;
+  // What a checkpoint of `state` holds: the job's snapshot (training_checkpoint.h), which
+  // stores what rebuilds its model beside `parameters` and the optimizer. Local: no collective.
+  std::function<CheckpointState(const NamedParameters& parameters, const AdamW& optimizer, const TrainingState& state)>
+      snapshot;
   TrainingLength length;
   ProgressConfig progress;
   TrainingState initial;  // a fresh run's state
-  // What a checkpoint stores; state() when unset. A pipeline's drafters gather every
-  // stream's position here (a collective: every rank of the group saves alike).
-  std::function<TrainingState(const TrainingState&)> checkpoint_state;
-  // How failure messages name the model and the group's ranks: "the {subject}loss on rank
-  // R ...; no {member} applied it".
-  std::string subject;          // "" or "drafter "
-  std::string member = "rank";  // "rank" or "drafter"
+};
+
+// What a step adds up over the group's ranks in its one agreement. A job keeps its own struct
+// of named sums, lists them in `values` in a fixed order, and reads the agreed ones back from
+// StepAgreement::sums in that order.
+struct StepSums {
+  // This rank's part of what the gradients are divided by (the drafters' valid-slot weight),
+  // a host value; the sum over the group divides them (at least 1e-12). Unset: the loss is a
+  // mean already, and the divisor is 1.
+  std::optional<double> gradient_divisor;
+  // Scalars or 1-D tensors, on the device or the host, each adding its elements in order to
+  // StepAgreement::sums; an undefined one adds one 0.
+  std::vector<torch::Tensor> values;
 };
 
 class TrainingSession {
@@ -119,6 +137,10 @@ class TrainingSession {
   StartBlock start_block(std::vector<std::pair<std::string, std::string>> lines) const;
 
   TrainingState& state() { return state_; }
+  // The stream positions the checkpoints of state() store from now on, where they are not
+  // state().streams: a pipeline's drafters each know only their own streams, and hand the
+  // gathered positions of all of them (a collective they make at their call site) every step.
+  void set_checkpoint_streams(std::vector<data::DataPosition> streams) { checkpoint_streams_ = std::move(streams); }
   // The checkpoint resumed from; empty for a fresh run.
   const std::string& resumed_from() const { return resumed_from_; }
   const TrainingLength& length() const { return spec_.length; }
@@ -136,24 +158,34 @@ class TrainingSession {
   // A phase of the open step, timed by the policy above.
   [[nodiscard]] PhaseTimer::Scope scope(Phase phase);
 
+  // A held-out evaluation after the step just trained: `evaluate()` runs timed as the step's
+  // eval phase, and the lead logs "held-out {what} after step N{describe(result)}, in S s".
+  template <typename Evaluate, typename Describe>
+  auto evaluate_held_out(const std::string& what, Evaluate&& evaluate, Describe&& describe) {
+    const auto started = std::chrono::steady_clock::now();
+    auto result = [&] {
+      auto t = scope(Phase::eval);
+      return evaluate();
+    }();
+    if (lead_)
+      log_info_here(cat("held-out ", what, " after step ", state_.step, describe(result), ", in ",
+                        fixed_point(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2),
+                        " s"));
+    return result;
+  }
+
   void begin_step();
   // Micro-batch m of `count`: runs `work` (forward and backward) unless this rank already
   // ran out of memory in this step or `has_data` is false (the data ended within the step),
-  // walking the reducer either way. An out-of-memory error is caught and kept for agree().
+  // walking the reducer either way. An out-of-memory error is caught and kept for
+  // optimizer_step's agreement.
   // `work` runs in a model::AccumulateIntoGrad scope: the reducer keeps every trained
   // parameter's .grad() bound to its bucket, so master weights' gradients go straight there.
   void accumulate(int m, int count, bool has_data, const std::function<void()>& work);
   bool out_of_memory() const { return oom_; }
-  // Finishes the gradient reduction, enqueues the reduced gradients' norm, then reads this
-  // rank's `sums` (scalars or 1-D tensors, on the device or the host, each adding its
-  // elements in order to StepAgreement::sums; an undefined one adds one 0) and that norm in
-  // one device-to-host copy (the step's only wait for the device) and agrees. The gradients
-  // are divided by the agreed sum number `divisor_sum` (at least 1e-12; a host value on this
-  // rank), or by 1 without one (the loss was a mean already). A rank alone in its group
-  // enqueues the update before the read (see the invariants above).
-  comm::StepAgreement agree(const std::vector<torch::Tensor>& sums,
-                            std::optional<std::size_t> divisor_sum = std::nullopt);
-
+  // `loss`, or NaN times it at the step TOPOTRAIN_FAULT_NONFINITE names for this rank
+  // (core/fault_injection.h): the jobs' one hook for a non-finite loss.
+  torch::Tensor fault_inject_nonfinite(const torch::Tensor& loss) const;
   // After an agreement with an out-of-memory rank: the gradients are dropped and the cache
   // released, and the step's row is written. With train.oom = "shrink" and a budget above
   // 1, returns half of `token_budget` (logged by the lead), or with an automatic budget
@@ -162,12 +194,16 @@ class TrainingSession {
   // resume command) and nullopt comes back.
   std::optional<std::int64_t> after_out_of_memory(const comm::StepAgreement& all, std::int64_t token_budget,
                                                   const MeasuredBudget* measured = nullptr);
-  // Applies AdamW at the schedule's LR to the reduced gradients divided by agree()'s divisor
-  // and clipped (train.clip) by their norm, both as AdamW's gradient factor, unless the step
-  // is not finite (where agree() enqueued the update, the device skipped it alike and the
-  // step count is taken back). False when the job ends on it (failure(): exit 4); a skipped
-  // step returns true, with skipped() telling.
-  bool optimizer_step(const comm::StepAgreement& all);
+  // The step's end on the device and its one agreement: finishes the gradient reduction,
+  // enqueues the reduced gradients' norm, reads this rank's `sums` and that norm in one
+  // device-to-host copy (the step's only wait for the device), agrees (StepAgreement::sums
+  // holds sums.values' elements, summed), and then, unless a rank ran out of memory
+  // (after_out_of_memory is the job's next call), applies AdamW at the schedule's LR to the
+  // reduced gradients divided by the agreed divisor and clipped (train.clip) by their norm,
+  // both as AdamW's gradient factor. A step that is not finite is skipped on every rank
+  // (train.skip_nonfinite: skipped() tells) or ends the job (failed(), failure(): exit 4).
+  comm::StepAgreement optimizer_step(const StepSums& sums);
+  bool failed() const { return failure_.code != 0; }
   bool skipped() const { return skipped_; }  // the last optimizer_step skipped its step
   std::int64_t skipped_steps() const { return skipped_steps_; }
   double lr() const { return lr_; }
@@ -200,8 +236,15 @@ class TrainingSession {
   CheckpointState checkpoint_of(const TrainingState& saved) const;
   void end_failed_step();
   // Makes the device wait for the last snapshot's copy (if not yet ordered), timed as the
-  // checkpoint phase on the stream; agree() calls it before any of the step's optimizer work.
+  // checkpoint phase on the stream; optimizer_step calls it before any of the step's
+  // optimizer work.
   void wait_for_snapshot_copy();
+  // Waits for the gradient all-reduces to finish, timed as comm_wait.
+  void finish_reduction();
+  // Applies, skips or ends on the agreed step (optimizer_step's second half). `enqueued`: the
+  // update went out before the read, and the device skipped it if `skipped_on_device`.
+  void apply_or_skip(const comm::StepAgreement& all, const torch::Tensor& norm_squared, bool enqueued,
+                     bool skipped_on_device);
   // AdamW with `factor` (gradient_factor); the gradients zeroed. Opens the optimizer scope:
   // call it with none open, after wait_for_snapshot_copy().
   void enqueue_update(const torch::Tensor& factor);
@@ -216,6 +259,7 @@ class TrainingSession {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<comm::GradReducer> reducer_;
   TrainingState state_;
+  std::optional<std::vector<data::DataPosition>> checkpoint_streams_;
   std::unique_ptr<CheckpointWriter> writer_;
   std::int64_t saved_step_ = 0;
   std::string resumed_from_;
@@ -236,11 +280,8 @@ class TrainingSession {
   bool stop_agreed_ = false;  // the last agreement's stop
   bool writer_busy_ = false;  // the last agreement's checkpoint_writing
   std::int64_t checkpoint_due_ = 0;  // the step of a deferred checkpoint; 0: none
-  double unscaled_grad_norm_ = 0;  // read by agree(), before optimizer_step's divisor
-  torch::Tensor norm_squared_;     // the step's squared gradient norm, on the device
-  std::optional<std::size_t> divisor_sum_;
-  bool update_enqueued_ = false;    // agree() enqueued the step's update
-  bool skipped_on_device_ = false;  // ... and its factor, read back, was not finite
+  double unscaled_grad_norm_ = 0;  // read by optimizer_step, before the divisor
+  double divisor_ = 1;             // the agreed gradient divisor of the step
   bool oom_ = false;
   std::int64_t oom_peak_ = 0;
   bool skipped_ = false;
