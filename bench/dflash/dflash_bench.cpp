@@ -5,7 +5,7 @@
 //   dflash_bench [TOKENS=16384] [DOC_LEN=4096] [ANCHORS=512] [STEPS=10] [BACKENDS=sdpa,sdpa-exact,math] [PROFILE_DIR]
 //
 // BACKENDS: sdpa (bucketed chunk shapes, the default), sdpa-exact (shapes unbucketed), math;
-// sdpa may carry -b<N> (at most N blocks a chunk, max_sdpa_chunk_blocks) and -m<N> (context
+// sdpa may carry -b<N> (at most N blocks a chunk, max_chunk_blocks) and -m<N> (context
 // padded to a multiple of N rows, sdpa_context_multiple): the chunk shape's trade of wasted
 // scores against kernel calls, measured (e.g. sdpa-b16-m256).
 //
@@ -56,7 +56,7 @@ mdl::DFlashAttentionOptions attention_options(const std::string& name) {
       throw std::invalid_argument("dflash_bench: backend '" + name + "': '" + part +
                                   "' is neither b<blocks a chunk> nor m<context multiple>");
     }
-    (part[0] == 'b' ? options.max_sdpa_chunk_blocks : options.sdpa_context_multiple) = std::stoll(part.substr(1));
+    (part[0] == 'b' ? options.max_chunk_blocks : options.sdpa_context_multiple) = std::stoll(part.substr(1));
   }
   return options;
 }

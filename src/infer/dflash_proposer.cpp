@@ -60,7 +60,7 @@ torch::Tensor DFlashProposer::block_hidden(int64_t next) {
   const auto rotary = model::rotary_tables(positions, c.head_dim, c.rope_theta, drafter_.compute_dtype());
   // One block, so no chunk needs padding to more blocks for cuDNN's plans to repeat.
   auto attention = drafter_.attention_options();
-  attention.max_sdpa_chunk_blocks = 1;
+  attention.max_chunk_blocks = 1;
   return drafter_.draft_layers(
       block, rotary, one_block(B, start),
       [&](size_t layer, model::AttentionImpl&) {

@@ -1,10 +1,10 @@
 #include "topotrain/model/attention.h"
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
+#include "topotrain/model/attention_math.h"
 #include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
@@ -13,19 +13,10 @@ namespace {
 // Dense causal attention in plain ops: q [B, Hq, S, D], k and v [B, Hkv, S, D].
 torch::Tensor dense_causal_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 double scale) {
-  const int64_t groups = q.size(1) / k.size(1), len = q.size(2);
-  auto scores = torch::matmul(q, k.repeat_interleave(groups, 1).transpose(2, 3)) * scale;
-  auto future = torch::ones({len, len}, q.options().dtype(torch::kBool)).triu(1);
-  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  // Softmax in fp32 as HF's eager path does, then back to the compute dtype; fp64 stays fp64,
-  // so that the fp64 tests compare layouts exactly (torch's fp32 softmax backward rounds
-  // differently for rows of different lengths, as a padded window's are).
-  const auto softmax_dtype = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  auto probs = torch::softmax(scores, -1, softmax_dtype).to(q.scalar_type());
-  return torch::matmul(probs, v.repeat_interleave(groups, 1));
+  return attention_math(q, k, v, future_keys(q.size(2), k.size(2), q.device()), scale);
 }
 
-torch::Tensor math_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+torch::Tensor per_document_math(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const torch::Tensor& cu_seqlens, double scale) {
   const auto cu = cu_seqlens.to(torch::kCPU).to(torch::kInt64);
   const auto* bounds = cu.data_ptr<int64_t>();
@@ -300,7 +291,7 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
   }
   switch (layout.backend) {
     case AttentionBackend::math_per_document:
-      return math_attention(q, k, v, layout.cu_seqlens, scale);
+      return per_document_math(q, k, v, layout.cu_seqlens, scale);
     case AttentionBackend::flash_varlen:
 #ifdef TOPOTRAIN_CUDA
       return flash_attention(q, k, v, layout.cu_seqlens, layout.max_seqlen, scale);
@@ -328,6 +319,18 @@ torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tenso
     }
   }
   throw std::logic_error("varlen_causal_attention: unknown backend");
+}
+
+torch::Tensor cached_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      double scale) {
+  if (q.dim() != 3 || k.dim() != 3 || k.sizes() != v.sizes() || q.size(0) > k.size(0)) {
+    throw std::invalid_argument(cat("cached_causal_attention: expected q [n, Hq, D] of the last n of k/v [L, Hkv, D], "
+                                    "got q ", q.sizes(), ", k ", k.sizes(), ", v ", v.sizes()));
+  }
+  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1); };
+  return attention_math(heads_first(q), heads_first(k), heads_first(v), future_keys(q.size(0), k.size(0), q.device()),
+                        scale)
+      .transpose(0, 1);
 }
 
 }  // namespace topotrain::model

@@ -6,6 +6,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/model/attention.h"
+#include "topotrain/model/attention_math.h"
 #include "topotrain/model/host_values.h"
 
 namespace topotrain::model {
@@ -13,45 +14,23 @@ namespace {
 
 constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
 
-// GQA without repeating k/v: query head h = kv * groups + g (HF's repeat_kv order), so the
-// queries are viewed as [Hkv, groups, ...] and each kv head serves its group by broadcasting.
-torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& ctx_k, const torch::Tensor& ctx_v,
-                         const torch::Tensor& blk_k, const torch::Tensor& blk_v, const torch::Tensor& visible,
-                         int64_t block_size, double scale) {
-  const int64_t n = visible.size(0), B = block_size, L = ctx_k.size(0);
-  const int64_t hkv = blk_k.size(1), groups = q.size(1) / hkv, dim = q.size(2);
-  auto qh = q.view({n, B, hkv, groups, dim}).permute({2, 3, 0, 1, 4});       // [Hkv, G, n, B, D]
-  auto kb = blk_k.view({n, B, hkv, dim}).permute({2, 0, 3, 1}).unsqueeze(1);  // [Hkv, 1, n, D, B]
-  auto vb = blk_v.view({n, B, hkv, dim}).permute({2, 0, 1, 3}).unsqueeze(1);  // [Hkv, 1, n, B, D]
-  auto scores = torch::matmul(qh, kb);                                         // [Hkv, G, n, B, B]
-  if (L > 0) {
-    auto ctx_scores = torch::matmul(qh.reshape({hkv, groups * n * B, dim}), ctx_k.permute({1, 2, 0}))
-                          .view({hkv, groups, n, B, L});
-    auto hidden = torch::arange(L, visible.options()).unsqueeze(0) >= visible.unsqueeze(1);  // [n, L]
-    ctx_scores = ctx_scores.masked_fill(hidden.view({1, 1, n, 1, L}), kMinusInfinity);
-    scores = torch::cat({ctx_scores, scores}, -1);
-  }
-  // Softmax in at least fp32 as HF's eager path; every row sees its own block, so none is
-  // all -inf.
-  const auto softmax_dtype = q.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  auto probs = torch::softmax(scores * scale, -1, softmax_dtype).to(q.scalar_type());
-  auto out = torch::matmul(probs.narrow(-1, L, B), vb);  // [Hkv, G, n, B, D]
-  if (L > 0) {
-    out = out + torch::matmul(probs.narrow(-1, 0, L).reshape({hkv, groups * n * B, L}), ctx_v.permute({1, 0, 2}))
-                    .view({hkv, groups, n, B, dim});
-  }
-  return out.permute({2, 3, 0, 1, 4}).reshape({n * B, hkv * groups, dim});
+// One chunk through the plain-math attention: q [queries, Hq, D], keys and values [keys, Hkv, D]
+// as dflash_chunk_rows assembles them, `hidden` bool [queries, keys].
+torch::Tensor math_chunk(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values,
+                         const torch::Tensor& hidden, double scale) {
+  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1); };
+  return attention_math(heads_first(q), heads_first(keys), heads_first(values), hidden, scale).transpose(0, 1);
 }
 
-// A chunk's padded shape for the fused kernel: its queries (block slots) and context rows
-// after bucketing (DFlashAttentionOptions::sdpa_context_multiple).
+// A chunk's padded shape: its queries (block slots) and context rows after the fused kernel's
+// bucketing (DFlashAttentionOptions::sdpa_context_multiple); exact for the math path.
 struct PaddedChunk {
   int64_t queries, context_rows;
 };
 PaddedChunk padded_chunk(const DFlashAttentionChunk& c, int64_t block_size, const DFlashAttentionOptions& options) {
   const int64_t rows = (c.last_block - c.first_block) * block_size, multiple = options.sdpa_context_multiple;
-  if (multiple <= 0) return {rows, c.context_rows};
-  return {std::max(rows, options.max_sdpa_chunk_blocks * block_size),
+  if (multiple <= 0 || options.backend != DFlashAttentionBackend::sdpa_chunked) return {rows, c.context_rows};
+  return {std::max(rows, options.max_chunk_blocks * block_size),
           (c.context_rows + multiple - 1) / multiple * multiple};
 }
 
@@ -113,12 +92,12 @@ class WithoutCudnnAttention {
   bool enabled_;
 };
 
-// One chunk's additive mask, [queries, L + queries] of its padded shape: query slot i (of block
-// i / B) sees the first visible[i / B] context rows and its own block's keys. Padded queries
-// form blocks that see only their own zero keys, so no row is all -inf; padded context rows
-// are hidden like any row past the prefix.
-torch::Tensor sdpa_chunk_mask(const torch::Tensor& visible, const PaddedChunk& shape, int64_t block_size,
-                              torch::ScalarType dtype) {
+// One chunk's mask, [queries, L + queries] of its padded shape: query slot i (of block i / B)
+// sees the first visible[i / B] context rows and its own block's keys. Padded queries form
+// blocks that see only their own zero keys, so no row is all -inf; padded context rows are
+// hidden like any row past the prefix. Additive in `dtype` for the fused kernel, else bool.
+torch::Tensor chunk_mask(const torch::Tensor& visible, const PaddedChunk& shape, int64_t block_size,
+                         DFlashAttentionBackend backend, torch::ScalarType dtype) {
   const int64_t queries = shape.queries, L = shape.context_rows;
   auto opts = visible.options();
   auto query_block = torch::arange(queries, opts).div(block_size, "floor");  // [queries]
@@ -126,11 +105,12 @@ torch::Tensor sdpa_chunk_mask(const torch::Tensor& visible, const PaddedChunk& s
   padded_visible.narrow(0, 0, visible.size(0)).copy_(visible);
   auto ctx_allowed = torch::arange(L, opts).unsqueeze(0) < padded_visible.index_select(0, query_block).unsqueeze(1);
   auto blk_allowed = query_block.unsqueeze(1) == query_block.unsqueeze(0);  // [queries, queries]
-  return torch::zeros({queries, L + queries}, opts.dtype(dtype))
-      .masked_fill(torch::cat({ctx_allowed, blk_allowed}, 1).logical_not(), kMinusInfinity);
+  auto hidden = torch::cat({ctx_allowed, blk_allowed}, 1).logical_not();
+  if (backend == DFlashAttentionBackend::math_chunked) return hidden;
+  return torch::zeros({queries, L + queries}, opts.dtype(dtype)).masked_fill(hidden, kMinusInfinity);
 }
 
-// keys and values: the chunk's, as sdpa_chunk_rows assembles them.
+// keys and values: the chunk's, as dflash_chunk_rows assembles them.
 torch::Tensor sdpa_chunk(const torch::Tensor& q, torch::Tensor keys, torch::Tensor values, const torch::Tensor& mask,
                          double scale, const DFlashAttentionOptions& options) {
   const int64_t rows = q.size(0), queries = mask.size(0), groups = q.size(1) / keys.size(1);
@@ -217,15 +197,12 @@ DFlashAttentionPlan plan_dflash_attention(const DFlashBlocks& blocks, const DFla
   plan.document_begin = blocks.document_begin;
   plan.device = like.device();
   plan.dtype = c10::typeMetaToScalarType(like.dtype());
-  const bool sdpa = options.backend == DFlashAttentionBackend::sdpa_chunked;
-  plan.chunks = plan_dflash_chunks(blocks, options.max_chunk_scores,
-                                   sdpa ? options.max_sdpa_chunk_blocks : blocks.num_blocks() + 1);
-  plan.visible = host_values_on(blocks.visible_context, plan.device);
-  if (sdpa) {
-    for (const auto& c : plan.chunks) {
-      plan.masks.push_back(sdpa_chunk_mask(plan.visible.narrow(0, c.first_block, c.last_block - c.first_block),
-                                           padded_chunk(c, plan.block_size, options), plan.block_size, plan.dtype));
-    }
+  plan.chunks = plan_dflash_chunks(blocks, options.max_chunk_scores, options.max_chunk_blocks);
+  const auto visible = host_values_on(blocks.visible_context, plan.device);
+  for (const auto& c : plan.chunks) {
+    plan.masks.push_back(chunk_mask(visible.narrow(0, c.first_block, c.last_block - c.first_block),
+                                    padded_chunk(c, plan.block_size, options), plan.block_size, options.backend,
+                                    plan.dtype));
   }
   return plan;
 }
@@ -253,38 +230,19 @@ torch::Tensor dflash_attention(const torch::Tensor& q, const torch::Tensor& cont
   std::vector<int64_t> chunk_rows;
   for (const auto& c : plan.chunks) chunk_rows.push_back((c.last_block - c.first_block) * B);
   const auto q_parts = q.split_with_sizes(chunk_rows);
+  const auto keys = dflash_chunk_rows(context_k, block_k, plan), values = dflash_chunk_rows(context_v, block_v, plan);
+  const bool sdpa = plan.options.backend == DFlashAttentionBackend::sdpa_chunked;
   std::vector<torch::Tensor> outputs;
   outputs.reserve(plan.chunks.size());
-  if (plan.options.backend == DFlashAttentionBackend::sdpa_chunked) {
-    const auto keys = sdpa_chunk_rows(context_k, block_k, plan), values = sdpa_chunk_rows(context_v, block_v, plan);
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-      outputs.push_back(sdpa_chunk(q_parts[i], keys[i], values[i], plan.masks[i], scale, plan.options));
-    }
-    return torch::cat(outputs, 0);
-  }
-  // Each chunk's context is a prefix of its document's rows, so only documents are split off
-  // the context.
-  std::vector<int64_t> document_rows;
-  const auto documents = plan.document_begin.size();
-  for (size_t d = 0; d < documents; ++d) {
-    const int64_t end = d + 1 < documents ? plan.document_begin[d + 1] : context_k.size(0);
-    document_rows.push_back(end - plan.document_begin[d]);
-  }
-  const auto k_parts = block_k.split_with_sizes(chunk_rows), v_parts = block_v.split_with_sizes(chunk_rows);
-  const auto ctx_k_docs = context_k.split_with_sizes(document_rows),
-             ctx_v_docs = context_v.split_with_sizes(document_rows);
   for (size_t i = 0; i < plan.chunks.size(); ++i) {
-    const auto& c = plan.chunks[i];
-    auto ctx_k = ctx_k_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
-    auto ctx_v = ctx_v_docs[static_cast<size_t>(c.document)].narrow(0, 0, c.context_rows);
-    auto visible = plan.visible.narrow(0, c.first_block, c.last_block - c.first_block);
-    outputs.push_back(math_chunk(q_parts[i], ctx_k, ctx_v, k_parts[i], v_parts[i], visible, B, scale));
+    outputs.push_back(sdpa ? sdpa_chunk(q_parts[i], keys[i], values[i], plan.masks[i], scale, plan.options)
+                           : math_chunk(q_parts[i], keys[i], values[i], plan.masks[i], scale));
   }
   return torch::cat(outputs, 0);
 }
 
-std::vector<torch::Tensor> sdpa_chunk_rows(const torch::Tensor& context, const torch::Tensor& blocks,
-                                           const DFlashAttentionPlan& plan) {
+std::vector<torch::Tensor> dflash_chunk_rows(const torch::Tensor& context, const torch::Tensor& blocks,
+                                             const DFlashAttentionPlan& plan) {
   std::vector<int64_t> layout;
   for (const auto& c : plan.chunks) {
     const PaddedChunk shape = padded_chunk(c, plan.block_size, plan.options);

@@ -61,9 +61,16 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context, int64_t layer) {
   auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}, qkv_weight_), heads_, kv_heads_, q_norm->weight,
                              k_norm->weight, q_norm->eps(), context.rotary);
+  if (context.cache != nullptr) {
+    const bool continues = context.cache->length() > 0;
+    const auto rows = context.cache->extend(layer, heads.k, heads.v);
+    // After cached rows, the queries see those too; the first rows of a sequence are a whole
+    // document, for the model's causal kernel.
+    if (continues) return project_output(cached_causal_attention(heads.q, rows.keys, rows.values, scale()));
+  }
   return project_output(varlen_causal_attention(heads.q, heads.k, heads.v, context.documents, scale()));
 }
 

@@ -8,7 +8,7 @@
 
 namespace topotrain::model {
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, int64_t layer) : index_(layer) {
   self_attn = register_module("self_attn", Attention(c));
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
@@ -29,7 +29,7 @@ NormedSum normed_stream(const ResidualStream& stream, const RMSNorm& norm) {
 ResidualStream DecoderLayerImpl::forward(const ResidualStream& in, const LayerContext& context,
                                          ExpertBackend experts, RouterLoad* load) {
   auto [x, normed] = normed_stream(in, input_layernorm);
-  return feed_forward(x, self_attn(normed, context), experts, load);
+  return feed_forward(x, self_attn(normed, context, index_), experts, load);
 }
 
 ResidualStream DecoderLayerImpl::feed_forward(const torch::Tensor& x, const torch::Tensor& attention_out,
@@ -133,29 +133,60 @@ DecoderLayer Qwen3CausalLMImpl::layer(int64_t index) const {
   return DecoderLayer(model->layers->ptr<DecoderLayerImpl>(index));
 }
 
-BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps) {
-  batch.check();
+void Qwen3CausalLMImpl::check_taps(const std::vector<int64_t>& taps) const {
   const int64_t num_layers = config_.num_hidden_layers;
   for (int64_t tap : taps) {
     if (tap < 0 || tap >= num_layers) {
-      throw std::invalid_argument(cat("forward_backbone: tap layer ", tap, " is outside [0, ", num_layers, ")"));
+      throw std::invalid_argument(cat("tap layer ", tap, " is outside [0, ", num_layers, ")"));
     }
   }
-  const LayerContext context = layer_context(batch);
+}
+
+BackboneOutput Qwen3CausalLMImpl::run_layers(const torch::Tensor& tokens, const LayerContext& context,
+                                             const std::vector<int64_t>& taps, RouterLoad* load) {
+  check_taps(taps);
   const ExpertBackend experts = expert_backend();
-  RouterLoad load;
   BackboneOutput out;
   out.taps.resize(taps.size());
-  ResidualStream stream{model->embed_tokens->lookup(batch.tokens, compute_dtype_), {}};
-  for (int64_t i = 0; i < num_layers; ++i) {
-    stream = layer(i)(stream, context, experts, &load);
+  ResidualStream stream{model->embed_tokens->lookup(tokens, compute_dtype_), {}};
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    stream = layer(i)(stream, context, experts, load);
     for (size_t t = 0; t < taps.size(); ++t) {
       if (taps[t] == i) out.taps[t] = stream.value();
     }
   }
   out.hidden = normed_stream(stream, model->norm).normed;
+  return out;
+}
+
+BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps) {
+  batch.check();
+  RouterLoad load;
+  BackboneOutput out = run_layers(batch.tokens, layer_context(batch), taps, &load);
   out.aux_loss = load_balancing_loss(load, config_.num_experts).to(out.hidden.device());
   out.peak_expert_load = peak_expert_load(load).to(out.hidden.device());
+  return out;
+}
+
+BackboneOutput Qwen3CausalLMImpl::forward_cached(const torch::Tensor& tokens, KvCache& cache,
+                                                 const std::vector<int64_t>& taps) {
+  const int64_t n = tokens.numel(), first = cache.length();
+  if (tokens.dim() != 1 || n == 0 || tokens.scalar_type() != torch::kInt64) {
+    throw std::invalid_argument(cat("forward_cached: tokens must be int64 [n] with n >= 1, got ", tokens.scalar_type(),
+                                    " ", tokens.sizes()));
+  }
+  LayerContext context;
+  context.rotary =
+      rotary_tables(torch::arange(first, first + n, tokens.options()), config_.head_dim, config_.rope_theta,
+                    compute_dtype_);
+  // The first rows of a sequence run as one document through the model's causal kernel.
+  if (first == 0) {
+    const auto bounds = torch::tensor({int32_t{0}, static_cast<int32_t>(n)}, torch::kInt32).to(tokens.device());
+    context.documents = layout_documents(bounds, n, {n}, attention_backend());
+  }
+  context.cache = &cache;
+  BackboneOutput out = run_layers(tokens, context, taps, nullptr);
+  cache.commit();
   return out;
 }
 

@@ -1,12 +1,10 @@
 // The cached target forward against the model's full-sequence forward_backbone: hidden states,
-// tap states and logits of a prefix and several chunks, dense and MoE, and after a crop; the
-// KV cache's own contract.
+// tap states and logits of a prefix and several chunks, dense and MoE, and after a crop.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "tiny_models.h"
 #include "topotrain/infer/cached_target.h"
-#include "topotrain/infer/kv_cache.h"
 
 namespace inf = topotrain::infer;
 namespace ts = topotrain::test_support;
@@ -97,25 +95,3 @@ TEST_P(CachedTargetTest, ACroppedTailIsForgottenAndOverwritten) {
 
 INSTANTIATE_TEST_SUITE_P(DenseAndMoe, CachedTargetTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "moe" : "dense"; });
-
-TEST(KvCacheTest, KeepsCommittedRowsAcrossGrowthAndRefusesUnevenSteps) {
-  inf::KvCache cache(2, 1, 2, torch::TensorOptions(torch::kFloat32));
-  const auto a = torch::arange(6, torch::kFloat32).view({3, 1, 2});
-  const auto b = torch::arange(100, 110, torch::kFloat32).view({5, 1, 2});
-  for (int64_t layer = 0; layer < 2; ++layer) cache.extend(layer, a, a * -1);
-  cache.commit();
-  for (int64_t layer = 0; layer < 2; ++layer) {
-    const auto rows = cache.extend(layer, b, b * -1);  // grows past the first capacity
-    ASSERT_EQ(rows.keys.size(0), 8);
-    EXPECT_TRUE(torch::equal(rows.keys, torch::cat({a, b})));
-    EXPECT_TRUE(torch::equal(rows.values, torch::cat({a, b}) * -1));
-  }
-  cache.commit();
-  EXPECT_EQ(cache.length(), 8);
-  cache.crop(3);
-  EXPECT_TRUE(torch::equal(cache.rows(1).keys, a));
-
-  cache.extend(0, b, b);  // layer 1 left out
-  EXPECT_THROW(cache.commit(), std::invalid_argument);
-  EXPECT_THROW(cache.crop(4), std::invalid_argument);
-}

@@ -1,10 +1,9 @@
-// The DFlash mask against a naive dense implementation that builds the whole [queries,
-// keys] mask from the definition: outputs and gradients, for several chunkings.
+// The DFlash chunks and masks against the plain-math attention over the whole [queries, keys]
+// mask built from the definition: outputs and gradients, for several chunkings.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <limits>
-
+#include "topotrain/model/attention_math.h"
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_attention.h"
 #include "dflash_sdpa_check.h"
@@ -27,7 +26,6 @@ torch::Tensor dense_reference(const torch::Tensor& q, const torch::Tensor& ck, c
                               const torch::Tensor& bk, const torch::Tensor& bv, const std::vector<int64_t>& cu,
                               const mdl::DFlashBlocks& blocks, double scale) {
   const int64_t T = ck.size(0), B = blocks.block_size, N = blocks.num_blocks(), Q = N * B;
-  const int64_t groups = q.size(1) / ck.size(1);
   auto allowed = torch::zeros({Q, T + Q}, torch::kBool);
   for (int64_t i = 0; i < N; ++i) {
     const int64_t a = blocks.anchor_rows[i];
@@ -40,11 +38,10 @@ torch::Tensor dense_reference(const torch::Tensor& q, const torch::Tensor& ck, c
       for (int64_t s2 = 0; s2 < B; ++s2) allowed[i * B + s][T + i * B + s2] = true;
     }
   }
-  auto k = torch::cat({ck, bk}, 0).repeat_interleave(groups, 1).transpose(0, 1);  // [Hq, K, D]
-  auto v = torch::cat({cv, bv}, 0).repeat_interleave(groups, 1).transpose(0, 1);
-  auto scores = torch::matmul(q.transpose(0, 1), k.transpose(1, 2)) * scale;        // [Hq, Q, K]
-  scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), v).transpose(0, 1);
+  auto heads_first = [](const torch::Tensor& t) { return t.transpose(0, 1); };
+  return mdl::attention_math(heads_first(q), heads_first(torch::cat({ck, bk}, 0)), heads_first(torch::cat({cv, bv}, 0)),
+                             allowed.logical_not(), scale)
+      .transpose(0, 1);
 }
 
 }  // namespace
@@ -147,7 +144,7 @@ TEST_F(DFlashAttentionTest, OnePlanServesEveryLayerAndRefusesOtherQueries) {
 // The SDPA path's keys per chunk: [context prefix, zeros to the padded context, the chunk's
 // block slots, zeros to the padded queries], against a gather from the definition; gradients
 // added up over the chunks that share context rows.
-TEST_F(DFlashAttentionTest, SdpaChunkRowsArePaddedPrefixesAndBlocksWithGradientsAddedUp) {
+TEST_F(DFlashAttentionTest, ChunkRowsArePaddedPrefixesAndBlocksWithGradientsAddedUp) {
   const int64_t B = 4, heads = 2, dim = 3, multiple = 8, min_blocks = 3;
   const std::vector<int64_t> cu{0, 14, 25};
   const int64_t T = cu.back();
@@ -155,14 +152,15 @@ TEST_F(DFlashAttentionTest, SdpaChunkRowsArePaddedPrefixesAndBlocksWithGradients
                                      B, {1, 5, 6, 9, 12, 14, 17, 20, 23});
   auto opts = torch::TensorOptions().dtype(torch::kFloat64);
   mdl::DFlashAttentionOptions options;
+  options.backend = mdl::DFlashAttentionBackend::sdpa_chunked;
   options.max_chunk_scores = 100;
   options.sdpa_context_multiple = multiple;
-  options.max_sdpa_chunk_blocks = min_blocks;
+  options.max_chunk_blocks = min_blocks;
   const auto plan = mdl::plan_dflash_attention(blocks, options, opts);
   ASSERT_GT(plan.chunks.size(), 3u);
   auto context = torch::randn({T, heads, dim}, opts).requires_grad_();
   auto block_rows = torch::randn({blocks.num_blocks() * B, heads, dim}, opts).requires_grad_();
-  const auto rows = mdl::sdpa_chunk_rows(context, block_rows, plan);
+  const auto rows = mdl::dflash_chunk_rows(context, block_rows, plan);
   ASSERT_EQ(rows.size(), plan.chunks.size());
 
   const int64_t zero_row = T + block_rows.size(0);

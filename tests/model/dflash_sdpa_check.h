@@ -30,7 +30,7 @@ inline void expect_sdpa_matches_math(const torch::TensorOptions& opts, double to
     DFlashAttentionOptions options;
     options.backend = backend;
     options.max_chunk_scores = budget;
-    options.max_sdpa_chunk_blocks = 3;
+    options.max_chunk_blocks = 3;
     options.sdpa_context_multiple = context_multiple;
     auto out = dflash_attention(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4], blocks, 0.125, options);
     auto grads = torch::autograd::grad({(out.to(torch::kFloat32) * upstream.to(torch::kFloat32)).sum()}, inputs);

@@ -143,7 +143,7 @@ TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
     const auto x = torch::randn({8, model->config().hidden_size});
     const auto experts = mdl::ExpertBackend::sorted_loop;
 
-    auto h = x + layer.self_attn(layer.input_layernorm(x), context);
+    auto h = x + layer.self_attn(layer.input_layernorm(x), context, last);
     auto normed = layer.post_attention_layernorm(h);
     auto mlp = layer.sparse_mlp ? layer.sparse_mlp(normed, experts, nullptr) : layer.dense_mlp(normed);
     const auto expected = h + mlp;

@@ -2,11 +2,9 @@
 // only the new tokens, at the positions after those already cached, and returns their final
 // hidden states and the outputs of the tap layers a DFlash drafter reads.
 //
-// It composes the model's own pieces (decoder layers' norms, q/k/v projections with q_norm,
-// k_norm and RoPE, output projection, feed-forward or experts, final norm, lm_head), so the
-// function is forward_backbone's: a forward of the whole sequence at once and any split of it
-// into cached chunks agree up to rounding. The first chunk of an empty cache runs the model's
-// causal attention kernel; later chunks attend to the cache with a masked softmax in fp32.
+// The forwards are the model's own (Qwen3CausalLMImpl::forward_cached, the layer loop of
+// forward_backbone over this target's KvCache): a forward of the whole sequence at once and any
+// split of it into cached chunks agree up to rounding.
 //
 // Decoding needs no gradients: callers hold a torch::NoGradGuard.
 #pragma once
@@ -16,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/infer/kv_cache.h"
+#include "topotrain/model/kv_cache.h"
 #include "topotrain/model/qwen3.h"
 
 namespace topotrain::infer {
@@ -50,7 +48,7 @@ class CachedTarget {
  private:
   model::Qwen3CausalLMImpl& model_;
   std::vector<int64_t> taps_;
-  KvCache cache_;
+  model::KvCache cache_;
 };
 
 }  // namespace topotrain::infer

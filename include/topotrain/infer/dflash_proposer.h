@@ -17,8 +17,8 @@
 #include <torch/torch.h>
 
 #include "topotrain/infer/block_proposer.h"
-#include "topotrain/infer/kv_cache.h"
 #include "topotrain/model/dflash_drafter.h"
+#include "topotrain/model/kv_cache.h"
 
 namespace topotrain::infer {
 
@@ -41,7 +41,7 @@ class DFlashProposer : public BlockProposer {
 
  private:
   model::DFlashDrafterImpl& drafter_;
-  KvCache cache_;
+  model::KvCache cache_;
 };
 
 }  // namespace topotrain::infer

@@ -1,5 +1,5 @@
 // Causal self-attention over a packed batch: a token attends only to earlier tokens of
-// its own document (cu_seqlens), never across a document boundary.
+// its own document (cu_seqlens), never across a document boundary; and over a KV cache.
 #pragma once
 
 #include <cstdint>
@@ -94,5 +94,11 @@ bool attention_gradient_follows(const torch::Tensor& q, const torch::Tensor& k, 
 // Returns [T, Hq, D] in q's dtype.
 torch::Tensor varlen_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                       const DocumentLayout& layout, double scale);
+
+// KV-cached decoding of one sequence: q [n, Hq, D] of its last n positions, k and v [L, Hkv, D]
+// of all L so far; each query sees the keys at or before its own position. The math path
+// (attention_math.h) on any device: a step's few queries make a small score matrix.
+torch::Tensor cached_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      double scale);
 
 }  // namespace topotrain::model

@@ -15,6 +15,7 @@
 #include "topotrain/model/attention.h"
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/model/config.h"
+#include "topotrain/model/kv_cache.h"
 #include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
 
@@ -55,13 +56,18 @@ TORCH_MODULE(RMSNorm);
 struct LayerContext {
   RotaryTables rotary;
   DocumentLayout documents;
+  // KV-cached decoding: the forward's rows are one sequence's next ones, at positions
+  // cache->length() on (documents lays them out as that one document). Each attention appends
+  // its keys and values to its layer's rows and attends to all of them; the caller commits.
+  KvCache* cache = nullptr;
 };
 
 // GQA self-attention with per-head q_norm/k_norm before RoPE.
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const ModelConfig& config);
-  torch::Tensor forward(const torch::Tensor& x, const LayerContext& context);  // x [T, hidden]
+  // x [T, hidden]; `layer` is this attention's decoder layer (its rows in context.cache).
+  torch::Tensor forward(const torch::Tensor& x, const LayerContext& context, int64_t layer);
 
   // The pieces of forward, for attention patterns other than causal self-attention (the
   // DFlash drafter projects its context and its blocks with the same weights).

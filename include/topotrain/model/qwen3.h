@@ -14,6 +14,7 @@
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/attention.h"
 #include "topotrain/model/config.h"
+#include "topotrain/model/kv_cache.h"
 #include "topotrain/model/layers.h"
 #include "topotrain/model/moe.h"
 #include "topotrain/model/rms_norm.h"
@@ -37,7 +38,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& config, int64_t layer);
   // One pre-norm block, x -> h = x + attn(input_norm(x)) -> h + mlp(post_norm(h)), over the
   // stream's [T, hidden] rows in the compute dtype; the result leaves the MLP output pending.
-  // Router statistics go to `load` (MoE layers).
+  // Router statistics go to `load` (MoE layers) where given.
   ResidualStream forward(const ResidualStream& in, const LayerContext& context, ExpertBackend experts,
                          RouterLoad* load);
   // The second half of forward, from x and the attention output: h = x + attention_out (fused
@@ -49,6 +50,9 @@ class DecoderLayerImpl : public torch::nn::Module {
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   DenseMlp dense_mlp{nullptr};        // registered as "mlp" in dense layers
   SparseMoeBlock sparse_mlp{nullptr};  // registered as "mlp" in MoE layers
+
+ private:
+  int64_t index_;  // the layer's index in its model: its rows of a KV cache
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -77,9 +81,10 @@ TORCH_MODULE(Backbone);
 struct BackboneOutput {
   torch::Tensor hidden;             // [T, hidden] after the final norm, compute dtype
   std::vector<torch::Tensor> taps;  // outputs of the requested decoder layers, in request order
-  torch::Tensor aux_loss;           // fp32 scalar: HF's load-balancing loss (0 for dense), not yet
-                                    // multiplied by router_aux_loss_coef
-  torch::Tensor peak_expert_load;   // fp32 scalar: peak_expert_load (moe.h) of this forward
+  // forward_backbone only (decoding has no loss to balance; undefined from forward_cached):
+  torch::Tensor aux_loss;          // fp32 scalar: HF's load-balancing loss (0 for dense), not yet
+                                   // multiplied by router_aux_loss_coef
+  torch::Tensor peak_expert_load;  // fp32 scalar: peak_expert_load (moe.h) of this forward
 };
 
 // bf16 on CUDA, fp32 elsewhere.
@@ -112,6 +117,14 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   // Taps are decoder layer indices in [0, num_hidden_layers); tap i is the output of
   // layer i (HF's hidden_states[i + 1]).
   BackboneOutput forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps = {});
+  // KV-cached decoding of one sequence: `tokens` (int64 [n], n >= 1) at positions
+  // cache.length()..+n-1, attending to the cached rows before them, through the same layers
+  // as forward_backbone; their keys and values are appended to `cache` and committed. The cache
+  // must have this model's layers and kv heads, in the compute dtype on the parameters' device.
+  // A whole sequence at once and any split of it into such forwards agree up to rounding.
+  BackboneOutput forward_cached(const torch::Tensor& tokens, KvCache& cache, const std::vector<int64_t>& taps = {});
+  // Throws std::invalid_argument unless every tap is a decoder layer index.
+  void check_taps(const std::vector<int64_t>& taps) const;
   // lm_head at the given rows of `hidden` only: fp32 [rows, vocab].
   torch::Tensor logits_at(const torch::Tensor& hidden, const torch::Tensor& rows);
   // lm_head's parameter (the embedding when tied), fp32 master: the loss multiplies by its
@@ -129,6 +142,11 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   Projection lm_head{nullptr};  // null when tie_word_embeddings
 
  private:
+  // Embedding, the decoder layers and the final norm over `tokens` in `context`: the layer
+  // loop of every forward. Router statistics go to `load` where given.
+  BackboneOutput run_layers(const torch::Tensor& tokens, const LayerContext& context,
+                            const std::vector<int64_t>& taps, RouterLoad* load);
+
   ModelConfig config_;
   torch::ScalarType compute_dtype_ = torch::kFloat32;
   std::optional<AttentionBackend> forced_attention_;

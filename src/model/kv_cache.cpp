@@ -1,11 +1,11 @@
-#include "topotrain/infer/kv_cache.h"
+#include "topotrain/model/kv_cache.h"
 
 #include <algorithm>
 #include <stdexcept>
 
 #include "topotrain/core/error.h"
 
-namespace topotrain::infer {
+namespace topotrain::model {
 namespace {
 
 // Room for `rows` rows in `storage`, the committed `keep` rows copied over when it grows.
@@ -67,4 +67,4 @@ void KvCache::crop(int64_t length) {
   length_ = length;
 }
 
-}  // namespace topotrain::infer
+}  // namespace topotrain::model

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-namespace topotrain::infer {
+namespace topotrain::model {
 
 class KvCache {
  public:
@@ -44,4 +44,4 @@ class KvCache {
   int64_t length_ = 0;
 };
 
-}  // namespace topotrain::infer
+}  // namespace topotrain::model
