@@ -18,6 +18,7 @@
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/held_out_eval.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/run_input_checks.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/training_session.h"
 
