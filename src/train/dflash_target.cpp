@@ -8,6 +8,7 @@
 #include "topotrain/core/fault_injection.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/model/model_cost.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/dflash_pipeline.h"

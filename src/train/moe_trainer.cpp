@@ -13,6 +13,7 @@
 #include "topotrain/core/log.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
+#include "topotrain/model/model_cost.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/budget_probe.h"
