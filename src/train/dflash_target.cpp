@@ -7,6 +7,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
 #include "topotrain/core/stop_signal.h"
+#include "topotrain/model/model_cost.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/dflash_pipeline.h"

@@ -9,6 +9,7 @@
 #include "topotrain/train/dflash_drafting.h"
 #include "topotrain/train/dflash_target.h"
 #include "topotrain/train/job_exit.h"
+#include "topotrain/train/run_input_checks.h"
 #include "topotrain/train/run_setup.h"
 
 namespace topotrain {

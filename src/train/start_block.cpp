@@ -6,6 +6,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
+#include "topotrain/model/model_cost.h"
 
 namespace topotrain {
 

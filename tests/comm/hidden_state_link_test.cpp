@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "topotrain/comm/hidden_state_link.h"
 #include "topotrain/comm/link_start.h"
 #include "topotrain/core/error.h"
+#include "topotrain/core/files.h"
 
 using namespace topotrain;
 using namespace topotrain::comm;
@@ -83,6 +85,9 @@ void expect_identical(const PackedHiddenBatch& got, const PackedHiddenBatch& wan
     ASSERT_TRUE(at::equal(got.cursor, want.cursor));
   }
 }
+
+// The threads of this process, as the kernel lists them.
+std::size_t thread_count() { return list_directory("/proc/self/task").size(); }
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -206,14 +211,22 @@ TEST_F(HiddenStateLink, EmptyStreamsEndCleanly) {
   EXPECT_EQ(receiver.queue_size(), 0u);
 }
 
+// The senders never close: the receiver's destructor must stop its thread, which is still
+// polling for their frames, and join it (a destructor that hangs times the test out).
 TEST_F(HiddenStateLink, ReceiverLeftBeforeEndOfStreamStopsItsThread) {
   LinkEnds ends = fan_in();
   if (!is_receiver()) {
     HiddenStateSender sender(MPI_COMM_WORLD, ends, cpu_config(2));
   } else {
-    HiddenStateReceiver receiver(MPI_COMM_WORLD, ends, cpu_config(2));
+    auto receiver = std::make_unique<HiddenStateReceiver>(MPI_COMM_WORLD, ends, cpu_config(2));
+    const std::size_t with_receiver = thread_count();
+    receiver.reset();
+    // A joined thread may linger in /proc for a moment after join() returns.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (thread_count() >= with_receiver && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_LT(thread_count(), with_receiver) << "the receiving thread outlived its receiver";
   }
-  // Reaching this barrier on every rank means the receiver's destructor did not hang.
   MPI_Barrier(MPI_COMM_WORLD);
 }
 

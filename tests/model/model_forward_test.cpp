@@ -7,6 +7,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
+#include "topotrain/model/model_cost.h"
 #include "topotrain/model/moe.h"
 #include "topotrain/model/qwen3.h"
 

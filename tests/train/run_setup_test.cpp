@@ -1,6 +1,6 @@
-// Settings mapped onto components (run_config.h, run_setup.h): every key a job reads is
-// consumed by its RunConfig, the random initialisation's std, the LR schedule's clock and
-// length.
+// Settings mapped onto components (run_config.h, run_setup.h, lr_schedule.h,
+// training_set_identity.h): every key a job reads is consumed by its RunConfig, the random
+// initialisation's std, the LR schedule's clock and length.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +12,10 @@
 #include "topotrain/core/files.h"
 #include "topotrain/core/settings.h"
 #include "topotrain/train/run_config.h"
+#include "topotrain/train/lr_schedule.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/training_set_identity.h"
+#include "topotrain/train/training_state.h"
 
 using namespace topotrain;
 using test_support::config_error_of;

@@ -1,5 +1,6 @@
 // Shape of a Qwen3 dense or Qwen3-MoE model, with the field names of HF's config.json so
-// that a checkpoint directory's config.json loads as is.
+// that a checkpoint directory's config.json loads as is. What a shape costs (parameters,
+// FLOPs, training memory) is model_cost.h's.
 #pragma once
 
 #include <cstdint>
@@ -75,36 +76,5 @@ struct ModelConfig {
   static ModelConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
 };
-
-struct ParameterCounts {
-  int64_t total = 0;
-  int64_t active = 0;     // touched by one token: shared weights + top-k experts per layer
-  int64_t embedding = 0;  // embed_tokens (+ lm_head when untied)
-};
-ParameterCounts count_parameters(const ModelConfig& config);
-
-// Model FLOPs of one token's forward pass (training costs 3x): 2 per active weight
-// (lm_head included, the embedding lookup not) plus the attention score and value
-// matmuls, 4 * layers * heads * head_dim * mean attended context, taken as
-// mean_document_tokens / 2 (the causal mask). For documents of several lengths pass
-// sum(len^2) / sum(len) (data::mean_attention_context), not the mean length.
-double forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
-// The same without the lm_head's 2 * vocab_size * hidden_size: the decoder layers and the
-// final norm, all a frozen DFlash target runs (it sends hidden states, never logits).
-double backbone_forward_flops_per_token(const ModelConfig& config, double mean_document_tokens);
-
-// Bytes of training state that do not scale with the batch: fp32 master weights, fp32
-// gradients, fp32 Adam moments, and the bf16 weight copies made during forward/backward.
-struct TrainingMemory {
-  int64_t master_weights = 0;
-  int64_t gradients = 0;
-  int64_t adam_moments = 0;
-  int64_t bf16_weight_copies = 0;
-  int64_t total() const { return master_weights + gradients + adam_moments + bf16_weight_copies; }
-};
-TrainingMemory estimate_training_memory(const ModelConfig& config);
-
-// One line for the start-of-run log: parameters (total/active) and the memory estimate.
-std::string describe(const ModelConfig& config);
 
 }  // namespace topotrain::model

@@ -33,14 +33,12 @@ enum class ExpertLayout {
   // The groups busiest first, by the experts' loads in the forward before the one that cast
   // the experts' compute copies (once per optimizer step: every micro-batch of a step has one
   // order). CUTLASS deals a grouped weight gradient's output tiles to its CTAs group by group,
-  // and the collapsed routing's busy experts between idle ones leave some CTAs 3-4 full tiles
-  // where an even deal gives 2: 3.1 ms of the reference shape's step on an H100
-  // (bench/moe/RESULTS.md, "2026-12-06, later"). The copies are cast in that order and their
-  // gradients added back through it (ComputeWeight's row order), so the order itself costs no
-  // pass over the weights. Acts where the experts' weight gradients are computed in a compute
-  // dtype other than the masters' (a bf16 copy); elsewhere the groups stay in expert order.
-  // The default: it trained the reference shape 2.3-2.4% faster than expert order on an H100
-  // (bench/moe/RESULTS.md, "2026-12-06, evening").
+  // so busy experts between idle ones leave some CTAs more full tiles than an even deal would;
+  // busiest first deals them evenly. The copies are cast in that order and their gradients
+  // added back through it (ComputeWeight's row order), so the order itself costs no pass over
+  // the weights. Acts where the experts' weight gradients are computed in a compute dtype
+  // other than the masters' (a bf16 copy); elsewhere the groups stay in expert order. The
+  // default, as it trains faster than expert order (bench/moe/RESULTS.md).
   busiest_first,
 };
 

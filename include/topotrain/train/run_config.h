@@ -7,7 +7,7 @@
 //
 // Every check that needs only the settings is made here, on every rank (ConfigError
 // naming the key and the fix); checks that need the dataset or the device are
-// check_run_inputs' (run_setup.h).
+// check_run_inputs' (run_input_checks.h).
 #pragma once
 
 #include <cstdint>

@@ -18,6 +18,7 @@
 #include "topotrain/store/checkpoint_state.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/run_setup.h"
+#include "topotrain/train/training_state.h"
 
 namespace topotrain {
 
