@@ -54,8 +54,12 @@ void log_changed_settings(const std::string& path, const std::string& saved_toml
   if (!lr.empty()) log_info_here(lr);
 }
 
-// What agree()'s divisor sum divides the gradients by: at least 1e-12 (an empty step's).
-double step_divisor(double sum) { return std::max(sum, 1e-12); }
+// What the gradients are divided by, given the summed divisor `sum` (the agreed one; a lone
+// rank's own): at least 1e-12 (an empty step's), or 1 where the job gave no divisor (its loss
+// is a mean already).
+double step_divisor(const StepSums& sums, double sum) {
+  return sums.gradient_divisor ? std::max(sum, 1e-12) : 1.0;
+}
 
 // `phase` timed on the device's current stream (a CUDA device), else on the host.
 PhaseTimer::Scope stream_scope(PhaseTimer& timer, Phase phase, const torch::Device& device) {
@@ -247,7 +251,7 @@ comm::StepAgreement TrainingSession::optimizer_step(const StepSums& sums) {
     // and prepares the next step. With peers, an out-of-memory rank or non-finite sums
     // elsewhere are known only from the agreement: apply_or_skip enqueues the update after it.
     if (runtime_.role_size() == 1 && !oom_) {
-      factor = gradient_factor(norm_squared, step_divisor(mine.sums[0]), config_.step.clip, defined);
+      factor = gradient_factor(norm_squared, step_divisor(sums, mine.sums[0]), config_.step.clip, defined);
       on_device.push_back(factor.reshape({1}));
     }
     read.emplace(torch::cat(on_device));
@@ -277,7 +281,7 @@ comm::StepAgreement TrainingSession::optimizer_step(const StepSums& sums) {
   }
   stop_agreed_ = all.stop;
   writer_busy_ = all.checkpoint_writing;
-  divisor_ = sums.gradient_divisor ? step_divisor(all.sums[0]) : 1.0;
+  divisor_ = step_divisor(sums, all.sums[0]);
   all.sums.erase(all.sums.begin());  // the job's sums alone, in sums.values' order
   if (!all.out_of_memory()) apply_or_skip(all, norm_squared, factor.defined(), skipped_on_device);
   return all;

@@ -11,6 +11,7 @@
 //   step 3  the last rank runs out of memory (TOPOTRAIN_FAULT_OOM): every rank's agreement
 //           names it, no rank applies the step, and after_out_of_memory halves the budget.
 //   step 3 again  applies, as step 1 did.
+//   step 4  no divisor (a mean loss, as moe_train's): the summed gradient is applied as it is.
 // On one rank optimizer_step enqueues the update before its read ("the update before the
 // read"); on two it enqueues it after the agreement: both paths are checked. Prints PASS on
 // every rank; a failed check throws, and the job runner ends every rank with its message.
@@ -72,24 +73,26 @@ void probe(JobContext& context) {
                        .eps(config.adamw.eps)
                        .weight_decay(config.adamw.weight_decay));
 
-  // One step of the session: each rank's two micro-batches, then optimizer_step with this
-  // rank's divisor and `loss` as its one sum.
-  auto step = [&](double loss) {
+  // One step of the session: each rank's two micro-batches, then optimizer_step with `loss`
+  // as its one sum and this rank's divisor, or none (`divided` false: a mean loss, as
+  // moe_train's).
+  auto step = [&](double loss, bool divided = true) {
     session.begin_step();
     for (int m = 0; m < 2; ++m)
       session.accumulate(m, 2, true, [&] { (weight * micro_gradient(me, m, session.step())).sum().backward(); });
-    return session.optimizer_step({divisor_of(me), {torch::tensor(loss, torch::kFloat64)}});
+    return session.optimizer_step({divided ? std::optional<double>(divisor_of(me)) : std::nullopt,
+                                   {torch::tensor(loss, torch::kFloat64)}});
   };
   auto end_step = [&] {
     session.state().step += 1;
     session.end_step(StepReport{}, StepMetrics{});
   };
-  auto expect_applied = [&](const comm::StepAgreement& all, std::int64_t step_number) {
+  auto expect_applied = [&](const comm::StepAgreement& all, std::int64_t step_number, bool divided = true) {
     check(!all.out_of_memory() && !session.failed() && !session.skipped(), "the step was not applied");
     torch::Tensor gradient = torch::zeros({2, 3});
-    double divisor = 0;
+    double divisor = divided ? 0 : 1;
     for (int r = 0; r < ranks; ++r) {
-      divisor += divisor_of(r);
+      if (divided) divisor += divisor_of(r);
       for (int m = 0; m < 2; ++m) gradient += micro_gradient(r, m, step_number);
     }
     reference.mutable_grad() = gradient / divisor;
@@ -128,6 +131,9 @@ void probe(JobContext& context) {
   }
   // Step 3 again: applied.
   expect_applied(step(1.0), 3);
+  end_step();
+  // Step 4: no divisor; the summed gradient is applied as it is.
+  expect_applied(step(1.0, /*divided=*/false), 4, /*divided=*/false);
   end_step();
   session.finish();
   log_info_here("PASS");
