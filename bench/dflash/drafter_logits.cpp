@@ -120,7 +120,7 @@ Inputs read_inputs(const std::string& path, int64_t vocab_size) {
 
 void run(const Arguments& args) {
   torch::NoGradGuard no_grad;
-  mdl::Qwen3CausalLM target = topotrain::load_target_model(args.target);
+  mdl::CausalLM target = topotrain::load_target_model(args.target);
   mdl::DFlashDrafter drafter = topotrain::load_drafter_model(args.drafter, *target);
   const Inputs inputs = read_inputs(args.input, target->config().vocab_size);
   target->to(args.device);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The DFlash target's forward in transformers, for #49's goal that topotrain's target forward
 runs >= 1.2x transformers' at the same shape: Qwen3Model (the backbone and its final norm, what
-topotrain's target computes; no LM head) of the qwen3-8b or qwen3-0.6b preset's shape, random
+topotrain's target computes; no LM head) of the qwen3-8b or qwen3-0.6b preset's shape, or the
+base model of an HF config.json's family (--config: bench/dflash/llama-3.1-8b.json), random
 bf16 weights on one GPU, torch.no_grad, output_hidden_states=True (the taps come from there).
 Documents of synthetic lengths, uniform in [mean/2, 3*mean/2] as bench/moe/make_dataset.py
 draws them, fill batches of --tokens tokens, the last document cut to fit; transformers has no
@@ -9,7 +10,7 @@ packed-batch forward of its own, so each document runs as a batch of one with SD
 kernel, no padding. Prints tokens/s over the measured batches (CUDA events; --warmup batches
 first) as one JSON line.
 
-    python3 bench/dflash/target_forward_reference.py [--preset qwen3-8b] [--tokens 16384]
+    python3 bench/dflash/target_forward_reference.py [--preset qwen3-8b | --config FILE] [--tokens 16384]
                                                      [--mean-len 4096] [--batches 8] [--warmup 2]
 
 Set it beside the target rank's forward rate in the same sitting (bench/dflash/pipeline.sh's
@@ -39,6 +40,7 @@ def document_lengths(rng, tokens, mean_len):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen3-8b")
+    parser.add_argument("--config", help="an HF config.json to build instead of the preset")
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--mean-len", type=int, default=4096)
     parser.add_argument("--batches", type=int, default=8)
@@ -46,13 +48,18 @@ def main():
     args = parser.parse_args()
 
     import torch
-    from transformers import Qwen3Config, Qwen3Model
+    from transformers import AutoConfig, AutoModel, Qwen3Config
 
-    config = Qwen3Config(vocab_size=151936, attn_implementation="sdpa", **PRESETS[args.preset])
+    if args.config:
+        with open(args.config) as f:
+            fields = json.load(f)
+        config = AutoConfig.for_model(fields.pop("model_type"), attn_implementation="sdpa", **fields)
+    else:
+        config = Qwen3Config(vocab_size=151936, attn_implementation="sdpa", **PRESETS[args.preset])
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)  # made in bf16 on the GPU: no fp32 copy of 8B weights first
     with torch.device("cuda"):
-        model = Qwen3Model(config).eval()
+        model = AutoModel.from_config(config).eval()
     rng = random.Random(0)
     batches = [[torch.randint(0, config.vocab_size, (1, n), device="cuda") for n in
                 document_lengths(rng, args.tokens, args.mean_len)] for _ in range(args.warmup + args.batches)]
@@ -72,7 +79,7 @@ def main():
         torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1e3
     tokens = sum(ids.numel() for batch in batches[args.warmup:] for ids in batch)
-    print(json.dumps({"impl": "transformers", "preset": args.preset, "attention": "sdpa per document",
+    print(json.dumps({"impl": "transformers", "model": args.config or args.preset, "attention": "sdpa per document",
                       "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
                       "ms_per_batch": seconds * 1e3 / args.batches, "torch": torch.__version__}))
 

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     options.dtype = "fp32";
     const infer::Placement placement = infer::resolve_placement(options);
     const infer::PromptSet prompts = infer::read_prompts(options.prompts, std::stoll(argv[3]));
-    model::Qwen3CausalLM target = load_target_model(options.target);
+    model::CausalLM target = load_target_model(options.target);
     torch::NoGradGuard no_grad;
     target->to(placement.device);
     target->set_compute_dtype(placement.dtype);

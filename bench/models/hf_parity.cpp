@@ -1,5 +1,5 @@
 // Compares topotrain's Qwen3 with HF transformers on the reference written by
-// tests/hf/hf_parity.py (tests/hf/qwen3_logits.sh runs both, ctest hf_logits_qwen3): logits (max |a - b| / max |b|) and the gradients of one backward
+// tests/hf/hf_parity.py (tests/hf/model_logits.sh runs both, ctest hf_logits): logits (max |a - b| / max |b|) and the gradients of one backward
 // (||a - b|| / ||b|| per tensor), in fp32 and in the bf16 training configuration.
 //
 //   hf_parity CASE_DIR                        (CASE_DIR holds model/ and reference.safetensors)
@@ -19,7 +19,7 @@
 #include "topotrain/core/files.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/train/run_setup.h"
@@ -36,15 +36,15 @@ struct Bounds {
 };
 
 // The model under test: HF's files in CASE_DIR/model, or a topotrain checkpoint.
-mdl::Qwen3CausalLM load_model(const std::string& dir, const std::string& checkpoint) {
+mdl::CausalLM load_model(const std::string& dir, const std::string& checkpoint) {
   if (checkpoint.empty()) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::from_json_file(dir + "/model/config.json"));
+    mdl::CausalLM model(mdl::ModelConfig::from_json_file(dir + "/model/config.json"));
     mdl::load_hf_checkpoint(*model, dir + "/model");
     return model;
   }
   const auto config = topotrain::stored_model_config(checkpoint, topotrain::CheckpointReader::load_header(checkpoint));
   if (!config) throw topotrain::ConfigError(checkpoint + " stores no model config");
-  mdl::Qwen3CausalLM model(*config);
+  mdl::CausalLM model(*config);
   topotrain::load_model_tensors(checkpoint, topotrain::named_parameters_of(*model));
   return model;
 }
@@ -65,7 +65,7 @@ double norm_relative(const torch::Tensor& a, const torch::Tensor& b) {
 bool compare(const std::string& dir, const std::string& checkpoint, const std::string& batch_file,
              const torch::Device& device, torch::ScalarType dtype, bool reference_kernels, const Bounds& bounds) {
   const mdl::SafetensorsCheckpoint ref(dir + "/" + batch_file);
-  mdl::Qwen3CausalLM model = load_model(dir, checkpoint);
+  mdl::CausalLM model = load_model(dir, checkpoint);
   model->to(device);
   model->set_compute_dtype(dtype);
   if (reference_kernels) {

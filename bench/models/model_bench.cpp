@@ -29,7 +29,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/model_cost.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;
@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
       taps.push_back(layer);
     }
   }
-  mdl::Qwen3CausalLM model(config);
+  mdl::CausalLM model(config);
   model->to(device);
   model->set_compute_dtype(mdl::default_compute_dtype(device));
   if (frozen) model->to(mdl::default_compute_dtype(device));  // a frozen target keeps no fp32 masters

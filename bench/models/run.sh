@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
   echo "# bench/models/run.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
   python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   status=0
-  TOPOTRAIN_PYTHON=python3 TOPOTRAIN_BIN=$bin bash tests/hf/qwen3_logits.sh || status=1
+  TOPOTRAIN_PYTHON=python3 TOPOTRAIN_BIN=$bin bash tests/hf/model_logits.sh || status=1
   # Documents of one length (the packed batch is cuDNN's grid as it is), the same with
   # FlashAttention-2 varlen forced, and documents of spread lengths (flash varlen).
   for preset in moe-500m qwen3-0.6b; do

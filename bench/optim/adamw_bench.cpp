@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/config.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
 
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   const auto config = model_name.size() > 5 && model_name.substr(model_name.size() - 5) == ".json"
                           ? mdl::ModelConfig::from_json_file(model_name)
                           : mdl::ModelConfig::preset(model_name);
-  mdl::Qwen3CausalLM model(config);
+  mdl::CausalLM model(config);
   model->to(torch::kCUDA);
   std::vector<std::pair<std::string, torch::Tensor>> params;
   int64_t total = 0;

@@ -1,4 +1,4 @@
-// topotrain-export RUN_DIR|CHECKPOINT OUT_DIR: a trained Qwen3 / Qwen3-MoE checkpoint as a
+// topotrain-export RUN_DIR|CHECKPOINT OUT_DIR: a trained model checkpoint (Qwen3, Qwen3-MoE, Llama, Qwen2) as a
 // Hugging Face model directory, a DFlash drafter's as the DFlash folder serving stacks load
 // (train/hf_export.h does the work).
 // Exit status: 0 written, 2 bad input (a missing path, no complete checkpoint, a config-less

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     std::ofstream json = open_output(json_path, "--json"), responses = open_output(responses_path, "--responses");
     const infer::Placement placement = infer::resolve_placement(options);
     const infer::PromptSet prompts = infer::read_prompts(options.prompts, num_prompts);
-    model::Qwen3CausalLM target = load_target_model(options.target);
+    model::CausalLM target = load_target_model(options.target);
     model::DFlashDrafter drafter = load_drafter_model(options.drafter, *target);
     const bool terminal = isatty(STDERR_FILENO);
     const auto report = infer::run_speculation(

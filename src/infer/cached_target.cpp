@@ -4,7 +4,7 @@
 
 namespace topotrain::infer {
 
-CachedTarget::CachedTarget(model::Qwen3CausalLMImpl& model, std::vector<int64_t> taps)
+CachedTarget::CachedTarget(model::CausalLMImpl& model, std::vector<int64_t> taps)
     : model_(model),
       taps_(std::move(taps)),
       cache_(model.config().num_hidden_layers, model.config().num_key_value_heads, model.config().head_dim,

@@ -41,7 +41,7 @@ void DFlashProposer::extend_context(const torch::Tensor& taps) {
   const int64_t first = cache_.length(), m = taps.size(0);
   auto context = drafter_.hidden_norm(drafter_.fc(taps.to(options)));
   const auto positions = torch::arange(first, first + m, options.dtype(torch::kInt64));
-  const auto rotary = model::rotary_tables(positions, c.head_dim, c.rope_theta, drafter_.compute_dtype());
+  const auto rotary = model::rotary_tables(positions, c, drafter_.compute_dtype());
   for (size_t i = 0; i < drafter_.layers->size(); ++i) {
     auto kv = drafter_.layers->ptr<model::DecoderLayerImpl>(i)->self_attn->project_keys_values(context, rotary);
     cache_.extend(static_cast<int64_t>(i), kv.keys, kv.values);
@@ -57,7 +57,7 @@ torch::Tensor DFlashProposer::block_hidden(int64_t next) {
   auto block = torch::full({B}, config.mask_token_id, options.dtype(torch::kInt64));
   block[0] = next;
   const auto positions = torch::arange(start, start + B, options.dtype(torch::kInt64));
-  const auto rotary = model::rotary_tables(positions, c.head_dim, c.rope_theta, drafter_.compute_dtype());
+  const auto rotary = model::rotary_tables(positions, c, drafter_.compute_dtype());
   // One block, so no chunk needs padding to more blocks for cuDNN's plans to repeat.
   auto attention = drafter_.attention_options();
   attention.max_chunk_blocks = 1;

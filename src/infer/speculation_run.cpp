@@ -63,7 +63,7 @@ Placement resolve_placement(const SpeculationOptions& options) {
   return {device, resolve_dtype(options.dtype, device)};
 }
 
-SpeculationReport run_speculation(model::Qwen3CausalLMImpl& target, model::DFlashDrafterImpl& drafter,
+SpeculationReport run_speculation(model::CausalLMImpl& target, model::DFlashDrafterImpl& drafter,
                                   const PromptSet& prompts, const SpeculationOptions& options,
                                   const Placement& placement, const SpeculationProgress& progress) {
   if (options.max_new_tokens < 1) {

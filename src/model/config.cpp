@@ -39,11 +39,77 @@ std::vector<int64_t> token_id_values(const json& doc, const char* key, const std
 
 void refuse_if(bool unsupported, const std::string& source, const std::string& what) {
   if (unsupported) {
-    throw ConfigError(cat(source, ": ", what, " is not supported by topotrain's Qwen3 model"));
+    throw ConfigError(cat(source, ": ", what, " changes the model in a way topotrain does not implement; "
+                          "topotrain builds Qwen3, Qwen3-MoE, Llama 3.x and Qwen2/2.5 as HF's defaults have them"));
   }
 }
 
+ModelFamily family_of(const std::string& model_type, const std::string& source) {
+  if (model_type.empty() || model_type == "qwen3" || model_type == "qwen3_moe") return ModelFamily::qwen3;
+  if (model_type == "llama") return ModelFamily::llama;
+  if (model_type == "qwen2") return ModelFamily::qwen2;
+  throw ConfigError(cat(source, ": model_type '", model_type,
+                        "' is not a family topotrain builds (qwen3, qwen3_moe, llama, qwen2)"));
+}
+
+// rope_parameters (transformers 5) or rope_scaling (earlier releases): rope_theta where the
+// object holds it, and Llama 3's scaling; any other rope_type is refused.
+void read_rope(const json& doc, const char* key, ModelConfig& c, const std::string& source) {
+  const auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return;
+  if (!it->is_object()) throw ConfigError(cat(source, ": field '", key, "' must be an object, got ", it->dump()));
+  const std::string rope_type = it->value("rope_type", it->value("type", std::string("default")));
+  const std::string where = cat(source, " ", key);
+  read_field(*it, "rope_theta", c.rope_theta, source);
+  double partial = 1.0;
+  read_field(*it, "partial_rotary_factor", partial, where);
+  refuse_if(partial != 1.0, source, cat(key, ".partial_rotary_factor = ", partial));
+  if (rope_type == "default") return;
+  refuse_if(rope_type != "llama3", source, cat(key, ".rope_type = '", rope_type, "' (default and llama3 are built)"));
+  Llama3RopeScaling scaling;
+  for (const char* required : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}) {
+    if (!it->contains(required))
+      throw ConfigError(cat(source, ": ", key, " of rope_type llama3 lacks '", required, "'"));
+  }
+  read_field(*it, "factor", scaling.factor, where);
+  read_field(*it, "low_freq_factor", scaling.low_freq_factor, where);
+  read_field(*it, "high_freq_factor", scaling.high_freq_factor, where);
+  read_field(*it, "original_max_position_embeddings", scaling.original_max_position_embeddings, where);
+  c.rope_scaling = scaling;
+}
+
 }  // namespace
+
+bool Llama3RopeScaling::operator==(const Llama3RopeScaling& o) const {
+  return factor == o.factor && low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
+         original_max_position_embeddings == o.original_max_position_embeddings;
+}
+
+namespace {
+
+// What config.json and people call a family's models.
+struct FamilyNames {
+  const char *model_type, *architecture, *name;
+};
+
+FamilyNames names_of(ModelFamily family, bool moe) {
+  switch (family) {
+    case ModelFamily::llama:
+      return {"llama", "LlamaForCausalLM", "Llama"};
+    case ModelFamily::qwen2:
+      return {"qwen2", "Qwen2ForCausalLM", "Qwen2"};
+    case ModelFamily::qwen3:
+      break;
+  }
+  return moe ? FamilyNames{"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3-MoE"}
+             : FamilyNames{"qwen3", "Qwen3ForCausalLM", "Qwen3 dense"};
+}
+
+}  // namespace
+
+std::string ModelConfig::model_type() const { return names_of(family, is_moe()).model_type; }
+std::string ModelConfig::architecture() const { return names_of(family, is_moe()).architecture; }
+std::string ModelConfig::family_name() const { return names_of(family, is_moe()).name; }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;
@@ -76,6 +142,19 @@ void ModelConfig::validate() const {
     throw ConfigError(cat(source, ": rope_theta and rms_norm_eps must be positive"));
   }
   if (num_experts < 0) throw ConfigError(cat(source, ": num_experts must be >= 0, got ", num_experts));
+  if (num_experts > 0 && family != ModelFamily::qwen3)
+    throw ConfigError(cat(source, ": a ", model_type(), " model has no experts (num_experts ", num_experts,
+                          "); mixtures of experts are Qwen3-MoE's"));
+  if (rope_scaling) {
+    const auto& s = *rope_scaling;
+    if (!(s.factor >= 1) || !(s.low_freq_factor > 0) || !(s.high_freq_factor > s.low_freq_factor) ||
+        s.original_max_position_embeddings <= 0) {
+      throw ConfigError(cat(source, ": llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor "
+                            "and original_max_position_embeddings > 0, got factor ", s.factor, ", low_freq_factor ",
+                            s.low_freq_factor, ", high_freq_factor ", s.high_freq_factor,
+                            ", original_max_position_embeddings ", s.original_max_position_embeddings));
+    }
+  }
   bool any_dense_layer = false;
   for (int64_t layer = 0; layer < num_hidden_layers; ++layer) any_dense_layer |= !is_moe_layer(layer);
   if (any_dense_layer) positive(intermediate_size, "intermediate_size");
@@ -109,12 +188,12 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                           "model.draft_weights) and its target's config or weights where the model is"));
   std::string model_type;
   read_field(doc, "model_type", model_type, source);
-  if (!model_type.empty() && model_type != "qwen3" && model_type != "qwen3_moe") {
-    throw ConfigError(cat(source, ": model_type '", model_type, "' is not a Qwen3 model (expected qwen3 or qwen3_moe)"));
-  }
 
   ModelConfig c;
   c.source = source;
+  c.family = family_of(model_type, source);
+  // HF's defaults where config.json leaves a key out and the family's differ from Qwen3's.
+  if (c.family != ModelFamily::qwen3) c.rope_theta = 10000.0;
   read_field(doc, "vocab_size", c.vocab_size, source);
   read_field(doc, "hidden_size", c.hidden_size, source);
   read_field(doc, "intermediate_size", c.intermediate_size, source);
@@ -135,7 +214,14 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     if (key.size() <= suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     if (auto ids = token_id_values(doc, key.c_str(), source); !ids.empty()) c.token_ids[key] = std::move(ids);
   }
-  if (model_type == "qwen3_moe" || doc.contains("num_experts") || doc.contains("num_local_experts")) {
+  // HF's LlamaConfig gives a config.json without them bos 1 and eos 2 (a null stays none), and
+  // generate stops there: so does a decoder of this config.
+  if (c.family == ModelFamily::llama) {
+    if (!doc.contains("bos_token_id")) c.token_ids["bos_token_id"] = {1};
+    if (!doc.contains("eos_token_id")) c.token_ids["eos_token_id"] = {2};
+  }
+  if (c.family == ModelFamily::qwen3 &&
+      (model_type == "qwen3_moe" || doc.contains("num_experts") || doc.contains("num_local_experts"))) {
     // transformers 5 maps num_experts onto num_local_experts and saves it under that name.
     read_field(doc, "num_local_experts", c.num_experts, source);
     read_field(doc, "num_experts", c.num_experts, source);
@@ -148,22 +234,26 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   }
 
   // Newer transformers releases nest the RoPE settings under rope_parameters.
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    auto it = doc.find(key);
-    if (it == doc.end() || it->is_null()) continue;
-    std::string rope_type = it->value("rope_type", it->value("type", std::string("default")));
-    refuse_if(rope_type != "default", source, cat(key, ".rope_type = '", rope_type, "'"));
-    read_field(*it, "rope_theta", c.rope_theta, source);
-  }
+  for (const char* key : {"rope_scaling", "rope_parameters"}) read_rope(doc, key, c, source);
   std::string act = "silu";
   read_field(doc, "hidden_act", act, source);
   refuse_if(act != "silu", source, cat("hidden_act = '", act, "'"));
-  bool flag = false;
-  read_field(doc, "attention_bias", flag, source);
-  refuse_if(flag, source, "attention_bias = true");
-  flag = false;
-  read_field(doc, "use_sliding_window", flag, source);
-  refuse_if(flag, source, "use_sliding_window = true");
+  // Qwen2's q/k/v biases are its architecture's, not a key; attention_bias (Llama's and
+  // Qwen3's) would put one on o_proj too.
+  for (const char* key : {"attention_bias", "mlp_bias", "use_sliding_window"}) {
+    bool flag = false;
+    read_field(doc, key, flag, source);
+    refuse_if(flag, source, cat(key, " = true"));
+  }
+  if (doc.contains("layer_types") && doc.at("layer_types").is_array()) {
+    for (const auto& type : doc.at("layer_types")) {
+      refuse_if(type != "full_attention", source, cat("layer_types entry ", type.dump()));
+    }
+  }
+  double dropout = 0.0;
+  read_field(doc, "attention_dropout", dropout, source);
+  refuse_if(dropout != 0.0, source, cat("attention_dropout = ", dropout));
+  refuse_if(doc.contains("quantization_config"), source, "quantization_config (quantized weights)");
   c.validate();
   return c;
 }
@@ -178,15 +268,26 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
 
 std::string ModelConfig::to_json_text(const std::string& dtype) const {
   // rope_theta appears twice: transformers 5 reads rope_parameters, earlier releases (and
-  // the legacy path of 5) the top-level key; dtype likewise under its name of each era.
+  // the legacy path of 5) the top-level key; Llama 3's scaling likewise in rope_parameters
+  // and rope_scaling, and dtype under its name of each era.
   // transformers_version: transformers 5 takes a local folder whose config.json names no
   // version for a Mistral tokenizer from before its regex fix and warns that the folder's
   // tokenizer is wrong (TokenizersBackend's mistral regex patch); 4.51.0, the first release
   // with Qwen3 and Qwen3-MoE, is what Qwen's own config.json files name.
+  json rope = {{"rope_type", "default"}, {"rope_theta", rope_theta}};
+  json scaling = nullptr;
+  if (rope_scaling) {
+    scaling = {{"rope_type", "llama3"},
+               {"factor", rope_scaling->factor},
+               {"low_freq_factor", rope_scaling->low_freq_factor},
+               {"high_freq_factor", rope_scaling->high_freq_factor},
+               {"original_max_position_embeddings", rope_scaling->original_max_position_embeddings}};
+    rope.update(scaling);
+  }
   json doc = {
       {"transformers_version", "4.51.0"},
-      {"model_type", is_moe() ? "qwen3_moe" : "qwen3"},
-      {"architectures", {is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM"}},
+      {"model_type", model_type()},
+      {"architectures", {architecture()}},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
       {"intermediate_size", intermediate_size},
@@ -195,17 +296,22 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
       {"num_key_value_heads", num_key_value_heads},
       {"head_dim", head_dim},
       {"rope_theta", rope_theta},
-      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", rope_theta}}},
+      {"rope_parameters", rope},
+      {"rope_scaling", scaling},
       {"rms_norm_eps", rms_norm_eps},
       {"tie_word_embeddings", tie_word_embeddings},
       {"max_position_embeddings", max_position_embeddings},
       {"initializer_range", initializer_range},
       {"hidden_act", "silu"},
-      {"attention_bias", false},
-      {"use_sliding_window", false},
+      {"attention_dropout", 0.0},
       {"dtype", dtype},
       {"torch_dtype", dtype},
   };
+  // Each family's own keys for what topotrain builds; Qwen2 has no attention_bias key (its
+  // q/k/v biases are fixed) and Llama no sliding window.
+  if (family != ModelFamily::qwen2) doc["attention_bias"] = false;
+  if (family == ModelFamily::llama) doc["mlp_bias"] = false;
+  if (family != ModelFamily::llama) doc["use_sliding_window"] = false;
   for (const auto& [key, ids] : token_ids) {
     if (ids.size() == 1) doc[key] = ids[0];
     else doc[key] = ids;
@@ -220,6 +326,14 @@ std::string ModelConfig::to_json_text(const std::string& dtype) const {
     doc["mlp_only_layers"] = mlp_only_layers;
   }
   return doc.dump(2);
+}
+
+std::string ModelConfig::rope_text() const {
+  std::string text = cat("rope_theta ", rope_theta);
+  if (!rope_scaling) return text;
+  const auto& r = *rope_scaling;
+  return cat(text, ", llama3 scaling (factor ", r.factor, ", low_freq_factor ", r.low_freq_factor, ", high_freq_factor ",
+             r.high_freq_factor, ", original_max_position_embeddings ", r.original_max_position_embeddings, ")");
 }
 
 std::vector<int64_t> ModelConfig::eos_token_ids() const {

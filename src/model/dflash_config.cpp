@@ -76,8 +76,11 @@ void DFlashConfig::validate() const {
 }
 
 ModelConfig DFlashConfig::layer_config() const {
+  // The serving format's draft layers are Qwen3's (q/k norms, no biases) whatever the
+  // target's family; positions are the target's, so its RoPE (scaling included) is kept.
   ModelConfig c = target;
   c.source = source;
+  c.family = ModelFamily::qwen3;
   c.num_hidden_layers = num_draft_layers;
   c.num_experts = 0, c.num_experts_per_tok = 0, c.moe_intermediate_size = 0;
   c.mlp_only_layers.clear();
@@ -99,7 +102,7 @@ void DFlashConfig::check_target(const ModelConfig& model) const {
   same("head_dim", target.head_dim, model.head_dim);
   same("intermediate_size", target.intermediate_size, model.intermediate_size);
   same("rms_norm_eps", target.rms_norm_eps, model.rms_norm_eps);
-  same("rope_theta", target.rope_theta, model.rope_theta);
+  same("RoPE", target.rope_text(), model.rope_text());
 }
 
 int64_t count_drafter_parameters(const DFlashConfig& config) {

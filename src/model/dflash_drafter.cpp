@@ -92,7 +92,7 @@ void DFlashDrafterImpl::load_target_tensors(const torch::Tensor& embed_tokens, c
   target_lm_head.copy_(lm_head);
 }
 
-void DFlashDrafterImpl::load_target_tensors(Qwen3CausalLMImpl& target) {
+void DFlashDrafterImpl::load_target_tensors(CausalLMImpl& target) {
   const auto& embed = target.model->embed_tokens->weight;
   load_target_tensors(embed, target.model->norm->weight, target.lm_head ? target.lm_head->weight : embed);
 }
@@ -125,14 +125,14 @@ torch::Tensor DFlashDrafterImpl::forward_blocks(const DFlashBatch& batch, const 
   const auto device = fc->weight.device();
 
   auto context = hidden_norm(fc(batch.taps.to(compute_dtype_)));  // [T, H]
-  const RotaryTables context_rotary = rotary_tables(batch.packed.positions, c.head_dim, c.rope_theta, compute_dtype_);
+  const RotaryTables context_rotary = rotary_tables(batch.packed.positions, c, compute_dtype_);
 
   auto anchors = host_values_on(blocks.anchor_rows, device);
   auto slots = torch::arange(B, anchors.options());
   auto block_tokens = torch::full({n, B}, config_.mask_token_id, anchors.options());
   block_tokens.select(1, 0).copy_(batch.packed.tokens.index_select(0, anchors));
   auto block_positions = (batch.packed.positions.index_select(0, anchors).unsqueeze(1) + slots).reshape({n * B});
-  const RotaryTables block_rotary = rotary_tables(block_positions, c.head_dim, c.rope_theta, compute_dtype_);
+  const RotaryTables block_rotary = rotary_tables(block_positions, c, compute_dtype_);
 
   return draft_layers(
       block_tokens.reshape({n * B}), block_rotary, blocks,

@@ -92,9 +92,7 @@ std::string dflash_config_json(const DFlashConfig& config, const std::string& dt
   doc["layer_types"] = std::vector<std::string>(static_cast<std::size_t>(config.num_draft_layers), kFullAttention);
   // Keys the public drafters' configs spell out, which transformers' Qwen3Config would
   // otherwise fill with its own defaults.
-  doc["rope_scaling"] = nullptr;
   doc["sliding_window"] = nullptr;
-  doc["attention_dropout"] = 0.0;
   doc["use_cache"] = true;
   return doc.dump(2);
 }

@@ -39,7 +39,7 @@ NamedTensors to_hf_layout(const NamedTensors& stacked) {
   return views;
 }
 
-NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model) {
+NamedTensors hf_tensor_views(CausalLMImpl& model) {
   NamedTensors parameters;
   for (const auto& item : model.named_parameters()) parameters.emplace_back(item.key(), item.value());
   return to_hf_layout(parameters);
@@ -99,14 +99,14 @@ std::vector<std::string> save_hf_tensors(const std::string& directory, const Nam
   return written;
 }
 
-void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path) {
+void load_hf_checkpoint(CausalLMImpl& model, const std::string& path) {
   // HF ties lm_head to the embedding the same way, so a tied model's file may hold it.
   std::set<std::string> ignored;
   if (model.config().tie_word_embeddings) ignored.insert("lm_head.weight");
   load_hf_tensors(path, hf_tensor_views(model), ignored);
 }
 
-std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+std::vector<std::string> save_hf_checkpoint(CausalLMImpl& model, const std::string& directory,
                                             torch::ScalarType dtype, int64_t max_shard_bytes) {
   return save_hf_tensors(directory, hf_tensor_views(model), model.config().to_json_text(hf_dtype_name(dtype)), dtype,
                          max_shard_bytes);

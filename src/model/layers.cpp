@@ -8,19 +8,26 @@
 
 namespace topotrain::model {
 
-ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double init_std) {
+ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double init_std, bool with_bias) {
   weight = register_parameter("weight", torch::randn({out_features, in_features}) * init_std);
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out_features}));
 }
 
 torch::Tensor ProjectionImpl::forward(const torch::Tensor& x) {
-  return torch::matmul(x, compute_weight_.get({weight}, x.scalar_type()).t());
+  auto y = torch::matmul(x, compute_weight_.get({weight}, x.scalar_type()).t());
+  return bias.defined() ? y + compute_bias_.get({bias}, x.scalar_type()) : y;
 }
 
-torch::Tensor fused_projection(const torch::Tensor& x, std::initializer_list<Projection> projections,
-                               ComputeWeight& fused) {
-  std::vector<torch::Tensor> masters;
-  for (const auto& p : projections) masters.push_back(p->weight);
-  return torch::matmul(x, fused.get(masters, x.scalar_type()).t());
+torch::Tensor FusedProjection::operator()(const torch::Tensor& x, std::initializer_list<Projection> projections) {
+  std::vector<torch::Tensor> weights, biases;
+  for (const auto& p : projections) {
+    weights.push_back(p->weight);
+    if (p->bias.defined()) biases.push_back(p->bias);
+  }
+  auto y = torch::matmul(x, weight_.get(weights, x.scalar_type()).t());
+  if (biases.empty()) return y;
+  TORCH_CHECK(biases.size() == weights.size(), "FusedProjection: some projections have a bias and some do not");
+  return y + bias_.get(biases, x.scalar_type());
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
@@ -32,17 +39,21 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
   const double std = c.initializer_range;
-  q_proj = register_module("q_proj", Projection(c.hidden_size, heads_ * head_dim_, std));
-  k_proj = register_module("k_proj", Projection(c.hidden_size, kv_heads_ * head_dim_, std));
-  v_proj = register_module("v_proj", Projection(c.hidden_size, kv_heads_ * head_dim_, std));
+  const bool bias = c.qkv_bias();
+  q_proj = register_module("q_proj", Projection(c.hidden_size, heads_ * head_dim_, std, bias));
+  k_proj = register_module("k_proj", Projection(c.hidden_size, kv_heads_ * head_dim_, std, bias));
+  v_proj = register_module("v_proj", Projection(c.hidden_size, kv_heads_ * head_dim_, std, bias));
   o_proj = register_module("o_proj", Projection(heads_ * head_dim_, c.hidden_size, std));
-  q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
-  k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  if (c.qk_norm()) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+  }
 }
 
 torch::Tensor AttentionImpl::normed_rotated(const torch::Tensor& projected, int64_t heads, const RMSNorm& norm,
                                             const RotaryTables& rotary) const {
-  return norm_rotary(projected.view({projected.size(0), heads, head_dim_}), norm->weight, norm->eps(), rotary);
+  const auto x = projected.view({projected.size(0), heads, head_dim_});
+  return norm ? norm_rotary(x, norm->weight, norm->eps(), rotary) : apply_rotary(x, rotary);
 }
 
 torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const RotaryTables& rotary) {
@@ -51,7 +62,7 @@ torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const Rotar
 
 AttentionImpl::KeysValues AttentionImpl::project_keys_values(const torch::Tensor& x, const RotaryTables& rotary) {
   const int64_t width = kv_heads_ * head_dim_;
-  auto kv = fused_projection(x, {k_proj, v_proj}, kv_weight_).split_with_sizes({width, width}, 1);
+  auto kv = kv_(x, {k_proj, v_proj}).split_with_sizes({width, width}, 1);
   return {normed_rotated(kv[0], kv_heads_, k_norm, rotary), kv[1].view({x.size(0), kv_heads_, head_dim_})};
 }
 
@@ -62,8 +73,9 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context, int64_t layer) {
-  auto heads = rotated_heads(fused_projection(x, {q_proj, k_proj, v_proj}, qkv_weight_), heads_, kv_heads_, q_norm->weight,
-                             k_norm->weight, q_norm->eps(), context.rotary);
+  auto heads = q_norm ? rotated_heads(qkv_(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, q_norm->weight,
+                                      k_norm->weight, q_norm->eps(), context.rotary)
+                      : rotated_heads(qkv_(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, context.rotary);
   if (context.cache != nullptr) {
     const bool continues = context.cache->length() > 0;
     const auto rows = context.cache->extend(layer, heads.k, heads.v);
@@ -81,7 +93,7 @@ DenseMlpImpl::DenseMlpImpl(int64_t hidden, int64_t intermediate, double init_std
 }
 
 torch::Tensor DenseMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(swiglu(fused_projection(x, {gate_proj, up_proj}, gate_up_weight_)));
+  return down_proj(swiglu(gate_up_(x, {gate_proj, up_proj})));
 }
 
 }  // namespace topotrain::model

@@ -253,7 +253,7 @@ torch::Tensor linear_cross_entropy_sum(const torch::Tensor& hidden, const torch:
   return linear_cross_entropy(hidden, weight, targets, options).loss;
 }
 
-LmLoss lm_loss(Qwen3CausalLMImpl& model, const torch::Tensor& hidden, const PackedBatch& batch, int64_t chunk_rows) {
+LmLoss lm_loss(CausalLMImpl& model, const torch::Tensor& hidden, const PackedBatch& batch, int64_t chunk_rows) {
   const NextTokenTargets next = next_token_targets(batch);
   LmLoss out;
   out.num_targets = next.rows.size(0);

@@ -11,8 +11,9 @@ double round_gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 
 
 ParameterCounts count_parameters(const ModelConfig& c) {
   const int64_t h = c.hidden_size;
-  const int64_t attention = h * c.num_attention_heads * c.head_dim * 2 + h * c.num_key_value_heads * c.head_dim * 2 +
-                            2 * c.head_dim /* q_norm, k_norm */ + 2 * h /* layer norms */;
+  const int64_t q_width = c.num_attention_heads * c.head_dim, kv_width = c.num_key_value_heads * c.head_dim;
+  const int64_t attention = h * q_width * 2 + h * kv_width * 2 + (c.qk_norm() ? 2 * c.head_dim : 0) +
+                            (c.qkv_bias() ? q_width + 2 * kv_width : 0) + 2 * h /* layer norms */;
   ParameterCounts n;
   n.embedding = c.vocab_size * h * (c.tie_word_embeddings ? 1 : 2);
   n.total = n.active = n.embedding + h /* final norm */;
@@ -58,7 +59,7 @@ std::string describe(const ModelConfig& config) {
   const TrainingMemory m = estimate_training_memory(config);
   std::ostringstream out;
   out.precision(1);
-  out << std::fixed << config.source << ": " << (config.is_moe() ? "Qwen3-MoE" : "Qwen3 dense") << ", "
+  out << std::fixed << config.source << ": " << config.family_name() << ", "
       << config.num_hidden_layers << " layers, hidden " << config.hidden_size << ", "
       << static_cast<double>(n.total) / 1e6 << "M parameters (" << static_cast<double>(n.active) / 1e6
       << "M active per token); training state " << round_gib(m.total()) << " GiB (fp32 master "

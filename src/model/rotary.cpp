@@ -1,5 +1,7 @@
 #include "topotrain/model/rotary.h"
 
+#include <cmath>
+
 #include "kernel_launch.h"
 #include "topotrain/model/layers.h"
 
@@ -133,11 +135,34 @@ class RotatedHeadsFunction : public torch::autograd::Function<RotatedHeadsFuncti
 
 }  // namespace
 
-RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype) {
-  auto exponent = torch::arange(0, head_dim, 2, positions.options().dtype(torch::kInt64)).to(torch::kFloat32) /
-                  static_cast<double>(head_dim);
+torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const std::optional<Llama3RopeScaling>& scaling,
+                                       const torch::Device& device) {
+  const auto exponent = torch::arange(0, head_dim, 2, torch::TensorOptions(torch::kInt64).device(device))
+                            .to(torch::kFloat32) /
+                        static_cast<double>(head_dim);
   auto inv_freq = 1.0 / torch::pow(theta, exponent);
-  auto freqs = positions.to(torch::kFloat32).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, D/2]
+  if (!scaling) return inv_freq;
+  const double factor = scaling->factor, low = scaling->low_freq_factor, high = scaling->high_freq_factor;
+  const auto context = static_cast<double>(scaling->original_max_position_embeddings);
+  const double low_freq_wavelen = context / low, high_freq_wavelen = context / high;
+  const auto wavelen = 2 * M_PI / inv_freq;
+  // Long wavelengths stretched by the factor, short ones kept, the band between blended.
+  auto scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+  const auto smooth = (context / wavelen - low) / (high - low);
+  const auto smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+  const auto medium = (wavelen >= high_freq_wavelen).logical_and(wavelen <= low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled);
+}
+
+RotaryTables rotary_tables(const torch::Tensor& positions, const ModelConfig& config, torch::ScalarType dtype) {
+  return rotary_tables(
+      positions, rope_inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling, positions.device()),
+      dtype);
+}
+
+RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& inverse_frequencies,
+                           torch::ScalarType dtype) {
+  auto freqs = positions.to(torch::kFloat32).unsqueeze(1) * inverse_frequencies.unsqueeze(0);  // [T, D/2]
   auto angles = torch::cat({freqs, freqs}, -1).unsqueeze(1);                        // [T, 1, D]
   return {angles.cos().to(dtype), angles.sin().to(dtype)};
 }
@@ -178,6 +203,13 @@ RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t 
   auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
   return {norm_rotary(heads_at(parts[0], q_heads), q_norm_weight, eps, tables),
           norm_rotary(heads_at(parts[1], kv_heads), k_norm_weight, eps, tables), heads_at(parts[2], kv_heads)};
+}
+
+RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads, const RotaryTables& tables) {
+  const int64_t tokens = fused.size(0), dim = fused.size(1) / (q_heads + 2 * kv_heads);
+  auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
+  return {apply_rotary(parts[0].view({tokens, q_heads, dim}), tables),
+          apply_rotary(parts[1].view({tokens, kv_heads, dim}), tables), parts[2].view({tokens, kv_heads, dim})};
 }
 
 }  // namespace topotrain::model

@@ -238,7 +238,7 @@ std::vector<std::int64_t> worst_fill(const BudgetBounds& bounds, std::int64_t bu
 
 double longest_first(std::int64_t length) { return static_cast<double>(length); }
 
-BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net) {
+BudgetStage language_model_stage(model::CausalLMImpl& net) {
   BudgetStage stage;
   stage.name = "trainer";
   stage.vocab_size = net.config().vocab_size;

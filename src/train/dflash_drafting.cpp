@@ -247,7 +247,7 @@ Outcome Drafting::run() {
 
 }  // namespace drafting
 
-Runtime::Outcome run_dflash_drafting(JobContext& context, model::Qwen3CausalLM& target,
+Runtime::Outcome run_dflash_drafting(JobContext& context, model::CausalLM& target,
                                      const model::DFlashConfig& config, const torch::Device& device) {
   return drafting::Drafting(context, target, config, device).run();
 }

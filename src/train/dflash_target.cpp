@@ -24,7 +24,7 @@ namespace {
 
 class Target {
  public:
-  Target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+  Target(JobContext& context, model::CausalLM& target, const model::DFlashConfig& config,
          const torch::Device& device);
   Runtime::Outcome run();
 
@@ -47,7 +47,7 @@ class Target {
   JobContext& context_;
   const RunConfig& run_;
   const Topology& topology_;
-  model::Qwen3CausalLM& target_;
+  model::CausalLM& target_;
   torch::Device device_;
   int rank_;
   int drafter_;
@@ -66,7 +66,7 @@ class Target {
   std::int64_t sent_ = 0, tokens_ = 0;
 };
 
-Target::Target(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& config,
+Target::Target(JobContext& context, model::CausalLM& target, const model::DFlashConfig& config,
                const torch::Device& device)
     : context_(context),
       run_(context.config),
@@ -229,7 +229,7 @@ Runtime::Outcome Target::run() {
 
 }  // namespace
 
-Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
+Runtime::Outcome run_dflash_target(JobContext& context, model::CausalLM& target,
                                    const model::DFlashConfig& config, const torch::Device& device) {
   return Target(context, target, config, device).run();
 }

@@ -5,7 +5,7 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/model/dflash_config.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/dflash_drafting.h"
 #include "topotrain/train/dflash_target.h"
 #include "topotrain/train/job_exit.h"
@@ -34,7 +34,7 @@ void train_dflash(JobContext& context) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   at::set_num_threads(static_cast<int>(std::max(1u, cores / static_cast<unsigned>(runtime.local_size()))));
   torch::manual_seed(context.config.step.seed);
-  model::Qwen3CausalLM target(config.target);
+  model::CausalLM target(config.target);
   load_model_weights(runtime, context.config.weights, *target);
   at::set_num_threads(1);
   const Runtime::Outcome outcome = runtime.role() == "target" ? run_dflash_target(context, target, config, device)

@@ -112,7 +112,7 @@ model::DFlashBatch drafter_batch(const comm::PackedHiddenBatch& in, const model:
 
 class Drafting {
  public:
-  Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& dflash,
+  Drafting(JobContext& context, model::CausalLM& target, const model::DFlashConfig& dflash,
            const torch::Device& device);
   Outcome run();
 
@@ -181,7 +181,7 @@ class Drafting {
   bool held_out_ = false;
   std::uint64_t train_samples_ = 0, held_out_documents_ = 0;
   std::shared_ptr<const data::TokenDataset> held_out_set_;  // with train.eval_speculate
-  model::Qwen3CausalLM target_;  // the whole target, for train.eval_speculate
+  model::CausalLM target_;  // the whole target, for train.eval_speculate
   std::deque<comm::PackedHiddenBatch> paused_;  // received before a held-out pass, not yet taken
   std::string early_close_;                     // seen by a link a held-out pass replaced
 };

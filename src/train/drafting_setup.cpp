@@ -14,7 +14,7 @@
 
 namespace topotrain::drafting {
 
-Drafting::Drafting(JobContext& context, model::Qwen3CausalLM& target, const model::DFlashConfig& dflash,
+Drafting::Drafting(JobContext& context, model::CausalLM& target, const model::DFlashConfig& dflash,
                    const torch::Device& device)
     : context_(context),
       config_(context.config),

@@ -44,7 +44,7 @@ bool held_out_due(std::int64_t eval_every, std::int64_t step, bool last) {
 
 bool HeldOutEval::due(std::int64_t step, bool last) const { return held_out_due(every_, step, last); }
 
-HeldOutLoss HeldOutEval::evaluate(model::Qwen3CausalLMImpl& net, MPI_Comm group) const {
+HeldOutLoss HeldOutEval::evaluate(model::CausalLMImpl& net, MPI_Comm group) const {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
   for (const PackedBatch& host : mine_) {

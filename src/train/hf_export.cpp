@@ -12,7 +12,7 @@
 #include "topotrain/data/tokenizer_files.h"
 #include "topotrain/model/dflash_hf.h"
 #include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/train/run_setup.h"
 #include "topotrain/train/trained_models.h"
@@ -122,7 +122,7 @@ HfExportResult export_hf(const HfExportOptions& options) {
   } else {
     result.config = target_config_at(*checkpoint);
     prepare_out_dir(options.out_dir, options.force);
-    model::Qwen3CausalLM model(result.config);
+    model::CausalLM model(result.config);
     load_model_tensors(*checkpoint, named_parameters_of(*model));
     written = model::save_hf_checkpoint(*model, options.out_dir, options.dtype, max_shard_bytes);
     // The tokenizer and generation settings the model was trained with, so that
@@ -152,7 +152,7 @@ std::string describe(const HfExportResult& result) {
   const std::string what =
       drafter ? cat(model::kDFlashArchitecture, ": ", drafter->num_draft_layers, " layers, block ", drafter->block_size,
                     ", for a target of ", result.config.num_hidden_layers, " layers trained as ", result.config.source)
-              : cat(result.config.source, ", ", result.config.is_moe() ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM");
+              : cat(result.config.source, ", ", result.config.architecture());
   std::string text = cat("exported ", result.checkpoint, " (step ", result.step, ", ", what, ") as ",
                          result.dtype == torch::kFloat32 ? "fp32" : "bf16", ":\n");
   std::uint64_t total = 0;

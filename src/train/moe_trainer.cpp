@@ -11,7 +11,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/model_cost.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/held_out_eval.h"
@@ -24,12 +24,12 @@
 namespace topotrain {
 namespace {
 
-model::Qwen3CausalLM build_model(const JobContext& context, const torch::Device& device) {
+model::CausalLM build_model(const JobContext& context, const torch::Device& device) {
   const RunConfig& config = context.config;
   // Identical initialisation on every rank (same seed); the session broadcasts rank 0's
   // weights anyway.
   torch::manual_seed(config.step.seed);
-  model::Qwen3CausalLM net(config.model);
+  model::CausalLM net(config.model);
   load_model_weights(context.runtime, config.weights, *net);
   net->to(device);
   net->set_compute_dtype(compute_dtype(config.dtype, device));
@@ -69,7 +69,7 @@ struct AgreedLoss {
   double lm, aux, load;
 };
 
-void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, const PackedBatch& micro_batch,
+void train_micro_batch(TrainingSession& session, model::CausalLMImpl& net, const PackedBatch& micro_batch,
                        const torch::Device& device, LossSums& sums) {
   // On CUDA the prefetcher copied the batch on its own stream (its spans are the step's
   // h2d); here it only changes hands.
@@ -95,7 +95,7 @@ void train_micro_batch(TrainingSession& session, model::Qwen3CausalLMImpl& net, 
 }
 
 // The held-out loss after the step just trained (TrainingSession::evaluate_held_out).
-double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, model::Qwen3CausalLMImpl& net,
+double evaluate_held_out(TrainingSession& session, const HeldOutEval& held_out, model::CausalLMImpl& net,
                          MPI_Comm group) {
   return session
       .evaluate_held_out(
@@ -125,7 +125,7 @@ void train_moe(JobContext& context) {
   const torch::Device device = torch_device(runtime.device());
   const int world = runtime.world_size();
   at::set_num_threads(1);
-  model::Qwen3CausalLM net = build_model(context, device);
+  model::CausalLM net = build_model(context, device);
   const TrainingData data = load_training_data(config);
   const std::shared_ptr<const data::TokenDataset>& dataset = data.train;
   // train.token_budget = "auto": every launch measures it, before the session.

@@ -66,7 +66,7 @@ std::unique_ptr<TimingLog> open_timing_log(const std::string& run_dir, const Run
   return std::make_unique<TimingLog>(run_dir, runtime.world(), runtime.role(), std::move(config));
 }
 
-void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model) {
+void load_model_weights(const Runtime& runtime, const std::string& weights, model::CausalLMImpl& model) {
   if (weights.empty()) return;
   const auto started = std::chrono::steady_clock::now();
   std::string error;

@@ -43,7 +43,7 @@ std::string count_text(double count) {
 
 std::string model_text(const model::ModelConfig& config) {
   const model::ParameterCounts n = model::count_parameters(config);
-  return cat(config.source, " (", config.is_moe() ? "Qwen3-MoE" : "Qwen3 dense", ", ", config.num_hidden_layers,
+  return cat(config.source, " (", config.family_name(), ", ", config.num_hidden_layers,
              " layers, hidden ", config.hidden_size, "): ", count_text(static_cast<double>(n.total)), " parameters",
              config.is_moe() ? cat(", ", count_text(static_cast<double>(n.active)), " active per token") : "");
 }

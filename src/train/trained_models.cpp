@@ -23,7 +23,7 @@ constexpr const char* kResumeOnce =
     "resume its run for one step with this topotrain (--resume PATH) to write a checkpoint that does";
 
 ConfigError drafter_as_target(const std::string& what) {
-  return ConfigError(cat(what, " holds a DFlash drafter, not a Qwen3 model: name it where a drafter is asked for "
+  return ConfigError(cat(what, " holds a DFlash drafter, not a model to train or serve as a target: name it where a drafter is asked for "
                                "(dflash_train's model.draft_weights, a decoder's drafter) and name the target it was "
                                "trained against here"));
 }
@@ -95,7 +95,7 @@ model::ModelConfig target_config_at(const std::string& path) {
   return config;
 }
 
-void load_target_weights(const std::string& path, model::Qwen3CausalLMImpl& model) {
+void load_target_weights(const std::string& path, model::CausalLMImpl& model) {
   if (const auto checkpoint = target_checkpoint_at(path)) {
     const auto stored = stored_model_config(checkpoint->file, checkpoint->header);
     if (stored && !stored->same_model(model.config()))
@@ -109,8 +109,8 @@ void load_target_weights(const std::string& path, model::Qwen3CausalLMImpl& mode
   model::load_hf_checkpoint(model, path);
 }
 
-model::Qwen3CausalLM load_target_model(const std::string& path) {
-  model::Qwen3CausalLM target(target_config_at(path));
+model::CausalLM load_target_model(const std::string& path) {
+  model::CausalLM target(target_config_at(path));
   load_target_weights(path, *target);
   return target;
 }
@@ -123,7 +123,7 @@ model::DFlashConfig drafter_config_at(const std::string& path) {
     const CheckpointState header = CheckpointReader::load_header(*checkpoint);
     if (!holds_drafter(header))
       throw ConfigError(cat("checkpoint ", *checkpoint, " holds model '", header.model_identity,
-                            "', not a DFlash drafter: a Qwen3 or Qwen3-MoE model is a target (dflash_train's "
+                            "', not a DFlash drafter: a Qwen3, Llama or Qwen2 model is a target (dflash_train's "
                             "model.weights); a drafter is what dflash_train trains against one"));
     if (auto config = stored_drafter_config(*checkpoint, header)) return *config;
     throw ConfigError(cat("checkpoint ", *checkpoint, " holds a DFlash drafter written by a topotrain older than "
@@ -139,7 +139,7 @@ void load_drafter_weights(const std::string& path, model::DFlashDrafterImpl& dra
     model::load_dflash_hf(drafter, path);
 }
 
-model::DFlashDrafter load_drafter_model(const std::string& path, model::Qwen3CausalLMImpl& target) {
+model::DFlashDrafter load_drafter_model(const std::string& path, model::CausalLMImpl& target) {
   model::DFlashConfig config = drafter_config_at(path);
   config.check_target(target.config());
   config.target = target.config();

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# hf test hf_dflash_export_logits: an exported DFlash drafter's logits, topotrain's against a
+# dflash_export_logits.sh WORK (hf tests hf_dflash_export_logits, hf_dflash_FAMILY through
+# tests/hf/dflash_family.sh): an exported DFlash drafter's logits, topotrain's against a
 # draft forward written on transformers' Qwen3 modules from the exported folders alone, fp32 on
 # CPU. tests/hf/dflash_pair.sh trains and exports a tiny target and a two-layer drafter of block
 # 4 (taps 0 and 1); bench/dflash/drafter_logits runs topotrain's drafter through its training
@@ -9,9 +10,7 @@
 # logits (both in fp32: only summation order differs).
 set -euo pipefail
 python=${TOPOTRAIN_PYTHON:?TOPOTRAIN_PYTHON must name python3 with torch and transformers}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-bash tests/hf/dflash_pair.sh "$work"
+work=${1:?WORK: a folder tests/hf/dflash_pair.sh has filled (tests/hf/dflash_family.sh runs both)}
 
 "$python" - "$work" <<'PY'
 import json, sys

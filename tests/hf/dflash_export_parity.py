@@ -4,18 +4,19 @@
     dflash_export_parity.py TARGET_HF DRAFTER_HF IN.json FP32.safetensors [--bf16 BF16.safetensors]
                             [--device cuda|cpu]
 
-The hf test hf_dflash_export_logits runs it on CPU in fp32 (tests/hf/dflash_export_logits.sh),
+The hf tests hf_dflash_export_logits and hf_dflash_FAMILY run it on CPU in fp32 (tests/hf/dflash_export_logits.sh),
 bench/dflash/speculate.sh on a GPU in fp32 and bf16; tests/hf/dflash_speculate.py decodes with
 the same two models (load_models, target_forward, Drafter).
 
-TARGET_HF is topotrain-export's folder of the target (a Qwen3 model), DRAFTER_HF its folder of
+TARGET_HF is topotrain-export's folder of the target (Qwen3, Llama or Qwen2), DRAFTER_HF its folder of
 the drafter, IN.json {"tokens": [...], "anchors": [...]}, and FP32/BF16.safetensors what
 bench/dflash/drafter_logits wrote for them in that compute dtype: `taps` [T, taps * H] and
 `logits` [anchors, B, V].
 
 Here the target runs in transformers (AutoModelForCausalLM, eager attention) and the draft
 forward is written again from the DFlash format's description, on transformers' Qwen3 modules
-(Qwen3RMSNorm, Qwen3MLP, Qwen3RotaryEmbedding, apply_rotary_pos_emb) loaded with the drafter
+(Qwen3RMSNorm, Qwen3MLP, Qwen3RotaryEmbedding: the drafter config's RoPE, a Llama target's llama3
+scaling included; apply_rotary_pos_emb) loaded with the drafter
 folder's tensors by name (strict: a tensor missing, extra or of another shape fails):
 
     taps     = concat of hidden_states[i + 1] for i in dflash_config.target_layer_ids

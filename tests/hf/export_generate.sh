@@ -18,6 +18,8 @@
 #
 #   TOPOTRAIN_PYTHON=... TOPOTRAIN_BIN=build/bin tests/hf/export_generate.sh
 #
+# GENERATE_FAMILY: llama or qwen2 trains tests/hf/tiny_config.sh's model of that family instead
+# of the preset (exported as LlamaForCausalLM / Qwen2ForCausalLM), and skips the Qwen3 tokenizer.
 # GENERATE_DEVICE: cpu (default) or a GPU index; GENERATE_PRESET (tiny-dense), GENERATE_STEPS (100),
 # GENERATE_BUDGET (tokens a step, 1024), GENERATE_LR (3e-3), GENERATE_CONVERSATIONS (600),
 # GENERATE_MAX_NEW (48 tokens a response) size the run: tiny-dense's loss is 0.9 at 100 steps,
@@ -72,8 +74,14 @@ if [[ -z ${TOKENIZER_DIR:-} ]]; then
 fi
 "$python" data/chat_demo.py 1 "$conversations" > "$work/chat-train.jsonl"
 "$python" data/chat_demo.py 2 16 > "$work/chat-eval.jsonl"
-train chat "$tokenizer" "$work/chat-train.jsonl" "$steps"
-echo "trained $preset to $(grep -o 'step [0-9]* | loss [0-9.]*' "$work/chat-train.log" | tail -1), exported"
+family_model=() model_name=$preset
+if [[ -n ${GENERATE_FAMILY:-} ]]; then
+  bash tests/hf/tiny_config.sh "$GENERATE_FAMILY" >"$work/family-config.json"
+  family_model=(--set model.config="$work/family-config.json")
+  model_name="a tiny $GENERATE_FAMILY model"
+fi
+train chat "$tokenizer" "$work/chat-train.jsonl" "$steps" "${family_model[@]}"
+echo "trained $model_name to $(grep -o 'step [0-9]* | loss [0-9.]*' "$work/chat-train.log" | tail -1), exported"
 run "$work/prompts.log" "$python" tests/hf/export_generate.py prompts "$work/chat-hf" "$work/chat-eval.jsonl" 16 \
   "$work/prompts.jsonl"
 run "$work/greedy.log" "$bin/greedy_continuation" "$work/chat-hf" "$work/prompts.jsonl" 16 "$max_new" \
@@ -91,8 +99,8 @@ status=0
   status=1
 
 qwen3=${QWEN3_TOKENIZER_DIR:-$root/../shared/data/qwen3-tokenizer}
-if [[ -n ${TOKENIZER_DIR:-} ]]; then
-  echo "SKIP the Qwen3 tokenizer export: TOKENIZER_DIR ($TOKENIZER_DIR) was the one checked"
+if [[ -n ${TOKENIZER_DIR:-} || -n ${GENERATE_FAMILY:-} ]]; then
+  echo "SKIP the Qwen3 tokenizer export: TOKENIZER_DIR or GENERATE_FAMILY is set (that run was the one checked)"
 elif [[ ! -f $qwen3/tokenizer.json ]]; then
   echo "SKIP the Qwen3 tokenizer export: no tokenizer.json in $qwen3 (QWEN3_TOKENIZER_DIR names a Qwen3 tokenizer folder)"
 else

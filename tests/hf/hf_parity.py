@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Reference outputs from HF transformers for topotrain's Qwen3 parity check (hf_parity).
+"""Reference outputs from HF transformers for topotrain's model parity check (hf_parity).
 
-For a small random Qwen3 (dense) and Qwen3-MoE config this builds the model with
+For small random configs of each family topotrain builds (CASES: Qwen3 dense, Qwen3-MoE,
+Llama 3.x with llama3 RoPE scaling, Qwen2 with q/k/v biases) this builds the model with
 transformers, writes it with save_pretrained into OUT/<name>/model, and writes
 OUT/<name>/reference.safetensors holding a packed batch of documents of several lengths
 (tokens, positions, cu_seqlens), HF's fp32 logits for it, the loss and the gradient of every
@@ -14,7 +15,7 @@ never depends on HF's own packing support. The loss is
 with aux = transformers' load_balancing_loss_func over the router logits of all
 documents (concatenated per layer, as one packed batch would give them).
 
-    python3 tests/hf/hf_parity.py OUT_DIR      (tests/hf/qwen3_logits.sh runs it, then hf_parity)
+    python3 tests/hf/hf_parity.py OUT_DIR      (tests/hf/model_logits.sh runs it, then hf_parity)
 
 With --export NAME=MODEL_DIR (repeatable) it builds no models: it loads each directory
 that topotrain-export wrote with AutoModelForCausalLM.from_pretrained in fp32 and writes
@@ -28,7 +29,8 @@ import os
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 
 COMMON = dict(vocab_size=1024, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
@@ -46,6 +48,20 @@ CASES = {
                 dict(COMMON, intermediate_size=256, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=4,
                      norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.01,
                      tie_word_embeddings=False)),
+    # Llama 3.x: no q/k norm, untied, head_dim apart from hidden / heads (48, not 32), and RoPE
+    # scaling of rope_type llama3 with original_max_position_embeddings 32, so that the
+    # documents' positions (up to 89) meet all three bands: wavelengths kept (< 8), blended
+    # (8-32) and stretched by the factor (> 32).
+    "llama": (LlamaConfig, LlamaForCausalLM,
+              dict(COMMON, intermediate_size=256, tie_word_embeddings=False, head_dim=48,
+                   rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
+                                        high_freq_factor=4.0, original_max_position_embeddings=32))),
+    # Qwen2/2.5: biases on q, k and v (random here: HF initialises them at zero), no q/k norm,
+    # tied, head_dim 64 apart from hidden / heads, its sliding-window setting off as Qwen2.5's
+    # configs have it.
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM,
+              dict(COMMON, intermediate_size=256, tie_word_embeddings=True,
+                   rope_parameters=dict(rope_type="default", rope_theta=1000000.0), use_sliding_window=False)),
 }
 DOC_LENGTHS = [37, 64, 5, 90]
 # Documents of one length: the packed batch is a dense grid as it is (cuDNN's kernel on a GPU).
@@ -86,6 +102,10 @@ def build_case(name, out_dir, seed):
     cfg = config_cls(**fields)
     cfg._attn_implementation = "eager"
     model = model_cls(cfg).float().eval()
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            if parameter_name.endswith(".bias"):
+                parameter.normal_(0.0, 0.5)
     model_dir = os.path.join(out_dir, name, "model")
     model.save_pretrained(model_dir, safe_serialization=True)
     with open(os.path.join(model_dir, "config.json")) as f:

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Ten optimizer steps of moe_train against transformers + torch.optim.AdamW on the same batches.
 
-What is checked: a tiny Qwen3-MoE (one MoE layer, one dense layer) with random weights saved by
-transformers' save_pretrained is trained by moe_train for 10 optimizer steps on 2 CPU ranks at
+What is checked: a tiny model of one family (--family: Qwen3-MoE with one MoE layer and one
+dense layer, the default; Llama 3.x with llama3 RoPE scaling, untied; Qwen2 with random q/k/v
+biases, tied) with random weights saved by transformers' save_pretrained is trained by moe_train for 10 optimizer steps on 2 CPU ranks at
 grad_accum 2, fp32, with gradient clipping active on every step, a warmup + cosine LR schedule
 and weight decay. The same model, loaded by transformers, is trained in one process by
 torch.optim.AdamW on the same packed micro-batches. Per step, the LM loss, the router's aux
-loss, the gradient norm before clipping and the learning rate in moe_train's metrics.jsonl must
+loss (MoE only), the gradient norm before clipping and the learning rate in moe_train's metrics.jsonl must
 match the reference's; after the last step, every weight of the checkpoint topotrain-export
 writes must match the reference's.
 
@@ -34,7 +35,8 @@ measured here with 20x or more to spare):
     gradient norm before clipping 1e-5 (<= 4e-7), the learning rate 1e-9 (both compute it in
     double: equal);
   * per weight tensor, ||final - reference final|| <= 1e-4 x ||reference final - initial||, the
-    error relative to what the ten steps changed (measured <= 4e-6). Adam divides by the root of
+    error relative to what the ten steps changed (measured <= 4e-6; Qwen2's k_proj.bias, whose
+    gradient is zero but for rounding, relative to ||reference final|| instead). Adam divides by the root of
     the running squared gradient, which passes relative gradient noise on to the update whole,
     and the steps compound it; at train.lr 2e-2 the trajectory turns steep enough (a gradient
     norm spike of 6, mostly the embedding's) that the noise grows to 6e-5 in one step, so the
@@ -90,23 +92,40 @@ def documents():
     return texts
 
 
-def save_initial_model(folder):
-    """A tiny Qwen3-MoE in transformers' random initialisation, norms and router spread out
-    (HF initialises norms to 1 and the router at std 0.02): weights a loader could confuse
-    differ, and the top-2 choices win by margins (>= 7e-5 in probability, measured over the ten
-    steps) far above rounding, so both sides route every token alike."""
-    config = transformers.Qwen3MoeConfig(
-        vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
-        mlp_only_layers=[1], norm_topk_prob=True, router_aux_loss_coef=0.01, max_position_embeddings=256,
-        tie_word_embeddings=False, rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+SHAPE = dict(vocab_size=320, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=8, max_position_embeddings=256, rms_norm_eps=1e-6)
+FAMILIES = {
+    "qwen3_moe": lambda: transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+        **SHAPE, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, mlp_only_layers=[1],
+        norm_topk_prob=True, router_aux_loss_coef=0.01, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    # head_dim 8 at theta 10000: RoPE's wavelengths 6.3, 63, 628, 6283 fall in all three of
+    # llama3's bands for original_max_position_embeddings 64 (kept < 16, blended 16-64, stretched > 64).
+    "llama": lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        **SHAPE, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        **SHAPE, tie_word_embeddings=True, use_sliding_window=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+}
+
+
+def save_initial_model(folder, family):
+    """A tiny model of `family` in transformers' random initialisation, norms spread out (HF
+    initialises them to 1), and so are Qwen2's q/k/v biases (HF: 0) and the MoE router (HF: std
+    0.02): weights a loader could confuse differ, and the top-2 choices win by margins (>= 7e-5
+    in probability, measured over the ten steps) far above rounding, so both sides route every
+    token alike."""
     torch.manual_seed(11)
-    model = transformers.Qwen3MoeForCausalLM(config)
+    model = FAMILIES[family]()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.add_(0.1 * torch.randn_like(p))
             elif name.endswith("mlp.gate.weight"):
+                p.normal_(0.0, 0.3)
+            elif name.endswith(".bias"):
                 p.normal_(0.0, 0.3)
     model.save_pretrained(folder)
 
@@ -196,6 +215,7 @@ def train_reference(hf_init, docs, steps):
     model = transformers.AutoModelForCausalLM.from_pretrained(hf_init, dtype=torch.float32, attn_implementation="sdpa")
     model.train()
     config = model.config
+    moe = config.model_type == "qwen3_moe"
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": SETTINGS["weight_decay"]},
@@ -213,14 +233,16 @@ def train_reference(hf_init, docs, steps):
             # Rows whose next token is in the same document.
             rows = torch.cat([torch.arange(len(docs[i]) - 1) + sum(len(docs[j]) for j in mb[:n])
                               for n, i in enumerate(mb)])
-            out = model(input_ids=tokens[None], position_ids=positions[None], output_router_logits=True,
-                        use_cache=False)
+            out = model(input_ids=tokens[None], position_ids=positions[None], use_cache=False,
+                        **(dict(output_router_logits=True) if moe else {}))
             ce = torch.nn.functional.cross_entropy(out.logits[0, rows].float(), tokens[rows + 1], reduction="sum")
             share = len(tokens) / global_tokens
-            loss = ce / global_targets + config.router_aux_loss_coef * share * out.aux_loss
+            loss = ce / global_targets
+            if moe:
+                loss = loss + config.router_aux_loss_coef * share * out.aux_loss
+                aux_sum += out.aux_loss.item() * share
             loss.backward()
             loss_sum += ce.item()
-            aux_sum += out.aux_loss.item() * share
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), SETTINGS["clip"]).item()
         lr = learning_rate(index, SETTINGS["lr"], SETTINGS["min_lr_ratio"], SETTINGS["warmup"], STEPS)
         for group in optimizer.param_groups:
@@ -240,7 +262,8 @@ def compare_steps(ours, reference):
         for key in ("loss", "aux_loss", "grad_norm", "lr"):
             if a.get(key) is None:
                 fail(f"metrics.jsonl step {step} has no {key}")
-            rel[key] = abs(a[key] - b[key]) / abs(b[key])
+            # A dense model's aux loss is zero on both sides: its error is absolute.
+            rel[key] = abs(a[key] - b[key]) / (abs(b[key]) or 1.0)
             if not rel[key] <= BOUNDS[key]:
                 failures.append(f"step {step} {key}: {a[key]:.8g} vs reference {b[key]:.8g} "
                                 f"(relative {rel[key]:.2e} > {BOUNDS[key]:.0e})")
@@ -266,7 +289,10 @@ def compare_weights(exported, hf_init, reference):
         if name not in ours:
             failures.append(f"{exported} lacks {name}")
             continue
-        moved = (ref - start[name]).norm().item()
+        # k_proj's bias adds q . b to every score of a query alike, which softmax cancels: its
+        # gradient is zero but for rounding, so what the steps moved it is rounding noise that
+        # Adam scales up. Its error is taken relative to the tensor itself instead.
+        moved = (ref if name.endswith("k_proj.bias") else ref - start[name]).norm().item()
         error = (ours[name] - ref).norm().item() / moved
         worst = max(worst, (error, name))
         if not error <= BOUNDS["weights"]:
@@ -280,6 +306,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bin", default=os.environ.get("TOPOTRAIN_BIN"), help="topotrain's bin/ (TOPOTRAIN_BIN)")
     parser.add_argument("--keep", help="work in this new or empty folder and keep it (default: a temporary one)")
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="qwen3_moe", help="the model's family")
     args = parser.parse_args()
     if not args.bin or not os.path.isfile(os.path.join(args.bin, "moe_train")):
         fail(f"no moe_train in --bin / TOPOTRAIN_BIN ('{args.bin}'): point it at the build's bin/")
@@ -295,7 +322,7 @@ def main():
         texts = documents()
         docs = [list(t.encode("ascii")) + [EOS] for t in texts]
         hf_init = os.path.join(work, "hf-init")
-        save_initial_model(hf_init)
+        save_initial_model(hf_init, args.family)
         run_dir, exported = train_topotrain(args.bin, work, hf_init, texts)
         ours = read_metrics(run_dir)
         steps = read_micro_batches(run_dir, docs)
@@ -307,7 +334,8 @@ def main():
     if failures:
         shown = failures[:12] + ([f"... and {len(failures) - 12} more"] if len(failures) > 12 else [])
         fail("moe_train's trajectory left the reference's:\n  " + "\n  ".join(shown))
-    print(f"PASS: {STEPS} steps on {RANKS} ranks x grad_accum {GRAD_ACCUM} match transformers + torch.optim.AdamW")
+    print(f"PASS: {args.family}: {STEPS} steps on {RANKS} ranks x grad_accum {GRAD_ACCUM} match transformers + "
+          "torch.optim.AdamW")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ struct Full {
   torch::Tensor hidden, taps, logits;
 };
 
-Full full_forward(topotrain::model::Qwen3CausalLMImpl& target, const std::vector<int64_t>& sequence,
+Full full_forward(topotrain::model::CausalLMImpl& target, const std::vector<int64_t>& sequence,
                   const std::vector<int64_t>& taps) {
   const auto out = target.forward_backbone(PackedBatch::from_documents({sequence}), taps);
   const auto rows = torch::arange(static_cast<int64_t>(sequence.size()), torch::kInt64);
@@ -32,7 +32,7 @@ Full full_forward(topotrain::model::Qwen3CausalLMImpl& target, const std::vector
 }
 
 // Runs `chunks` of `sequence` in order through `cached` and concatenates what comes out.
-Full cached_forward(topotrain::model::Qwen3CausalLMImpl& target, inf::CachedTarget& cached,
+Full cached_forward(topotrain::model::CausalLMImpl& target, inf::CachedTarget& cached,
                     const std::vector<int64_t>& sequence, int64_t first, const std::vector<int64_t>& chunks) {
   std::vector<torch::Tensor> hidden, taps;
   int64_t at = first;

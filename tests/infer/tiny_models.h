@@ -9,13 +9,13 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/dflash_drafter.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "../tiny_dflash_config.h"
 
 namespace topotrain::test_support {
 
 struct TinyPair {
-  model::Qwen3CausalLM target{nullptr};
+  model::CausalLM target{nullptr};
   model::DFlashDrafter drafter{nullptr};
 };
 
@@ -29,7 +29,7 @@ inline TinyPair tiny_pair(bool moe = false, int64_t block_size = 4) {
     c.target.decoder_sparse_step = 2;
   }
   TinyPair pair;
-  pair.target = model::Qwen3CausalLM(c.target);
+  pair.target = model::CausalLM(c.target);
   pair.drafter = model::DFlashDrafter(c);
   pair.drafter->load_target_tensors(*pair.target);
   return pair;
@@ -50,7 +50,7 @@ inline std::vector<int64_t> random_tokens(int64_t n, int64_t vocab) {
 }
 
 // The next token after `sequence` by a full forward without any cache, on the target's device.
-inline int64_t full_forward_next(model::Qwen3CausalLMImpl& target, const std::vector<int64_t>& sequence) {
+inline int64_t full_forward_next(model::CausalLMImpl& target, const std::vector<int64_t>& sequence) {
   const auto device = target.model->embed_tokens->weight.device();
   const auto out = target.forward_backbone(PackedBatch::from_documents({sequence}).to(device));
   const auto last = torch::tensor({static_cast<int64_t>(sequence.size()) - 1}, torch::kInt64).to(device);
@@ -58,7 +58,7 @@ inline int64_t full_forward_next(model::Qwen3CausalLMImpl& target, const std::ve
 }
 
 // `count` greedy tokens after `prompt`, each from a full forward of the sequence so far.
-inline std::vector<int64_t> reference_greedy(model::Qwen3CausalLMImpl& target, const std::vector<int64_t>& prompt,
+inline std::vector<int64_t> reference_greedy(model::CausalLMImpl& target, const std::vector<int64_t>& prompt,
                                              int64_t count) {
   torch::NoGradGuard no_grad;
   std::vector<int64_t> sequence = prompt, response;

@@ -8,7 +8,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
 #include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 
 namespace mdl = topotrain::model;
@@ -28,7 +28,7 @@ class CheckpointTest : public ::testing::Test {
 
   // Expects loading `checkpoint` into a fresh tiny-moe to fail naming all of `pieces`.
   void expect_load_error(const std::string& checkpoint, const std::vector<std::string>& pieces) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+    mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
     try {
       mdl::load_hf_checkpoint(*model, checkpoint);
       ADD_FAILURE() << "loading " << checkpoint << " did not fail";
@@ -39,7 +39,7 @@ class CheckpointTest : public ::testing::Test {
 
   // The tiny-moe tensors in HF layout, as plain copies that a test may edit.
   mdl::NamedTensors tiny_moe_tensors() {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+    mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
     mdl::NamedTensors out;
     for (const auto& [name, view] : mdl::hf_tensor_views(*model)) out.emplace_back(name, view.detach().clone());
     return out;
@@ -81,7 +81,7 @@ TEST_F(CheckpointTest, ShardedCheckpointWritesAnIndexAndReadsBack) {
 
 TEST_F(CheckpointTest, HfExportUnstacksExpertsAndImportRestoresEveryParameter) {
   for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
-    mdl::Qwen3CausalLM source(mdl::ModelConfig::preset("tiny-moe"));
+    mdl::CausalLM source(mdl::ModelConfig::preset("tiny-moe"));
     mdl::save_hf_checkpoint(*source, dir_, dtype, /*max_shard_bytes=*/200'000);
     const mdl::SafetensorsCheckpoint saved(dir_);
     EXPECT_TRUE(saved.contains("model.layers.0.mlp.experts.7.up_proj.weight"));
@@ -94,7 +94,7 @@ TEST_F(CheckpointTest, HfExportUnstacksExpertsAndImportRestoresEveryParameter) {
     EXPECT_TRUE(torch::equal(saved.load("model.layers.0.mlp.experts.7.up_proj.weight"),
                              stacked[7].narrow(0, inter, inter).to(dtype)));
 
-    mdl::Qwen3CausalLM loaded(mdl::ModelConfig::from_json_file(path("config.json")));
+    mdl::CausalLM loaded(mdl::ModelConfig::from_json_file(path("config.json")));
     mdl::load_hf_checkpoint(*loaded, dir_);
     const auto expected = source->named_parameters();
     for (const auto& item : loaded->named_parameters()) {

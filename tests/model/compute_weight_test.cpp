@@ -8,7 +8,7 @@
 #include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace mdl = topotrain::model;
 using topotrain::PackedBatch;
@@ -68,11 +68,11 @@ TEST_F(ComputeWeightTest, ModelAfterAParameterUpdateComputesWhatAFreshModelDoes)
   for (const char* name : {"tiny-dense", "tiny-moe"}) {
     SCOPED_TRACE(name);
     const auto config = mdl::ModelConfig::preset(name);
-    mdl::Qwen3CausalLM model(config), fresh(config);
+    mdl::CausalLM model(config), fresh(config);
     model->set_compute_dtype(torch::kBFloat16);
     fresh->set_compute_dtype(torch::kBFloat16);
     const auto batch = PackedBatch::from_documents({{1, 5, 9, 2, 7}, {3, 3, 8}});
-    auto loss = [&](mdl::Qwen3CausalLMImpl& m) {
+    auto loss = [&](mdl::CausalLMImpl& m) {
       auto out = m.forward_backbone(batch);
       return mdl::lm_loss(m, out.hidden, batch).loss_sum;
     };

@@ -176,7 +176,7 @@ TEST_F(DFlashDrafterTest, BlocksSeeOnlyTheirDocumentsContextBeforeTheAnchorAndTh
 TEST_F(DFlashDrafterTest, LoadsTheTargetsFrozenTensors) {
   auto config = tiny_config();
   config.target.tie_word_embeddings = true;
-  mdl::Qwen3CausalLM target(config.target);
+  mdl::CausalLM target(config.target);
   mdl::DFlashDrafter d(config);
   d->load_target_tensors(*target);
   EXPECT_TRUE(d->target_embed_tokens.equal(target->model->embed_tokens->weight));

@@ -20,7 +20,7 @@
 #include "topotrain/core/files.h"
 #include "topotrain/model/dflash_hf.h"
 #include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 
 namespace mdl = topotrain::model;
@@ -207,7 +207,7 @@ TEST_F(DFlashHfTest, ReadsBackLoadsAndWritesTheSameBytes) {
 
 TEST_F(DFlashHfTest, RefusesWhatIsNotThisDrafterNamingTheFileAndTheFix) {
   // A Qwen3 model's folder says what it is.
-  mdl::Qwen3CausalLM qwen(config_.target);
+  mdl::CausalLM qwen(config_.target);
   mdl::save_hf_checkpoint(*qwen, path("qwen"));
   std::string message = config_error_of([&] { mdl::read_dflash_hf_config(path("qwen")); });
   EXPECT_NE(message.find(path("qwen/config.json") + " is the config of a Qwen3 model (architectures "
@@ -287,7 +287,7 @@ TEST_F(DFlashHfTest, RefusesWhatIsNotThisDrafterNamingTheFileAndTheFix) {
 // layers with the same weights) whose final hidden is its final norm of that output.
 TEST_F(DFlashHfTest, TapIIsTheOutputOfLayerIAsTheExportNamesIt) {
   const mdl::ModelConfig& full_config = config_.target;
-  mdl::Qwen3CausalLM target(full_config);
+  mdl::CausalLM target(full_config);
   {
     torch::NoGradGuard no_grad;  // norms away from one, so that a wrong norm shows
     for (auto& item : target->named_parameters())
@@ -304,7 +304,7 @@ TEST_F(DFlashHfTest, TapIIsTheOutputOfLayerIAsTheExportNamesIt) {
     SCOPED_TRACE(cat("layer ", layer));
     mdl::ModelConfig cut_config = full_config;
     cut_config.num_hidden_layers = layer + 1;
-    mdl::Qwen3CausalLM cut(cut_config);
+    mdl::CausalLM cut(cut_config);
     for (auto& item : cut->named_parameters()) item.value().copy_(params[item.key()]);
     const auto expected = cut->forward_backbone(batch).hidden;
     const auto& tap = taps[static_cast<std::size_t>(layer)];

@@ -18,7 +18,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/moe.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/rms_norm.h"
 #include "topotrain/model/rotary.h"
 #include "topotrain/model/swiglu.h"
@@ -112,7 +112,8 @@ TEST_F(FusedOpsGpu, NormRotaryOfAStridedSliceMatchesTorchOpsInFp32) {
     auto w32 = (torch::rand({dim}, kBf16.dtype(torch::kFloat32)) + 0.5).requires_grad_();
     auto w32_ref = w32.detach().clone().requires_grad_();
     auto positions = torch::randint(0, 4000, {tokens}, kBf16.dtype(torch::kInt64));
-    const auto tables = mdl::rotary_tables(positions, dim, 1e6, torch::kBFloat16);
+    const auto tables =
+        mdl::rotary_tables(positions, mdl::rope_inverse_frequencies(dim, 1e6, {}, positions.device()), torch::kBFloat16);
     const mdl::RotaryTables tables32{tables.cos.to(torch::kFloat32), tables.sin.to(torch::kFloat32)};
     auto upstream = torch::randn({tokens, heads, dim}, kBf16);
 
@@ -141,7 +142,8 @@ TEST_F(FusedOpsGpu, RotatedHeadsOfAFusedProjectionMatchTorchOpsInFp32) {
   auto [qw, qw_ref] = weights();
   auto [kw, kw_ref] = weights();
   auto positions = torch::randint(0, 4000, {tokens}, kBf16.dtype(torch::kInt64));
-  const auto tables = mdl::rotary_tables(positions, dim, 1e6, torch::kBFloat16);
+  const auto tables =
+        mdl::rotary_tables(positions, mdl::rope_inverse_frequencies(dim, 1e6, {}, positions.device()), torch::kBFloat16);
   const mdl::RotaryTables tables32{tables.cos.to(torch::kFloat32), tables.sin.to(torch::kFloat32)};
 
   auto out = mdl::rotated_heads(fused.bf16, q_heads, kv_heads, qw, kw, 1e-6, tables);
@@ -448,9 +450,9 @@ class ThrowOnDeviceWait {
 TEST_F(FusedOpsGpu, LmLossOfAMaskedBatchEnqueuesWithoutWaitingForTheDevice) {
   const auto config = mdl::ModelConfig::preset("tiny-moe");
   torch::manual_seed(3);
-  mdl::Qwen3CausalLM on_cpu(config);
+  mdl::CausalLM on_cpu(config);
   torch::manual_seed(3);
-  mdl::Qwen3CausalLM on_gpu(config);
+  mdl::CausalLM on_gpu(config);
   on_gpu->to(torch::kCUDA);
   auto batch = topotrain::PackedBatch::from_documents({{5, 6, 7, 8, 9}, {10, 11}, {12, 13, 14, 15, 16, 17, 18}});
   batch.loss_mask = (torch::arange(batch.num_tokens()) % 3 != 0).to(torch::kUInt8);

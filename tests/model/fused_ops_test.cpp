@@ -47,7 +47,8 @@ TEST_F(FusedOpsCpu, NormRotaryOfAColumnSliceRotatesEachHeadByItsPosition) {
   auto x = fused.narrow(1, dim, heads * dim).view({tokens, heads, dim});
   auto weight = torch::rand({dim}) + 0.5;
   auto positions = torch::tensor({0, 1, 2, 7}, torch::kInt64);
-  auto out = mdl::norm_rotary(x, weight, 1e-6, mdl::rotary_tables(positions, dim, 10000.0, torch::kFloat32));
+  const auto inverse_frequencies = mdl::rope_inverse_frequencies(dim, 10000.0, {}, positions.device());
+  auto out = mdl::norm_rotary(x, weight, 1e-6, mdl::rotary_tables(positions, inverse_frequencies, torch::kFloat32));
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
       auto row = x[t][h];

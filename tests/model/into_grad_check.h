@@ -15,7 +15,7 @@
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/accumulate_into_grad.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::model::test_support {
 
@@ -46,7 +46,7 @@ struct IntoGradRun {
 
 // Two micro-batches' forward and backward of `model` (compute dtype bf16) on `device`; `into`
 // opens an AccumulateIntoGrad scope around each.
-inline IntoGradRun train_two_micro_batches(Qwen3CausalLMImpl& model, const torch::Device& device, bool into) {
+inline IntoGradRun train_two_micro_batches(CausalLMImpl& model, const torch::Device& device, bool into) {
   model.to(device);
   model.set_compute_dtype(torch::kBFloat16);
   auto params = model.parameters();
@@ -79,7 +79,7 @@ inline IntoGradRun train_two_micro_batches(Qwen3CausalLMImpl& model, const torch
 inline void expect_into_grad_matches_autograd(const char* preset, const torch::Device& device) {
   SCOPED_TRACE(preset);
   const auto config = ModelConfig::preset(preset);
-  Qwen3CausalLM reference(config), into(config);
+  CausalLM reference(config), into(config);
   {
     torch::NoGradGuard no_grad;
     auto to = into->parameters();

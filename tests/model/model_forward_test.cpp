@@ -1,15 +1,22 @@
-// Forward-path behaviour of the Qwen3 model on CPU, each compared with an independent
-// reference computation.
+// Forward-path behaviour of the decoder (Qwen3, Qwen3-MoE, Llama, Qwen2) on CPU, each compared
+// with an independent reference computation.
+#include <cmath>
+#include <set>
+#include <tuple>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "expert_layout_check.h"
+#include "../readme_listing.h"
 #include "topotrain/core/error.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/model_cost.h"
 #include "topotrain/model/moe.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/rotary.h"
 
 namespace mdl = topotrain::model;
 using topotrain::PackedBatch;
@@ -31,6 +38,26 @@ std::vector<std::vector<int64_t>> random_documents(const std::vector<int64_t>& l
     docs.emplace_back(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len);
   }
   return docs;
+}
+
+// Tiny configs of the other families as their config.json files spell them.
+mdl::ModelConfig tiny_llama() {
+  return mdl::ModelConfig::from_json_text(
+      R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+          "rope_theta": 500000.0, "attention_bias": false, "mlp_bias": false, "pretraining_tp": 1,
+          "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 64}})",
+      "llama.json");
+}
+
+mdl::ModelConfig tiny_qwen2() {
+  return mdl::ModelConfig::from_json_text(
+      R"({"model_type": "qwen2", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": true,
+          "use_sliding_window": false, "sliding_window": 4096, "max_window_layers": 2,
+          "layer_types": ["full_attention", "full_attention"]})",
+      "qwen2.json");
 }
 
 void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tol, const std::string& what) {
@@ -55,19 +82,72 @@ TEST_F(ModelTest, PresetsHaveTheAdvertisedSizes) {
 }
 
 TEST_F(ModelTest, ParameterCountMatchesTheModule) {
-  for (const char* name : {"tiny-dense", "tiny-moe"}) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
+  for (const auto& config : {mdl::ModelConfig::preset("tiny-dense"), mdl::ModelConfig::preset("tiny-moe"),
+                             tiny_llama(), tiny_qwen2()}) {
+    mdl::CausalLM model(config);
     int64_t n = 0;
     for (const auto& p : model->parameters()) n += p.numel();
-    EXPECT_EQ(n, mdl::count_parameters(model->config()).total) << name;
+    EXPECT_EQ(n, mdl::count_parameters(model->config()).total) << config.source;
   }
+}
+
+// The families' switches, by the parameters HF's checkpoints of each hold.
+TEST_F(ModelTest, FamiliesHaveTheirHfParameters) {
+  auto names = [](const mdl::ModelConfig& config) {
+    mdl::CausalLM model(config);
+    std::set<std::string> layer0;
+    for (const auto& item : model->named_parameters()) {
+      if (item.key().rfind("model.layers.0.self_attn.", 0) == 0) layer0.insert(item.key().substr(25));
+    }
+    return layer0;
+  };
+  const std::set<std::string> projections = {"q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"};
+  auto with = [&](std::set<std::string> extra) {
+    extra.insert(projections.begin(), projections.end());
+    return extra;
+  };
+  EXPECT_EQ(names(mdl::ModelConfig::preset("tiny-dense")), with({"q_norm.weight", "k_norm.weight"}));
+  EXPECT_EQ(names(tiny_llama()), projections);
+  EXPECT_EQ(names(tiny_qwen2()), with({"q_proj.bias", "k_proj.bias", "v_proj.bias"}));
+  EXPECT_EQ(tiny_qwen2().head_dim, 8);  // hidden / heads where config.json names none
+  EXPECT_EQ(tiny_llama().head_dim, 12);
+}
+
+// HF's _compute_llama3_parameters: wavelengths 2 pi / f shorter than original / high_freq_factor
+// keep their frequency, longer than original / low_freq_factor are divided by the factor, and
+// those between blend the two with weight s = (original / wavelength - low) / (high - low).
+TEST_F(ModelTest, Llama3RopeScalingKeepsStretchesAndBlendsByWavelength) {
+  // head_dim 12 at theta 500000: wavelengths 6.3, 56, 497, ... meet all three bands of 16 and 64.
+  const mdl::Llama3RopeScaling scaling{8.0, 1.0, 4.0, 64};
+  const int64_t head_dim = 12;
+  const auto plain = mdl::rope_inverse_frequencies(head_dim, 500000.0, std::nullopt, torch::kCPU).to(torch::kFloat64);
+  const auto scaled = mdl::rope_inverse_frequencies(head_dim, 500000.0, scaling, torch::kCPU).to(torch::kFloat64);
+  int kept = 0, stretched = 0, blended = 0;
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    const double f = plain[i].item<double>(), wavelength = 2 * M_PI / f, got = scaled[i].item<double>();
+    EXPECT_NEAR(f, 1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / head_dim), 1e-6 * f) << i;  // fp32
+    if (wavelength < 64.0 / 4.0) {
+      EXPECT_NEAR(got, f, 1e-7 * f) << i;
+      ++kept;
+    } else if (wavelength > 64.0 / 1.0) {
+      EXPECT_NEAR(got, f / 8.0, 1e-7 * f) << i;
+      ++stretched;
+    } else {
+      const double s = (64.0 / wavelength - 1.0) / (4.0 - 1.0);
+      EXPECT_NEAR(got, (1 - s) * f / 8.0 + s * f, 1e-6 * f) << i;
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(stretched, 0);
+  EXPECT_GT(blended, 0);
 }
 
 // A dense model's every weight is active: the backbone's FLOPs are 2 per parameter of the
 // module less the embedding (a lookup), plus attention's score and value matmuls; the full
 // forward adds the tied lm_head's product.
 TEST_F(ModelTest, BackboneFlopsAreTheForwardsLessTheLmHead) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
   const mdl::ModelConfig& c = model->config();
   ASSERT_TRUE(c.tie_word_embeddings);
   double weights = 0;
@@ -108,15 +188,92 @@ TEST_F(ModelTest, ConfigJsonReadsHfFieldsAndRefusesUnsupportedFeatures) {
   EXPECT_TRUE(v5.is_moe_layer(0));
   EXPECT_FALSE(v5.is_moe_layer(1));
   EXPECT_THROW(mdl::ModelConfig::from_json_text(R"({"attention_bias": true})", "x.json"), topotrain::ConfigError);
-  EXPECT_THROW(mdl::ModelConfig::from_json_text(R"({"model_type": "llama"})", "x.json"), topotrain::ConfigError);
   EXPECT_THROW(mdl::ModelConfig::from_json_text("{oops", "x.json"), topotrain::ConfigError);
+}
+
+// What would change the maths and is not built is refused naming the key, in each family; the
+// README lists the same keys.
+TEST_F(ModelTest, ConfigJsonRefusesWhatItDoesNotBuildByName) {
+  struct Refused {
+    std::string key, text, message;
+  };
+  const std::vector<Refused> refused = {
+      {"model_type", R"({"model_type": "mistral"})", "model_type 'mistral'"},
+      {"model_type", R"({"model_type": "qwen2_moe"})", "model_type 'qwen2_moe'"},
+      {"attention_bias", R"({"model_type": "llama", "attention_bias": true})", "attention_bias = true"},
+      {"attention_bias", R"({"model_type": "qwen3", "attention_bias": true})", "attention_bias = true"},
+      {"mlp_bias", R"({"model_type": "llama", "mlp_bias": true})", "mlp_bias = true"},
+      {"rope_type", R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+       "rope_scaling.rope_type = 'yarn'"},
+      {"rope_type", R"({"model_type": "qwen2", "rope_parameters": {"rope_type": "dynamic", "factor": 2.0}})",
+       "rope_parameters.rope_type = 'dynamic'"},
+      {"hidden_act", R"({"model_type": "llama", "hidden_act": "gelu"})", "hidden_act = 'gelu'"},
+      {"attention_dropout", R"({"model_type": "llama", "attention_dropout": 0.1})", "attention_dropout = 0.1"},
+      {"quantization_config", R"({"model_type": "llama", "quantization_config": {"quant_method": "awq"}})",
+       "quantization_config"},
+      {"use_sliding_window", R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window = true"},
+      {"layer_types", R"({"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention", "sliding_attention"]})",
+       R"(layer_types entry "sliding_attention")"},
+      {"partial_rotary_factor",
+       R"({"model_type": "qwen3", "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.5}})",
+       "partial_rotary_factor = 0.5"},
+  };
+  std::set<std::string> keys;
+  for (const auto& [key, text, message] : refused) {
+    keys.insert(key);
+    try {
+      mdl::ModelConfig::from_json_text(text, "x.json");
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const topotrain::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(topotrain::test_support::readme_listing("Refused config.json keys:"), keys);
+  // A Llama 3 rope_scaling without its four numbers is refused too, naming the one missing.
+  EXPECT_THROW(mdl::ModelConfig::from_json_text(
+                   R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})", "x.json"),
+               topotrain::ConfigError);
+}
+
+// Each family's config.json reads back as the same model, under its own model_type and class.
+TEST_F(ModelTest, FamilyConfigJsonRoundTrips) {
+  for (const auto& [config, model_type, architecture] :
+       {std::tuple{tiny_llama(), "llama", "LlamaForCausalLM"}, std::tuple{tiny_qwen2(), "qwen2", "Qwen2ForCausalLM"}}) {
+    const auto doc = nlohmann::json::parse(config.to_json_text());
+    EXPECT_EQ(doc.at("model_type"), model_type);
+    EXPECT_EQ(doc.at("architectures")[0], architecture);
+    const auto back = mdl::ModelConfig::from_json_text(config.to_json_text(), "round trip");
+    EXPECT_TRUE(back.same_model(config)) << back.differences(config);
+    EXPECT_EQ(back.to_json_text(), config.to_json_text());
+  }
+  const auto llama = tiny_llama();
+  ASSERT_TRUE(llama.rope_scaling.has_value());
+  EXPECT_EQ(llama.rope_scaling->original_max_position_embeddings, 64);
+  // transformers 5's rope_parameters spelling reads as its earlier rope_scaling one.
+  const auto v5 = mdl::ModelConfig::from_json_text(
+      R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 12,
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}})",
+      "llama-v5.json");
+  EXPECT_TRUE(v5.same_model(llama)) << v5.differences(llama);
+  auto plain = llama;
+  plain.rope_scaling.reset();
+  EXPECT_FALSE(plain.same_model(llama));
+  // As HF's LlamaConfig: bos 1 and eos 2 where config.json leaves them out, none where null.
+  EXPECT_EQ(llama.token_ids.at("bos_token_id"), std::vector<int64_t>{1});
+  EXPECT_EQ(llama.eos_token_ids(), std::vector<int64_t>{2});
+  const auto no_eos = mdl::ModelConfig::from_json_text(R"({"model_type": "llama", "eos_token_id": null})", "x.json");
+  EXPECT_TRUE(no_eos.eos_token_ids().empty());
+  EXPECT_TRUE(tiny_qwen2().eos_token_ids().empty());
 }
 
 // Attention must not cross documents: a packed batch gives the same hidden states as the
 // documents run one at a time.
 TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
+    mdl::CausalLM model(mdl::ModelConfig::preset(name));
     const auto docs = random_documents({5, 9, 1, 7}, model->config().vocab_size);
     const auto packed = model->forward_backbone(PackedBatch::from_documents(docs));
     std::vector<torch::Tensor> single;
@@ -136,7 +293,7 @@ TEST_F(ModelTest, PackedBatchEqualsDocumentsRunOneByOne) {
 // stream whose last add is still pending (fused into the next norm) means the same input.
 TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
+    mdl::CausalLM model(mdl::ModelConfig::preset(name));
     const auto batch = PackedBatch::from_documents(random_documents({5, 3}, 512));
     const auto context = model->layer_context(batch);
     const int64_t last = model->config().num_hidden_layers - 1;  // an MoE layer in tiny-moe
@@ -157,7 +314,7 @@ TEST_F(ModelTest, DecoderLayerIsThePreNormBlockWithOrWithoutAPendingAdd) {
 }
 
 TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   const auto batch = PackedBatch::from_documents(random_documents({6, 4}, 512));
   const auto out = model->forward_backbone(batch, {2, 0});
   ASSERT_EQ(out.taps.size(), 2u);
@@ -178,7 +335,7 @@ TEST_F(ModelTest, TapsAreTheOutputsOfThoseLayers) {
 
 TEST_F(ModelTest, LogitsAtEqualsFullLogitsAtThoseRows) {
   for (const char* name : {"tiny-dense", "tiny-moe"}) {  // tied and untied lm_head
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset(name));
+    mdl::CausalLM model(mdl::ModelConfig::preset(name));
     const auto out = model->forward_backbone(PackedBatch::from_documents(random_documents({8, 5}, 512)));
     const auto& weight = model->config().tie_word_embeddings ? model->model->embed_tokens->weight : model->lm_head->weight;
     const auto full = torch::matmul(out.hidden, weight.t());
@@ -207,7 +364,7 @@ TEST_F(ModelTest, ChunkedCrossEntropyEqualsNaive) {
 }
 
 TEST_F(ModelTest, LmLossPredictsNextTokenWithinDocumentsOnly) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-dense"));
   const auto docs = random_documents({4, 1, 6}, 512);
   const auto batch = PackedBatch::from_documents(docs);
   const auto out = model->forward_backbone(batch);
@@ -230,7 +387,7 @@ TEST_F(ModelTest, LmLossPredictsNextTokenWithinDocumentsOnly) {
 
 
 TEST_F(ModelTest, LmLossTrainsOnlyTargetsWithLossMaskOne) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   const auto docs = random_documents({5, 2, 7}, 512);
   auto batch = PackedBatch::from_documents(docs);
   // 1 on every other token; a document's first token (mask 1 in the second document) is
@@ -323,7 +480,7 @@ TEST_F(ModelTest, BusiestFirstExpertLayoutEqualsExpertOrderBitForBit) {
 TEST_F(ModelTest, BusiestFirstIsTheDefaultLayoutWhereItActs) {
   const auto batch = PackedBatch::from_documents(random_documents({7, 5}, 512));
   auto first_block_ordered = [&](torch::ScalarType compute, std::optional<mdl::ExpertLayout> layout) {
-    mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+    mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
     model->set_compute_dtype(compute);
     if (layout) model->set_expert_layout(*layout);
     model->forward_backbone(batch).hidden.to(torch::kFloat32).sum().backward();
@@ -374,7 +531,7 @@ TEST_F(ModelTest, PeakExpertLoadIsTheWorstLayersBusiestExpertOverTheMean) {
 }
 
 TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
-  mdl::Qwen3CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
   const auto batch = PackedBatch::from_documents(random_documents({10, 6}, 512));
   const auto aux = moe->forward_backbone(batch).aux_loss;
   // Perfectly balanced routing gives exactly top_k = 2 (E * sum_e (k/E) * (1/E)); random
@@ -387,7 +544,7 @@ TEST_F(ModelTest, MoeBackboneReportsAuxLossAndDenseReportsZero) {
   const double load = moe->forward_backbone(batch).peak_expert_load.item<double>();
   EXPECT_GE(load, 1.0);
   EXPECT_LE(load, static_cast<double>(config.num_experts) / static_cast<double>(config.num_experts_per_tok));
-  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
   EXPECT_EQ(dense->forward_backbone(batch).aux_loss.item<double>(), 0.0);
   EXPECT_EQ(dense->forward_backbone(batch).peak_expert_load.item<double>(), 0.0);
 }

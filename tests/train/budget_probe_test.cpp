@@ -14,7 +14,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/core/process_memory.h"
 #include "topotrain/core/stop_signal.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/job_exit.h"
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/out_of_memory.h"
@@ -113,7 +113,7 @@ TEST(WorstFill, FillsTheBudgetWithTheSamplesThatScoreHighest) {
 TEST(ProbeTokenBudget, FitsTheLimitAndLeavesTheModelAsItWas) {
   model::ModelConfig config = model::ModelConfig::preset("tiny-moe");
   torch::manual_seed(3);
-  model::Qwen3CausalLM net(config);
+  model::CausalLM net(config);
   std::vector<torch::Tensor> before;
   for (const auto& p : net->parameters()) before.push_back(p.detach().clone());
   torch::manual_seed(11);

@@ -50,7 +50,7 @@ class DFlashExportTest : public ::testing::Test {
     config_.taps = {1, 4};
     config_.gamma = 3.5;
     config_.max_anchors = 5;
-    target_ = mdl::Qwen3CausalLM(config_.target);
+    target_ = mdl::CausalLM(config_.target);
     // The drafter as training leaves it: every parameter moved, and the target's final norm
     // (which the drafter holds frozen) not at one.
     {
@@ -101,7 +101,7 @@ class DFlashExportTest : public ::testing::Test {
 
   std::string dir_;
   mdl::DFlashConfig config_;
-  mdl::Qwen3CausalLM target_{nullptr};
+  mdl::CausalLM target_{nullptr};
   mdl::DFlashDrafter drafter_{nullptr};
 };
 
@@ -276,7 +276,7 @@ TEST_F(DFlashExportTest, RefusesEachPathNamedAsTheWrongKindOfModel) {
   const std::string target_run =
       save(snapshot(RunFile{}, config_.target, target_parameters, optimizer, TrainingState{}), "target");
   mdl::save_hf_checkpoint(*target_, path("target-hf"));
-  mdl::Qwen3CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM moe(mdl::ModelConfig::preset("tiny-moe"));
   const NamedParameters moe_parameters = named_parameters_of(*moe);
   AdamW moe_optimizer(moe_parameters, AdamWConfig{});
   const std::string moe_run =
@@ -304,7 +304,7 @@ TEST_F(DFlashExportTest, RefusesEachPathNamedAsTheWrongKindOfModel) {
   EXPECT_TRUE(contains(config_error_of([&] { load_drafter_model(path("nowhere"), *target_); }),
                        "nowhere does not exist; pass a DFlash drafter's folder"));
   // The target and its run load back as they were.
-  mdl::Qwen3CausalLM loaded = load_target_model(target_run);
+  mdl::CausalLM loaded = load_target_model(target_run);
   EXPECT_TRUE(torch::equal(loaded->model->norm->weight, target_->model->norm->weight));
   EXPECT_TRUE(load_target_model(path("target-hf"))->config().same_model(config_.target));
 
@@ -312,7 +312,7 @@ TEST_F(DFlashExportTest, RefusesEachPathNamedAsTheWrongKindOfModel) {
   mdl::ModelConfig wide = config_.target;
   wide.hidden_size = 48;
   wide.source = "wide target";
-  mdl::Qwen3CausalLM wide_target(wide);
+  mdl::CausalLM wide_target(wide);
   message = config_error_of([&] { load_drafter_model(path("drafter-hf"), *wide_target); });
   EXPECT_TRUE(contains(message, "config.json is a drafter for a target of hidden_size 32, but wide target has "
                                 "hidden_size 48"))

@@ -51,7 +51,7 @@ TEST(HeldOutEval, MeanLossOverEveryTargetOfTheSetOnEveryRank) {
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   const auto config = model::ModelConfig::preset("tiny-moe");
   torch::manual_seed(5);
-  model::Qwen3CausalLM net(config);
+  model::CausalLM net(config);
   const Documents docs = documents(config.vocab_size);
 
   RunConfig run;

@@ -20,7 +20,7 @@
 #include "topotrain/core/files.h"
 #include "topotrain/data/tokenizer_files.h"
 #include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/store/checkpoint_writer.h"
@@ -101,7 +101,7 @@ class HfExportTest : public ::testing::Test {
 
   // What moe_train's checkpoint of `model` writes into run directory `run`: the
   // parameters, AdamW state and, unless `with_config` is false, the model's config.
-  std::string write_run(mdl::Qwen3CausalLM& model, const std::string& run, bool with_config = true,
+  std::string write_run(mdl::CausalLM& model, const std::string& run, bool with_config = true,
                         const std::string& model_name = "",
                         std::shared_ptr<const data::TokenizerFiles> tokenizer_files = nullptr) {
     const NamedParameters parameters = named_parameters_of(*model);
@@ -147,7 +147,7 @@ TEST(ModelConfigJson, EveryPresetReadsBackFieldForField) {
 
 TEST_F(HfExportTest, TinyModelsExportAndLoadBackEqualOrWithinBf16Rounding) {
   for (const std::string preset : {"tiny-moe", "tiny-dense"}) {
-    mdl::Qwen3CausalLM source(mdl::ModelConfig::preset(preset));
+    mdl::CausalLM source(mdl::ModelConfig::preset(preset));
     const std::string run = write_run(source, preset);
     for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
       SCOPED_TRACE(cat(preset, " ", dtype));
@@ -198,7 +198,7 @@ TEST_F(HfExportTest, TinyModelsExportAndLoadBackEqualOrWithinBf16Rounding) {
 
       // A fresh model (other random weights) loads the export back.
       torch::manual_seed(99);
-      mdl::Qwen3CausalLM loaded(exported);
+      mdl::CausalLM loaded(exported);
       mdl::load_hf_checkpoint(*loaded, options.out_dir);
       const auto originals = source->named_parameters();
       for (const auto& item : loaded->named_parameters()) {
@@ -217,7 +217,7 @@ TEST_F(HfExportTest, TinyModelsExportAndLoadBackEqualOrWithinBf16Rounding) {
 }
 
 TEST_F(HfExportTest, ARunDirectoryExportsItsNewestCheckpointUnsharded) {
-  mdl::Qwen3CausalLM source(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM source(mdl::ModelConfig::preset("tiny-moe"));
   const std::string run = write_run(source, "run");
   HfExportOptions options{run, path("hf")};
   const HfExportResult result = export_hf(options);
@@ -229,7 +229,7 @@ TEST_F(HfExportTest, ARunDirectoryExportsItsNewestCheckpointUnsharded) {
 }
 
 TEST_F(HfExportTest, RefusesWhatItCannotExportNamingWhy) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   auto export_error = [&](const std::string& source, const std::string& out) {
     return config_error_of([&] { export_hf(HfExportOptions{source, out}); });
   };
@@ -268,13 +268,13 @@ TEST_F(HfExportTest, RefusesWhatItCannotExportNamingWhy) {
 }
 
 TEST_F(HfExportTest, ACheckpointWithoutAStoredConfigStillResumes) {
-  mdl::Qwen3CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM model(mdl::ModelConfig::preset("tiny-moe"));
   const std::string run = write_run(model, "old", /*with_config=*/false);
   const auto file = CheckpointReader::find_latest(run);
   ASSERT_TRUE(file);
   EXPECT_FALSE(stored_model_config(*file, CheckpointReader::load_header(*file)));
   torch::manual_seed(5);
-  mdl::Qwen3CausalLM resumed(mdl::ModelConfig::preset("tiny-moe"));
+  mdl::CausalLM resumed(mdl::ModelConfig::preset("tiny-moe"));
   const NamedParameters parameters = named_parameters_of(*resumed);
   AdamW optimizer(parameters, AdamWConfig{});
   TrainingState state;
@@ -286,7 +286,7 @@ TEST_F(HfExportTest, ACheckpointWithoutAStoredConfigStillResumes) {
 }
 
 TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
-  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
   const std::string run = write_run(dense, "dense");
   Settings settings;  // model.preset left at its default, tiny-moe
   settings.set("model.weights", run, "--set");
@@ -315,7 +315,7 @@ TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
   old_settings.set("model.weights", write_run(dense, "old", /*with_config=*/false), "--set");
   EXPECT_TRUE(model_config_from(old_settings).is_moe());
   // The weights themselves load into the model built from the stored config.
-  mdl::Qwen3CausalLM loaded(config);
+  mdl::CausalLM loaded(config);
   load_model_tensors(*CheckpointReader::checkpoint_at(run), named_parameters_of(*loaded));
   const auto originals = dense->named_parameters();
   for (const auto& item : loaded->named_parameters()) EXPECT_TRUE(torch::equal(item.value(), originals[item.key()]));
@@ -324,7 +324,7 @@ TEST_F(HfExportTest, ModelWeightsGiveTheShapeWhenNoModelIsNamed) {
 // An exported Hugging Face folder in model.weights gives the shape through its config.json, as
 // a checkpoint does through its stored config: the fine-tune of an export names nothing else.
 TEST_F(HfExportTest, AnHfFolderInModelWeightsGivesTheShapeFromItsConfig) {
-  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
   HfExportOptions options;
   options.source = write_run(dense, "dense");
   options.out_dir = path("exported");
@@ -347,7 +347,7 @@ TEST_F(HfExportTest, AnHfFolderInModelWeightsGivesTheShapeFromItsConfig) {
 TEST_F(HfExportTest, AnExportCarriesItsTokenizerAndGenerationConfig) {
   mdl::ModelConfig config = mdl::ModelConfig::preset("tiny-dense");
   config.token_ids = {{"bos_token_id", {7}}, {"eos_token_id", {5, 6}}, {"decoder_start_token_id", {7}}};
-  mdl::Qwen3CausalLM dense(config);
+  mdl::CausalLM dense(config);
   auto files = std::make_shared<data::TokenizerFiles>();
   (*files)["tokenizer.json"] = R"({"added_tokens": [{"id": 300, "content": "<|im_end|>"},
     {"id": 301, "content": "<|endoftext|>"}], "model": {"vocab": {"a": 0}}})";
@@ -371,7 +371,7 @@ TEST_F(HfExportTest, AnExportCarriesItsTokenizerAndGenerationConfig) {
   EXPECT_EQ(describe(result).find("note:"), std::string::npos);
 
   // Byte-tokenized data and a preset without ids: neither file, and the printout says so.
-  mdl::Qwen3CausalLM plain(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM plain(mdl::ModelConfig::preset("tiny-dense"));
   options.source = write_run(plain, "plain");
   options.out_dir = path("exported-plain");
   const std::string printed = describe(export_hf(options));
@@ -386,7 +386,7 @@ TEST_F(HfExportTest, AnExportCarriesItsTokenizerAndGenerationConfig) {
 // instead of config.json's; a preset's config.json names none, as in a chat model exported from
 // one, whose responses then ran to --max-new-tokens.
 TEST_F(HfExportTest, AnExportedTargetStopsWhereGenerateStops) {
-  mdl::Qwen3CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
+  mdl::CausalLM dense(mdl::ModelConfig::preset("tiny-dense"));
   auto files = std::make_shared<data::TokenizerFiles>();
   (*files)["tokenizer.json"] = R"({"added_tokens": [{"id": 300, "content": "<|im_end|>"}], "model": {"vocab": {}}})";
   (*files)["tokenizer_config.json"] = R"({"eos_token": "<|im_end|>"})";

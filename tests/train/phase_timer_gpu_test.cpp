@@ -20,7 +20,7 @@
 #include "topotrain/comm/grad_reducer.h"
 #include "topotrain/core/files.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/store/phase_timer.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/run_setup.h"
@@ -60,7 +60,7 @@ PackedBatch random_batch(const model::ModelConfig& config, int documents, std::i
   return PackedBatch::from_documents(docs).to(kGpu);
 }
 
-void train_step(model::Qwen3CausalLMImpl& net, AdamW& optimizer, const PackedBatch& batch, PhaseTimer& timer) {
+void train_step(model::CausalLMImpl& net, AdamW& optimizer, const PackedBatch& batch, PhaseTimer& timer) {
   torch::Tensor loss;
   {
     auto t = timer.scope(Phase::forward, compute_stream());
@@ -88,7 +88,7 @@ TEST(PhaseTimerGpu, PhasesOfAProfiledStepAgreeWithTheProfilersKernelTotals) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no GPU";
   torch::manual_seed(5);
   const model::ModelConfig config = device_bound_config();
-  model::Qwen3CausalLM net(config);
+  model::CausalLM net(config);
   net->to(kGpu);
   net->set_compute_dtype(torch::kBFloat16);
   const NamedParameters parameters = named_parameters_of(*net);

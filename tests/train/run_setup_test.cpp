@@ -25,7 +25,7 @@ namespace {
 // The std of the token embedding of a freshly initialised model.
 double embedding_std(const model::ModelConfig& config) {
   torch::manual_seed(7);
-  model::Qwen3CausalLM net(config);
+  model::CausalLM net(config);
   for (const auto& item : net->named_parameters())
     if (item.key() == "model.embed_tokens.weight") return item.value().std().item<double>();
   ADD_FAILURE() << "no model.embed_tokens.weight";

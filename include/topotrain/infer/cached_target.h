@@ -2,7 +2,7 @@
 // only the new tokens, at the positions after those already cached, and returns their final
 // hidden states and the outputs of the tap layers a DFlash drafter reads.
 //
-// The forwards are the model's own (Qwen3CausalLMImpl::forward_cached, the layer loop of
+// The forwards are the model's own (CausalLMImpl::forward_cached, the layer loop of
 // forward_backbone over this target's KvCache): a forward of the whole sequence at once and any
 // split of it into cached chunks agree up to rounding.
 //
@@ -15,7 +15,7 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/kv_cache.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::infer {
 
@@ -29,9 +29,9 @@ class CachedTarget {
  public:
   // Taps are decoder layer indices as forward_backbone's. The model must outlive this; its
   // device and compute dtype are read at construction, so place and cast it first.
-  CachedTarget(model::Qwen3CausalLMImpl& model, std::vector<int64_t> taps);
+  CachedTarget(model::CausalLMImpl& model, std::vector<int64_t> taps);
 
-  const model::Qwen3CausalLMImpl& model() const { return model_; }
+  const model::CausalLMImpl& model() const { return model_; }
   const std::vector<int64_t>& taps() const { return taps_; }
   int64_t length() const { return cache_.length(); }
 
@@ -46,7 +46,7 @@ class CachedTarget {
   void clear() { cache_.clear(); }
 
  private:
-  model::Qwen3CausalLMImpl& model_;
+  model::CausalLMImpl& model_;
   std::vector<int64_t> taps_;
   model::KvCache cache_;
 };

@@ -18,7 +18,7 @@
 #include "topotrain/infer/prompt_set.h"
 #include "topotrain/infer/speculation_report.h"
 #include "topotrain/model/dflash_drafter.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::infer {
 
@@ -46,7 +46,7 @@ std::vector<int64_t> stop_tokens(const model::ModelConfig& target, const PromptS
 // Called after each prompt: prompts done, of `total`, and the seconds since the first.
 using SpeculationProgress = std::function<void(int64_t done, int64_t total, double seconds)>;
 
-SpeculationReport run_speculation(model::Qwen3CausalLMImpl& target, model::DFlashDrafterImpl& drafter,
+SpeculationReport run_speculation(model::CausalLMImpl& target, model::DFlashDrafterImpl& drafter,
                                   const PromptSet& prompts, const SpeculationOptions& options,
                                   const Placement& placement, const SpeculationProgress& progress = {});
 

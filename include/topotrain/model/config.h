@@ -1,5 +1,8 @@
-// Shape of a Qwen3 dense or Qwen3-MoE model, with the field names of HF's config.json so
-// that a checkpoint directory's config.json loads as is. What a shape costs (parameters,
+// Shape of a decoder-only model of one of the HF families topotrain builds (Qwen3 dense and
+// MoE, Llama 3.x, Qwen2/2.5), with the field names of HF's config.json so that a checkpoint
+// directory's config.json loads as is. The families differ in a few switches of one decoder
+// (q/k norms, q/k/v biases, RoPE scaling); a key that changes the maths in a way topotrain
+// does not implement is refused by name, never ignored. What a shape costs (parameters,
 // FLOPs, training memory) is model_cost.h's.
 #pragma once
 
@@ -11,10 +14,38 @@
 
 namespace topotrain::model {
 
+// The families of HF's config.json model_type: "qwen3" and "qwen3_moe" (Qwen3), "llama"
+// (Llama 3.x) and "qwen2" (Qwen2 and Qwen2.5).
+enum class ModelFamily { qwen3, llama, qwen2 };
+
+// Llama 3's RoPE frequency scaling (rope_type "llama3"): wavelengths longer than
+// original_max_position_embeddings / low_freq_factor are stretched by `factor`, those shorter
+// than original_max_position_embeddings / high_freq_factor are kept, and those between are
+// blended (HF's _compute_llama3_parameters).
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+  bool operator==(const Llama3RopeScaling& other) const;
+};
+
 struct ModelConfig {
   // Where this config came from ("preset tiny-moe", "/path/config.json"): error messages
   // name it so that the user knows which file or setting to fix.
   std::string source = "default";
+
+  ModelFamily family = ModelFamily::qwen3;
+  // The family's switches: Qwen3 norms each head's q and k (q_norm, k_norm) before RoPE;
+  // Qwen2 adds a bias to the q, k and v projections (never to o_proj).
+  bool qk_norm() const { return family == ModelFamily::qwen3; }
+  bool qkv_bias() const { return family == ModelFamily::qwen2; }
+  // config.json's model_type and architectures entry: "qwen3_moe" / Qwen3MoeForCausalLM for
+  // a MoE model, else the family's ("llama" / LlamaForCausalLM, ...).
+  std::string model_type() const;
+  std::string architecture() const;
+  // For people: "Qwen3 dense", "Qwen3-MoE", "Llama", "Qwen2".
+  std::string family_name() const;
 
   int64_t vocab_size = 151936;
   int64_t hidden_size = 1024;
@@ -24,6 +55,9 @@ struct ModelConfig {
   int64_t num_key_value_heads = 8;
   int64_t head_dim = 128;
   double rope_theta = 1000000.0;
+  std::optional<Llama3RopeScaling> rope_scaling;  // none: plain RoPE (rope_type "default")
+  // "rope_theta 500000, llama3 scaling (factor 8, ...)": for messages.
+  std::string rope_text() const;
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   int64_t max_position_embeddings = 40960;
@@ -54,13 +88,15 @@ struct ModelConfig {
   // Throws ConfigError naming `source` and the offending field.
   void validate() const;
 
-  // HF config.json (model_type qwen3 or qwen3_moe). Unsupported features (attention
-  // biases, rope scaling, sliding windows, activations other than silu) are refused, and so
-  // is a DFlash drafter's config (it has dflash_config; model/dflash_hf.h reads those): its
-  // Qwen3 keys describe the draft layers, not a model to build.
+  // HF config.json (model_type qwen3, qwen3_moe, llama or qwen2; none read as qwen3). What
+  // would change the maths and is not implemented is refused naming the key: other rope
+  // types, sliding windows switched on, biases other than Qwen2's q/k/v (attention_bias,
+  // mlp_bias), dropout, activations other than silu, quantized weights. So is a DFlash
+  // drafter's config (it has dflash_config; model/dflash_hf.h reads those): its Qwen3 keys
+  // describe the draft layers, not a model to build.
   static ModelConfig from_json_file(const std::string& path);
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
-  // An HF-loadable config.json (Qwen3ForCausalLM or Qwen3MoeForCausalLM) for weights stored
+  // An HF-loadable config.json (architecture()) for weights stored
   // in `dtype`, named as HF names it ("float32", "bfloat16"). from_json_text reads it back
   // to an equal config (all but `source`).
   std::string to_json_text(const std::string& dtype = "float32") const;

@@ -27,8 +27,9 @@ struct DFlashConfig {
   // Names the settings or file this came from in error messages.
   std::string source = "dflash config";
 
-  // The frozen target: hidden, heads, head_dim, vocab, rms eps and rope theta are shared
-  // with the drafter; the drafter's MLP width is target.intermediate_size.
+  // The frozen target (any family): hidden, heads, head_dim, vocab, rms eps and RoPE (theta
+  // and scaling) are shared with the drafter; the drafter's MLP width is
+  // target.intermediate_size.
   ModelConfig target;
   int64_t num_draft_layers = 5;
   int64_t block_size = 16;           // B: the anchor token, then B - 1 mask tokens
@@ -43,11 +44,12 @@ struct DFlashConfig {
   void validate() const;
   // taps, or default_taps(target layers, num_draft_layers) when taps is empty.
   std::vector<int64_t> resolved_taps() const;
-  // A dense Qwen3 config of num_draft_layers layers with the target's attention shape.
+  // A dense Qwen3 config of num_draft_layers layers with the target's attention shape and
+  // RoPE, whatever the target's family.
   ModelConfig layer_config() const;
   // A drafter built for `target` runs against `model` only if `model` has the same
   // vocabulary, hidden size, layers (the taps index them), attention shape, MLP width (the
-  // drafter's own), norm eps and rope theta; the rest (positions, ties, token ids) may differ.
+  // drafter's own), norm eps and RoPE; the rest (positions, ties, token ids) may differ.
   // Throws ConfigError naming both sources and the first field that differs.
   void check_target(const ModelConfig& model) const;
 };

@@ -24,7 +24,7 @@
 #include "topotrain/model/dflash_attention.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/model/layers.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::model {
 
@@ -75,7 +75,7 @@ class DFlashDrafterImpl : public torch::nn::Module {
   // checked against the config, errors name the tensor.
   void load_target_tensors(const torch::Tensor& embed_tokens, const torch::Tensor& final_norm,
                            const torch::Tensor& lm_head);
-  void load_target_tensors(Qwen3CausalLMImpl& target);
+  void load_target_tensors(CausalLMImpl& target);
 
   // The drafter's last hidden states of every block slot, [blocks * B, H], before the
   // final norm.

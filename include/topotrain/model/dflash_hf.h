@@ -14,7 +14,7 @@
 //
 // target_layer_ids[i] is the output of the target's decoder layer i, 0-based, which the public
 // code reads as HF's hidden_states[i + 1]: exactly what the drafter's taps are
-// (Qwen3CausalLMImpl::forward_backbone), so they are written as they are.
+// (CausalLMImpl::forward_backbone), so they are written as they are.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // HF-format import and export: a model folder of config.json and safetensors (one file, or
 // shards with model.safetensors.index.json) whose tensors are a model's by name. The
-// Qwen3CausalLM layout has the tensor names of the Hub, MoE experts unstacked into
+// CausalLM layout has the tensor names of the Hub, MoE experts unstacked into
 // mlp.experts.N.{gate,up,down}_proj.weight; the DFlash drafter's is model/dflash_hf.h's.
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 
 namespace topotrain::model {
@@ -20,7 +20,7 @@ namespace topotrain::model {
 // or their gradients) to HF names: each stacked expert tensor becomes per-expert views.
 NamedTensors to_hf_layout(const NamedTensors& stacked);
 // to_hf_layout of the model's parameters: views that share their storage.
-NamedTensors hf_tensor_views(Qwen3CausalLMImpl& model);
+NamedTensors hf_tensor_views(CausalLMImpl& model);
 
 // Loads the tensors of a checkpoint (file, index or directory) into `views`, the tensors of
 // a model by their names in the checkpoint. Every view must be there with its shape, in F32,
@@ -42,12 +42,12 @@ std::string hf_dtype_name(torch::ScalarType dtype);
 // ConfigError naming the checkpoint file and tensor on a missing tensor, an unexpected
 // tensor, a shape or dtype mismatch; lm_head.weight is ignored when embeddings are tied
 // (HF ties it to the embedding the same way).
-void load_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& path);
+void load_hf_checkpoint(CausalLMImpl& model, const std::string& path);
 
 // Writes config.json and the weights in `dtype` (kFloat32 or kBFloat16) to `directory`,
 // sharded above max_shard_bytes, in the layout load_hf_checkpoint and transformers read.
 // Returns the paths written, config.json last.
-std::vector<std::string> save_hf_checkpoint(Qwen3CausalLMImpl& model, const std::string& directory,
+std::vector<std::string> save_hf_checkpoint(CausalLMImpl& model, const std::string& directory,
                                             torch::ScalarType dtype = torch::kFloat32,
                                             int64_t max_shard_bytes = int64_t{5} << 30);
 

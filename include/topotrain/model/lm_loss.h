@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "topotrain/batch/packed_batch.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::model {
 
@@ -51,7 +51,7 @@ struct LmLoss {
 };
 
 // Next-token loss within documents: the last token of each document has no target.
-LmLoss lm_loss(Qwen3CausalLMImpl& model, const torch::Tensor& hidden, const PackedBatch& batch,
+LmLoss lm_loss(CausalLMImpl& model, const torch::Tensor& hidden, const PackedBatch& batch,
                int64_t chunk_rows = 4096);
 
 }  // namespace topotrain::model

@@ -1,18 +1,30 @@
-// Rotate-half rotary position embeddings (RoPE) and Qwen3's per-head norm before them.
+// Rotate-half rotary position embeddings (RoPE), Llama 3's frequency scaling of them, and
+// Qwen3's per-head norm before them.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <torch/torch.h>
 
+#include "topotrain/model/config.h"
+
 namespace topotrain::model {
+
+// RoPE's inverse frequencies, fp32 [head_dim / 2] on `device`: theta^(-2i / head_dim), then
+// Llama 3's scaling where given, in HF's order of fp32 operations.
+torch::Tensor rope_inverse_frequencies(int64_t head_dim, double theta, const std::optional<Llama3RopeScaling>& scaling,
+                                       const torch::Device& device);
 
 // cos/sin of rotate-half RoPE for each token's position, [T, 1, head_dim] in `dtype`
 // (computed in fp32 first, as HF does).
 struct RotaryTables {
   torch::Tensor cos, sin;
 };
-RotaryTables rotary_tables(const torch::Tensor& positions, int64_t head_dim, double theta, torch::ScalarType dtype);
+RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& inverse_frequencies,
+                           torch::ScalarType dtype);
+// The tables of `config`'s RoPE (head_dim, rope_theta, rope_scaling).
+RotaryTables rotary_tables(const torch::Tensor& positions, const ModelConfig& config, torch::ScalarType dtype);
 torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables);  // x [T, heads, head_dim]
 
 // apply_rotary(rms_norm(x, norm_weight, eps), tables): Qwen3's q_norm/k_norm then RoPE.
@@ -34,5 +46,7 @@ struct RotatedHeads {
 RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads,
                            const torch::Tensor& q_norm_weight, const torch::Tensor& k_norm_weight, double eps,
                            const RotaryTables& tables);
+// The same for a family without q/k norms (Llama, Qwen2): q and k rotated (torch ops), v a view.
+RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads, const RotaryTables& tables);
 
 }  // namespace topotrain::model

@@ -31,7 +31,7 @@
 
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/data/token_dataset.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/run_config.h"
 
 namespace topotrain {
@@ -116,7 +116,7 @@ struct BudgetStage {
 };
 
 // moe_train's trainer: forward and backward of `net` on the dataset's longest samples.
-BudgetStage language_model_stage(model::Qwen3CausalLMImpl& net);
+BudgetStage language_model_stage(model::CausalLMImpl& net);
 
 // train.token_budget = "auto", the one measure of both jobs: this rank measures its `stage`,
 // the ranks of `stage_group` agree on the smallest budget, then, when it is another

@@ -21,13 +21,13 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/dflash_config.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/job.h"
 
 namespace topotrain {
 
 // The drafter keeps `target`'s embedding, final norm and lm_head (frozen).
-Runtime::Outcome run_dflash_drafting(JobContext& context, model::Qwen3CausalLM& target,
+Runtime::Outcome run_dflash_drafting(JobContext& context, model::CausalLM& target,
                                      const model::DFlashConfig& config, const torch::Device& device);
 
 }  // namespace topotrain

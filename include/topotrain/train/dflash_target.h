@@ -17,13 +17,13 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/dflash_config.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/job.h"
 
 namespace topotrain {
 
 // `target` (its weights loaded) is moved to `device` in the compute dtype and kept frozen.
-Runtime::Outcome run_dflash_target(JobContext& context, model::Qwen3CausalLM& target,
+Runtime::Outcome run_dflash_target(JobContext& context, model::CausalLM& target,
                                    const model::DFlashConfig& config, const torch::Device& device);
 
 }  // namespace topotrain

@@ -22,7 +22,7 @@
 
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/data/token_dataset.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/run_config.h"
 
 namespace topotrain {
@@ -57,7 +57,7 @@ class HeldOutEval {
   // held_out_due at train.eval_every.
   bool due(std::int64_t step, bool last) const;
   // Collective over `group` (the data-parallel ranks).
-  HeldOutLoss evaluate(model::Qwen3CausalLMImpl& net, MPI_Comm group) const;
+  HeldOutLoss evaluate(model::CausalLMImpl& net, MPI_Comm group) const;
 
  private:
   std::vector<PackedBatch> mine_;  // this rank's micro-batches, on the host

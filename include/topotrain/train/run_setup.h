@@ -18,7 +18,7 @@
 #include "topotrain/data/step_planner.h"
 #include "topotrain/data/token_dataset.h"
 #include "topotrain/model/config.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/store/timing_log.h"
 #include "topotrain/train/adamw.h"
 #include "topotrain/train/lr_schedule.h"
@@ -44,7 +44,7 @@ double peak_flops(const torch::Device& device);
 // DFlash drafter is refused, pointing to where drafters go). Collective: every rank loads, and
 // a file that does not fit ends every rank with JobExit(2) and one message naming the file and
 // tensor.
-void load_model_weights(const Runtime& runtime, const std::string& weights, model::Qwen3CausalLMImpl& model);
+void load_model_weights(const Runtime& runtime, const std::string& weights, model::CausalLMImpl& model);
 
 // model.dtype on `device`: auto is bf16 on CUDA, fp32 on CPU.
 torch::ScalarType compute_dtype(DtypeChoice choice, const torch::Device& device);

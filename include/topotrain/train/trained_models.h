@@ -15,7 +15,7 @@
 #include "topotrain/model/config.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/model/dflash_drafter.h"
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 namespace topotrain {
 
@@ -26,9 +26,9 @@ model::ModelConfig target_config_at(const std::string& path);
 // Copies the weights at `path` (an HF safetensors file, index or folder, a topotrain
 // checkpoint or run directory) into `model`; a checkpoint of another model is refused naming
 // both.
-void load_target_weights(const std::string& path, model::Qwen3CausalLMImpl& model);
+void load_target_weights(const std::string& path, model::CausalLMImpl& model);
 // A target built from target_config_at(path) with its weights: fp32 on the CPU.
-model::Qwen3CausalLM load_target_model(const std::string& path);
+model::CausalLM load_target_model(const std::string& path);
 
 // The drafter a drafter path holds (DFlashConfig::source names the file). Its `target` is the
 // target it was trained against, as far as the path tells (check_target against the real one).
@@ -41,6 +41,6 @@ void load_drafter_weights(const std::string& path, model::DFlashDrafterImpl& dra
 // target's config, the target's embedding and lm_head, and the weights and final norm at
 // `path` (the norm a drafter applies before the target's lm_head is its own in the public
 // format; topotrain's drafters store their target's). fp32 on the CPU.
-model::DFlashDrafter load_drafter_model(const std::string& path, model::Qwen3CausalLMImpl& target);
+model::DFlashDrafter load_drafter_model(const std::string& path, model::CausalLMImpl& target);
 
 }  // namespace topotrain

@@ -90,11 +90,11 @@ struct BackboneOutput {
 // bf16 on CUDA, fp32 elsewhere.
 torch::ScalarType default_compute_dtype(const torch::Device& device);
 
-class Qwen3CausalLMImpl : public torch::nn::Module {
+class CausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are created fp32 on the CPU, initialised as HF does (normal(0,
   // initializer_range), norms at one) from torch's global generator; move with to().
-  explicit Qwen3CausalLMImpl(const ModelConfig& config);
+  explicit CausalLMImpl(const ModelConfig& config);
 
   const ModelConfig& config() const { return config_; }
   torch::ScalarType compute_dtype() const { return compute_dtype_; }
@@ -154,6 +154,6 @@ class Qwen3CausalLMImpl : public torch::nn::Module {
   ExpertLayout expert_layout_ = ExpertLayout::busiest_first;
   ComputeWeight lm_head_compute_;
 };
-TORCH_MODULE(Qwen3CausalLM);
+TORCH_MODULE(CausalLM);
 
 }  // namespace topotrain::model

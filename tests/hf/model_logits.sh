@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# topotrain's Qwen3 and Qwen3-MoE against transformers (ctest hf_logits_qwen3; bench/models/run.sh
-# runs it on a GPU). hf_parity.py builds three tiny models with random weights in transformers
-# (dense with tied embeddings, MoE top-2 of 8 experts, MoE with every expert chosen), writes each
+# topotrain's model families against transformers (ctest hf_logits; bench/models/run.sh runs it
+# on a GPU). hf_parity.py builds five tiny models with random weights in transformers (Qwen3
+# dense with tied embeddings, Qwen3-MoE top-2 of 8 experts and with every expert chosen, Llama
+# 3.x with llama3 RoPE scaling, Qwen2 with random q/k/v biases), writes each
 # with save_pretrained and writes HF's fp32 logits, loss and gradients of a packed batch of
 # documents of four lengths, each run through HF alone. hf_parity loads each folder as topotrain
 # loads Hugging Face weights and compares, in fp32 on the CPU:
@@ -9,7 +10,7 @@
 #   every weight's gradient:       ||topotrain - HF|| / ||HF||    <= 1e-4
 # (on a GPU also bf16, with its own bounds: bench/models/hf_parity.cpp).
 #
-#   TOPOTRAIN_PYTHON=... TOPOTRAIN_BIN=build/bin tests/hf/qwen3_logits.sh
+#   TOPOTRAIN_PYTHON=... TOPOTRAIN_BIN=build/bin tests/hf/model_logits.sh
 set -euo pipefail
 : "${TOPOTRAIN_PYTHON:?the python3 with torch and transformers}" "${TOPOTRAIN_BIN:?the bin/ folder of a build (hf_parity)}"
 cd "$(dirname "$0")/../.."
@@ -18,5 +19,5 @@ trap 'rm -rf "$work"' EXIT
 
 "$TOPOTRAIN_PYTHON" tests/hf/hf_parity.py "$work"
 status=0
-for case in dense moe moe_all; do "$TOPOTRAIN_BIN/hf_parity" "$work/$case" || status=1; done
+for case in dense moe moe_all llama qwen2; do "$TOPOTRAIN_BIN/hf_parity" "$work/$case" || status=1; done
 exit $status

@@ -1,4 +1,4 @@
-#include "topotrain/model/qwen3.h"
+#include "topotrain/model/causal_lm.h"
 
 #include <stdexcept>
 
@@ -88,7 +88,7 @@ torch::ScalarType default_compute_dtype(const torch::Device& device) {
   return device.is_cuda() ? torch::kBFloat16 : torch::kFloat32;
 }
 
-Qwen3CausalLMImpl::Qwen3CausalLMImpl(const ModelConfig& config) : config_(config) {
+CausalLMImpl::CausalLMImpl(const ModelConfig& config) : config_(config) {
   config_.validate();
   model = register_module("model", Backbone(config_));
   if (!config_.tie_word_embeddings) {
@@ -96,44 +96,44 @@ Qwen3CausalLMImpl::Qwen3CausalLMImpl(const ModelConfig& config) : config_(config
   }
 }
 
-AttentionBackend Qwen3CausalLMImpl::attention_backend() const {
+AttentionBackend CausalLMImpl::attention_backend() const {
   if (forced_attention_) return *forced_attention_;
   return choose_attention_backend(model->embed_tokens->weight.device(), compute_dtype_, config_.head_dim);
 }
 
-ExpertBackend Qwen3CausalLMImpl::expert_backend() const {
+ExpertBackend CausalLMImpl::expert_backend() const {
   if (forced_experts_) return *forced_experts_;
   return choose_expert_backend(model->embed_tokens->weight.device(), compute_dtype_, config_);
 }
 
-void Qwen3CausalLMImpl::set_expert_layout(ExpertLayout layout) {
+void CausalLMImpl::set_expert_layout(ExpertLayout layout) {
   expert_layout_ = layout;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     if (auto moe = layer(i)->sparse_mlp) moe->set_layout(layout);
   }
 }
 
-ExpertLayout Qwen3CausalLMImpl::expert_layout() const {
+ExpertLayout CausalLMImpl::expert_layout() const {
   return compute_dtype_ == model->embed_tokens->weight.scalar_type() ? ExpertLayout::expert_order : expert_layout_;
 }
 
-std::string Qwen3CausalLMImpl::elementwise_backend() const {
+std::string CausalLMImpl::elementwise_backend() const {
   return own_kernels_apply(model->embed_tokens->weight.device(), compute_dtype_) ? "own CUDA kernels" : "torch ops";
 }
 
-LayerContext Qwen3CausalLMImpl::layer_context(const PackedBatch& batch) const {
+LayerContext CausalLMImpl::layer_context(const PackedBatch& batch) const {
   LayerContext context;
-  context.rotary = rotary_tables(batch.positions, config_.head_dim, config_.rope_theta, compute_dtype_);
+  context.rotary = rotary_tables(batch.positions, config_, compute_dtype_);
   context.documents =
       layout_documents(batch.cu_seqlens, batch.max_seqlen, batch.sequence_lengths, attention_backend());
   return context;
 }
 
-DecoderLayer Qwen3CausalLMImpl::layer(int64_t index) const {
+DecoderLayer CausalLMImpl::layer(int64_t index) const {
   return DecoderLayer(model->layers->ptr<DecoderLayerImpl>(index));
 }
 
-void Qwen3CausalLMImpl::check_taps(const std::vector<int64_t>& taps) const {
+void CausalLMImpl::check_taps(const std::vector<int64_t>& taps) const {
   const int64_t num_layers = config_.num_hidden_layers;
   for (int64_t tap : taps) {
     if (tap < 0 || tap >= num_layers) {
@@ -142,7 +142,7 @@ void Qwen3CausalLMImpl::check_taps(const std::vector<int64_t>& taps) const {
   }
 }
 
-BackboneOutput Qwen3CausalLMImpl::run_layers(const torch::Tensor& tokens, const LayerContext& context,
+BackboneOutput CausalLMImpl::run_layers(const torch::Tensor& tokens, const LayerContext& context,
                                              const std::vector<int64_t>& taps, RouterLoad* load) {
   check_taps(taps);
   const ExpertBackend experts = expert_backend();
@@ -159,7 +159,7 @@ BackboneOutput Qwen3CausalLMImpl::run_layers(const torch::Tensor& tokens, const 
   return out;
 }
 
-BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps) {
+BackboneOutput CausalLMImpl::forward_backbone(const PackedBatch& batch, const std::vector<int64_t>& taps) {
   batch.check();
   RouterLoad load;
   BackboneOutput out = run_layers(batch.tokens, layer_context(batch), taps, &load);
@@ -168,7 +168,7 @@ BackboneOutput Qwen3CausalLMImpl::forward_backbone(const PackedBatch& batch, con
   return out;
 }
 
-BackboneOutput Qwen3CausalLMImpl::forward_cached(const torch::Tensor& tokens, KvCache& cache,
+BackboneOutput CausalLMImpl::forward_cached(const torch::Tensor& tokens, KvCache& cache,
                                                  const std::vector<int64_t>& taps) {
   const int64_t n = tokens.numel(), first = cache.length();
   if (tokens.dim() != 1 || n == 0 || tokens.scalar_type() != torch::kInt64) {
@@ -177,8 +177,7 @@ BackboneOutput Qwen3CausalLMImpl::forward_cached(const torch::Tensor& tokens, Kv
   }
   LayerContext context;
   context.rotary =
-      rotary_tables(torch::arange(first, first + n, tokens.options()), config_.head_dim, config_.rope_theta,
-                    compute_dtype_);
+      rotary_tables(torch::arange(first, first + n, tokens.options()), config_, compute_dtype_);
   // The first rows of a sequence run as one document through the model's causal kernel.
   if (first == 0) {
     const auto bounds = torch::tensor({int32_t{0}, static_cast<int32_t>(n)}, torch::kInt32).to(tokens.device());
@@ -190,15 +189,15 @@ BackboneOutput Qwen3CausalLMImpl::forward_cached(const torch::Tensor& tokens, Kv
   return out;
 }
 
-torch::Tensor Qwen3CausalLMImpl::lm_head_weight() {
+torch::Tensor CausalLMImpl::lm_head_weight() {
   return config_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
-torch::Tensor Qwen3CausalLMImpl::lm_head_compute_values(torch::ScalarType dtype) {
+torch::Tensor CausalLMImpl::lm_head_compute_values(torch::ScalarType dtype) {
   return lm_head_compute_.values({lm_head_weight()}, dtype);
 }
 
-torch::Tensor Qwen3CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
+torch::Tensor CausalLMImpl::logits_at(const torch::Tensor& hidden, const torch::Tensor& rows) {
   const auto weight = lm_head_compute_.get({lm_head_weight()}, hidden.scalar_type());
   return torch::matmul(hidden.index_select(0, rows), weight.t()).to(torch::kFloat32);
 }
