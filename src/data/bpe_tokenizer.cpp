@@ -58,6 +58,17 @@ const nlohmann::json& require(const nlohmann::json& node, const char* key, const
   return node.at(key);
 }
 
+// The steps of a normalizer, pre-tokenizer or post-processor: a Sequence's list (under
+// `list_key`), a single one, or none (null). `key` is where the node sits in the file.
+std::vector<nlohmann::json> steps_of(const nlohmann::json& file, const char* key, const char* list_key,
+                                     const std::string& path) {
+  const nlohmann::json node = file.value(key, nlohmann::json());
+  if (node.is_null()) return {};
+  if (!node.is_object() || node.value("type", "") != "Sequence") return {node};
+  const auto& list = require(node, list_key, key, path);
+  return std::vector<nlohmann::json>(list.begin(), list.end());
+}
+
 void unsupported_if(bool condition, const std::string& path, const std::string& what) {
   if (condition) throw ConfigError(cat("'", path, "': ", what, " is not supported by topotrain's BPE tokenizer"));
 }
@@ -98,6 +109,10 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
     unsupported_if(!model.value("end_of_word_suffix", nlohmann::json()).is_null() &&
                        !model["end_of_word_suffix"].get<std::string>().empty(),
                    path, "model.end_of_word_suffix");
+    unsupported_if(model.value("byte_fallback", false), path, "model.byte_fallback = true");
+    unsupported_if(!model.value("dropout", nlohmann::json()).is_null() && model["dropout"].get<double>() != 0.0, path,
+                   "model.dropout (BPE dropout samples the merges)");
+    // As Llama 3's: a piece spelled by one vocabulary entry is that token, whatever the merges.
     t->ignore_merges_ = model.value("ignore_merges", false);
     for (const auto& [token, id] : require(model, "vocab", "model", path).items()) {
       t->vocab_[token] = id.get<uint32_t>();
@@ -141,6 +156,9 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
       for (const auto& added : j["added_tokens"]) {
         const std::string content = added.at("content").get<std::string>();
         const uint32_t id = added.at("id").get<uint32_t>();
+        for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+          unsupported_if(added.value(key, false), path, cat("added token \"", content, "\" with ", key, " = true"));
+        }
         t->added_[content] = id;
         max_id = std::max<uint64_t>(max_id, id);
         contents.push_back(content);
@@ -155,15 +173,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
       }
     }
 
-    const nlohmann::json normalizer = j.value("normalizer", nlohmann::json());
-    std::vector<nlohmann::json> kinds;
-    if (normalizer.is_object() && normalizer.value("type", "") == "Sequence") {
-      for (const auto& n : require(normalizer, "normalizers", "normalizer", path)) kinds.push_back(n);
-    } else if (!normalizer.is_null()) {
-      kinds.push_back(normalizer);
-    }
     std::vector<NormalForm> forms;
-    for (const auto& kind : kinds) {
+    for (const auto& kind : steps_of(j, "normalizer", "normalizers", path)) {
       NormalForm form;
       unsupported_if(!kind.is_object() || !parse_normal_form(kind.value("type", ""), form), path,
                      cat("normalizer ", kind.dump(), " (only NFC, NFD, NFKC, NFKD and a Sequence of them)"));
@@ -171,14 +182,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
     }
     t->normalizer_ = UnicodeNormalizer(std::move(forms));
 
-    const nlohmann::json pre = j.value("pre_tokenizer", nlohmann::json());
-    std::vector<nlohmann::json> steps;
-    if (pre.is_object() && pre.value("type", "") == "Sequence") {
-      for (const auto& s : require(pre, "pretokenizers", "pre_tokenizer", path)) steps.push_back(s);
-    } else if (!pre.is_null()) {
-      steps.push_back(pre);
-    }
-    for (const auto& step : steps) {
+    for (const auto& step : steps_of(j, "pre_tokenizer", "pretokenizers", path)) {
       const std::string type = step.value("type", "");
       if (type == "Split") {
         const auto& pattern = require(step, "pattern", "pre_tokenizer Split", path);
@@ -197,6 +201,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
         unsupported_if(true, path, cat("pre_tokenizer type \"", type, "\""));
       }
     }
+    t->read_post_processor(steps_of(j, "post_processor", "processors", path));
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(cat("'", path, "' is not a HF tokenizer.json as expected: ", e.what()));
   }
@@ -209,6 +214,36 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::load(const std::string& path, const 
   }
   t->eos_id_ = *eos_id;
   return t;
+}
+
+// HF's encode(add_special_tokens=True) runs the post-processor on every sequence; ByteLevel's
+// only moves offsets, TemplateProcessing adds its tokens around $A (Llama 3: the BOS before).
+void BpeTokenizer::read_post_processor(const std::vector<nlohmann::json>& steps) {
+  for (const auto& step : steps) {
+    const std::string type = step.value("type", "");
+    if (type == "ByteLevel") continue;
+    unsupported_if(type != "TemplateProcessing", path_,
+                   cat("post_processor type \"", type, "\" (only ByteLevel and TemplateProcessing)"));
+    std::vector<uint32_t> before;
+    bool sequence_seen = false;
+    for (const auto& piece : require(step, "single", "post_processor TemplateProcessing", path_)) {
+      if (piece.contains("Sequence")) {
+        sequence_seen = true;
+        continue;
+      }
+      const auto& token = require(piece, "SpecialToken", "a TemplateProcessing piece", path_);
+      const std::string name = require(token, "id", "a TemplateProcessing SpecialToken", path_).get<std::string>();
+      unsupported_if(sequence_seen, path_, cat("a TemplateProcessing \"single\" template with \"", name,
+                                               "\" after $A (only tokens before the sequence)"));
+      const auto& special = require(require(step, "special_tokens", "post_processor TemplateProcessing", path_),
+                                    name.c_str(), "TemplateProcessing special_tokens", path_);
+      for (const auto& id : require(special, "ids", "a TemplateProcessing special token", path_)) {
+        before.push_back(id.get<uint32_t>());
+      }
+    }
+    // A later step wraps what the earlier ones made.
+    document_prefix_.insert(document_prefix_.begin(), before.begin(), before.end());
+  }
 }
 
 std::optional<uint32_t> BpeTokenizer::special_token(const std::string& content) const {

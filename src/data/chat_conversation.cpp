@@ -53,6 +53,7 @@ ChatMessage parse_message(const Json& m, const std::string& where) {
         throw ConfigError(cat(where, ": \"reasoning_content\" must be a string or null"));
       }
     } else if (key == "tool_calls") {
+      out.tool_calls_key = true;
       if (value.is_null()) continue;
       if (!value.is_array()) throw ConfigError(cat(where, ": \"tool_calls\" must be a list"));
       for (size_t i = 0; i < value.size(); ++i) {
@@ -82,7 +83,11 @@ ChatConversation parse_chat_conversation(const Json& line, const std::string& or
   if (line.contains("tools") && !line["tools"].is_null()) {
     const Json& tools = line["tools"];
     if (!tools.is_array()) throw ConfigError(cat(origin, ": \"tools\" must be a list of tool schemas"));
-    for (const Json& tool : tools) out.tools.push_back(python_json_dumps(tool));
+    out.tools_listed = true;
+    for (const Json& tool : tools) {
+      out.tools.push_back(python_json_dumps(tool));
+      out.tools_indented.push_back(python_json_dumps(tool, 4));
+    }
   }
   return out;
 }

@@ -1,6 +1,9 @@
 #include "chat_renderers.h"
 
+#include <nlohmann/json.hpp>
+
 #include "topotrain/core/error.h"
+#include "topotrain/data/python_json.h"
 
 namespace topotrain::data::detail {
 namespace {
@@ -29,11 +32,11 @@ class ChatWriter {
   void add(const std::string& s) { chat_.text += s; }
   // The assistant's bytes start `after` bytes from here (past the header's newline).
   void begin_assistant(size_t after) { begin_ = chat_.text.size() + after; }
-  // <|im_end|> closes the assistant's range; the newline after it is the template's.
-  void close_assistant() {
-    chat_.text += "<|im_end|>";
+  // `end` (<|im_end|>) closes the assistant's range; `after` (a newline) is the template's.
+  void close_assistant(const char* end = "<|im_end|>", const char* after = "\n") {
+    chat_.text += end;
     chat_.assistant.push_back({begin_, chat_.text.size()});
-    chat_.text += "\n";
+    chat_.text += after;
   }
   RenderedChat take() { return std::move(chat_); }
 
@@ -84,6 +87,35 @@ void add_tool_response(ChatWriter& out, const std::vector<ChatMessage>& messages
   if (i == 0 || messages[i - 1].role != "tool") out.add("<|im_start|>user");
   out.add("\n<tool_response>\n" + messages[i].content + "\n</tool_response>");
   if (i + 1 == messages.size() || messages[i + 1].role != "tool") out.add("<|im_end|>\n");
+}
+
+// Python's str.strip(), which Jinja's trim filter is: Unicode white space off both ends.
+bool python_space(uint32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+// The code point starting at s[at] and its UTF-8 length (the text was read as valid UTF-8 JSON).
+std::pair<uint32_t, size_t> code_point_at(const std::string& s, size_t at) {
+  const auto b = static_cast<unsigned char>(s[at]);
+  const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+  uint32_t c = n == 1 ? b : b & (0xFF >> (n + 1));
+  for (size_t i = 1; i < n && at + i < s.size(); ++i) c = (c << 6) | (static_cast<unsigned char>(s[at + i]) & 0x3F);
+  return {c, n};
+}
+std::string trim(const std::string& s) {
+  size_t begin = 0, end = s.size();
+  while (begin < end) {
+    const auto [c, n] = code_point_at(s, begin);
+    if (!python_space(c)) break;
+    begin += n;
+  }
+  while (end > begin) {
+    size_t start = end - 1;
+    while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    if (!python_space(code_point_at(s, start).first)) break;
+    end = start;
+  }
+  return s.substr(begin, end - begin);
 }
 
 void add_turn(ChatWriter& out, const ChatMessage& m) {
@@ -195,6 +227,88 @@ RenderedChat render_qwen2_5(const ChatConversation& conversation, const std::str
     } else if (m.role == "tool") {
       add_tool_response(out, messages, i);
     }
+  }
+  return out.take();
+}
+
+RenderedChat render_llama3(const ChatConversation& conversation, const std::string& origin,
+                           const std::string& bos_token) {
+  const std::vector<ChatMessage>& messages = conversation.messages;
+  const std::string raises = "the Llama 3.1 chat template raises: ";
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool" && m.role != "ipython") {
+      refuse(origin, i, cat("role \"", m.role, "\" is not rendered by the Llama 3.1 chat template"),
+             "use system, user, assistant or tool (ipython)");
+    }
+    if (m.reasoning_content) {
+      refuse(origin, i, "\"reasoning_content\" is not rendered by the Llama 3.1 chat template",
+             "remove it (the model would never see it)");
+    }
+    if (!m.tool_calls_key) continue;
+    if (m.role != "assistant") {
+      refuse(origin, i, cat("\"tool_calls\" on a ", m.role, " message"), "only assistant messages make tool calls");
+    }
+    if (m.tool_calls.size() != 1) {
+      refuse(origin, i,
+             cat(m.tool_calls.size(), " tool calls; ", raises, "This model only supports single tool-calls at once!"),
+             "give exactly one call a message (drop an empty or null \"tool_calls\")");
+    }
+    if (!m.content.empty()) {
+      refuse(origin, i, "\"content\" beside \"tool_calls\": the Llama 3.1 chat template writes only the call",
+             "write \"\" as the content, or put the text in an assistant message of its own");
+    }
+  }
+  ChatWriter out;
+  out.add(bos_token);
+  size_t next = 0;
+  std::string system;
+  if (messages[0].role == "system") {
+    system = trim(messages[0].content);
+    next = 1;
+  }
+  out.add("<|start_header_id|>system<|end_header_id|>\n\n");
+  if (conversation.tools_listed) out.add("Environment: ipython\n");
+  out.add("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n" + system + "<|eot_id|>");
+  if (conversation.tools_listed) {
+    if (next == messages.size()) {
+      throw ConfigError(cat(origin, ": tools but no message after the system message; ", raises,
+                            "Cannot put tools in the first user message when there's no first user message!"));
+    }
+    if (messages[next].role != "user" || messages[next].tool_calls_key) {
+      refuse(origin, next, cat("a ", messages[next].role, " message where the Llama 3.1 chat template puts the tools "
+                               "into the first user message"),
+             "start the conversation (after the system message) with a user message");
+    }
+    out.add("<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON "
+            "for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the "
+            "format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use "
+            "variables.\n\n");
+    for (const std::string& tool : conversation.tools_indented) out.add(tool + "\n\n");
+    out.add(trim(messages[next].content) + "<|eot_id|>");
+    ++next;
+  }
+  for (size_t i = next; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool" || m.role == "ipython") {
+      // The content is a string, which Jinja counts as iterable: the template writes it as JSON.
+      out.add("<|start_header_id|>ipython<|end_header_id|>\n\n" + python_json_dumps(nlohmann::ordered_json(m.content)) +
+              "<|eot_id|>");
+      continue;
+    }
+    out.add("<|start_header_id|>" + m.role + "<|end_header_id|>\n\n");
+    if (m.role != "assistant") {
+      out.add(trim(m.content) + "<|eot_id|>");
+      continue;
+    }
+    out.begin_assistant(0);
+    if (m.tool_calls_key) {
+      const ChatToolCall& call = m.tool_calls[0];
+      out.add("{\"name\": \"" + call.name + "\", \"parameters\": " + call.arguments_json + "}");
+    } else {
+      out.add(trim(m.content));
+    }
+    out.close_assistant("<|eot_id|>", "");
   }
   return out.take();
 }

@@ -12,5 +12,7 @@ namespace topotrain::data::detail {
 RenderedChat render_chatml(const ChatConversation& conversation, const std::string& origin);
 RenderedChat render_qwen3(const ChatConversation& conversation, const std::string& origin);
 RenderedChat render_qwen2_5(const ChatConversation& conversation, const std::string& origin);
+RenderedChat render_llama3(const ChatConversation& conversation, const std::string& origin,
+                           const std::string& bos_token);
 
 }  // namespace topotrain::data::detail

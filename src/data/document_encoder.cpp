@@ -3,6 +3,8 @@
 namespace topotrain::data {
 
 void encode_text_document(const Tokenizer& tokenizer, std::string_view text, EncodedDocument& out) {
+  const std::vector<uint32_t> prefix = tokenizer.document_prefix();
+  out.tokens.insert(out.tokens.end(), prefix.begin(), prefix.end());
   tokenizer.encode(text, out.tokens);
   out.tokens.push_back(tokenizer.eos_id());
   out.loss_mask.resize(out.tokens.size(), 1);

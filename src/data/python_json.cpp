@@ -42,28 +42,46 @@ std::string python_float(double x) {
   return out + buffer;
 }
 
-void dump(const nlohmann::ordered_json& value, std::string& out) {
+// indent < 0: on one line, ", " between items; else each item on its own line, `indent`
+// spaces deeper than its container, "," between items (Python's indent=N).
+void dump(const nlohmann::ordered_json& value, int indent, int depth, std::string& out) {
+  const auto open_item = [&](bool first) {
+    if (!first) out += indent < 0 ? ", " : ",";
+    if (indent >= 0) out += "\n" + std::string(size_t(indent) * size_t(depth + 1), ' ');
+  };
+  const auto close = [&](char bracket) {
+    if (indent >= 0) out += "\n" + std::string(size_t(indent) * size_t(depth), ' ');
+    out += bracket;
+  };
   switch (value.type()) {
     case nlohmann::ordered_json::value_t::object: {
       out += '{';
+      if (value.empty()) {
+        out += '}';
+        return;
+      }
       bool first = true;
       for (const auto& [key, item] : value.items()) {
-        if (!first) out += ", ";
+        open_item(first);
         first = false;
         out += nlohmann::ordered_json(key).dump();
         out += ": ";
-        dump(item, out);
+        dump(item, indent, depth + 1, out);
       }
-      out += '}';
+      close('}');
       return;
     }
     case nlohmann::ordered_json::value_t::array: {
       out += '[';
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (i) out += ", ";
-        dump(value[i], out);
+      if (value.empty()) {
+        out += ']';
+        return;
       }
-      out += ']';
+      for (size_t i = 0; i < value.size(); ++i) {
+        open_item(i == 0);
+        dump(value[i], indent, depth + 1, out);
+      }
+      close(']');
       return;
     }
     case nlohmann::ordered_json::value_t::number_float:
@@ -79,9 +97,9 @@ void dump(const nlohmann::ordered_json& value, std::string& out) {
 
 }  // namespace
 
-std::string python_json_dumps(const nlohmann::ordered_json& value) {
+std::string python_json_dumps(const nlohmann::ordered_json& value, int indent) {
   std::string out;
-  dump(value, out);
+  dump(value, indent, 0, out);
   return out;
 }
 

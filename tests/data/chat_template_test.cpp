@@ -173,6 +173,10 @@ TEST(PythonJson, WritesAsJsonDumpsDoes) {
   EXPECT_EQ(python_json_dumps(Json::parse("[0.1, 0.0001, 0.00012345, 1.5e-300, 1.7976931348623157e308, 123.456, 0.0, 1e100]")),
             "[0.1, 0.0001, 0.00012345, 1.5e-300, 1.7976931348623157e+308, 123.456, 0.0, 1e+100]");
   EXPECT_EQ(python_json_dumps(Json::parse("[[], {\"k\": []}]")), "[[], {\"k\": []}]");
+  // json.dumps(..., indent=4), as Llama 3.1's template lists its tools.
+  EXPECT_EQ(python_json_dumps(Json::parse(R"({"a": [1, {"b": "é"}], "c": {}, "d": []})"), 4),
+            "{\n    \"a\": [\n        1,\n        {\n            \"b\": \"\xc3\xa9\"\n        }\n    ],\n"
+            "    \"c\": {},\n    \"d\": []\n}");
 }
 
 TEST(UnicodeNormalizer, AlignmentMapsEachByteToWhatItCameFrom) {
@@ -247,6 +251,26 @@ TEST(ChatTemplate, TemplatesAreRecognisedByTheirFeaturesOrRefused) {
     EXPECT_NE(std::string(e.what()).find("'llama/tokenizer_config.json' is not one topotrain recognises"),
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("move the file away"), std::string::npos) << e.what();
+  }
+  // Llama 3.0's template: header turns, but no dated system turn nor tools (3.1's features).
+  const char* llama30 =
+      "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+      "message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 "
+      "%}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+      "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+  try {
+    ChatTemplate::recognise(llama30, "l3/tokenizer_config.json", "<|begin_of_text|>");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("has Llama 3 header turns but is not Llama 3.1's"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"Cutting Knowledge Date: December 2023\""), std::string::npos) << e.what();
+  }
+  try {
+    ChatTemplate::recognise(std::string(llama30) + "{{ strftime_now('%d %b %Y') }}", "l32", "<|begin_of_text|>");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("uses strftime_now (today's date"), std::string::npos) << e.what();
   }
 }
 

@@ -10,6 +10,7 @@
 #include "topotrain/core/error.h"
 #include "topotrain/data/bpe_tokenizer.h"
 #include "topotrain/data/byte_tokenizer.h"
+#include "topotrain/data/document_encoder.h"
 #include "topotrain/data/prepare.h"
 #include "topotrain/data/token_dataset.h"
 #include "topotrain/data/tokenizer_files.h"
@@ -217,6 +218,46 @@ TEST(BpeTokenizer, DeclaredNormalizerActsAndOthersAreRefused) {
     EXPECT_NE(std::string(e.what()).find(R"(normalizer {"type":"Lowercase"})"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
+}
+
+// Llama 3's post-processor: ByteLevel then TemplateProcessing with the BOS before $A.
+TEST(BpeTokenizer, TemplateProcessingPrefixStartsDocumentsAndOthersAreRefused) {
+  const std::string json = tiny_tokenizer_json(qwen_pre_tokenizer(), false);
+  const auto with_post = [&](const std::string& name, const std::string& post) {
+    std::string j = json;
+    j.replace(j.rfind('}'), 1, R"(, "post_processor": )" + post + "}");
+    return write_temp(name, j);
+  };
+  const std::string bos = R"({"SpecialToken": {"id": "<|im_start|>", "type_id": 0}})";
+  const std::string specials =
+      R"("special_tokens": {"<|im_start|>": {"id": "<|im_start|>", "ids": [18], "tokens": ["<|im_start|>"]}})";
+  const auto llama = BpeTokenizer::load(
+      with_post("bos.json", R"({"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": true},
+          {"type": "TemplateProcessing", "single": [)" + bos + R"(, {"Sequence": {"id": "A", "type_id": 0}}],
+           "pair": [], )" + specials + "}]}"),
+      "");
+  EXPECT_EQ(llama->document_prefix(), (Ids{18}));
+  EncodedDocument doc;
+  encode_text_document(*llama, "hello", doc);
+  EXPECT_EQ(doc.tokens, (Ids{18, 12, 17}));  // BOS, "hello", eos
+  EXPECT_TRUE(BpeTokenizer::load(write_temp("none.json", json), "")->document_prefix().empty());
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 0]})",
+       "post_processor type \"RobertaProcessing\""},
+      {R"({"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}, )" + bos + "], " +
+           specials + "}",
+       "\"<|im_start|>\" after $A"}};
+  for (const auto& [post, message] : refused) {
+    try {
+      BpeTokenizer::load(with_post("refused.json", post), "");
+      FAIL() << post;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  std::string lstrip = json;
+  lstrip.replace(lstrip.find(R"("special": false})"), 17, R"("special": false, "lstrip": true})");
+  EXPECT_THROW(BpeTokenizer::load(write_temp("lstrip.json", lstrip), ""), ConfigError);
 }
 
 // The real Qwen3 tokenizer.json (../shared/data/qwen3-tokenizer next to the repository, or

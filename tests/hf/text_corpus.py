@@ -93,6 +93,9 @@ EDGE_CASES = [
     ("think and tool tags in text", "<think>\nx\n</think>\n\n<tool_call>{}</tool_call> <tool_response>"),
     ("contractions", "I'M YOU'RE it's They'LL don't we'd I'VE o'clock rock'n'roll it’s "
                      "THAT'SALL I'DLIKE WE'VEGOT YOU'REIN it'sgood"),
+    ("contractions under case folding", "it'ſ IT'S we'Ll they'rE x'ſx a'ß b'K c'ǅ d＇S e'İ"),  # ſ folds to s
+    ("Llama special-token text", "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                                 "<|python_tag|>x<|eom_id|><|end_of_text|> <|begin_of_text| <|eot_id|<|eot_id|>>"),
     ("URLs", "https://example.com/a/b?q=1&r=%E2%9C%93#frag http://[2001:db8::1]:8080/ "
              "mailto:x@y.org ftp://h/p~q file:///tmp/a%20b"),
     ("paths and identifiers", "/usr/lib/x86_64-linux-gnu/libc.so.6 C:\\Users\\a\\b.txt __init__ snake_case camelCase"),
@@ -159,11 +162,12 @@ def prepare_binary():
     return binary
 
 
-def run_prepare(binary, tokenizer, corpus, output, threads):
-    """Runs topotrain-prepare on `corpus`; returns its wall seconds."""
+def run_prepare(binary, tokenizer, corpus, output, threads, eos=None):
+    """Runs topotrain-prepare on `corpus` (documents ended with `eos`, None: its default);
+    returns its wall seconds."""
     start = time.perf_counter()
-    subprocess.run([binary, "--quiet", "--threads", str(threads), "--tokenizer", tokenizer, "--output", output, corpus],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([binary, "--quiet", "--threads", str(threads), "--tokenizer", tokenizer, "--output", output, corpus]
+                   + (["--eos", eos] if eos else []), check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - start
 
 

@@ -8,10 +8,17 @@
 // occurrences left to right) into vocabulary ids. encode_with_spans() does the same and
 // places each id on the bytes it spells (its vocabulary string's length in the alphabet),
 // mapped back through the normalizer's alignment where the normalizer changed the text.
+// `ignore_merges` (Llama 3's) is honoured: a piece that is one vocabulary entry is that id.
+// document_prefix(): the ids the post-processor's TemplateProcessing puts before $A in its
+// "single" template (Llama 3's <|begin_of_text|>); a ByteLevel post-processor adds none.
 // Not supported (load fails naming the key): other models than BPE, add_prefix_space,
-// subword prefixes/suffixes, other normalizers (Lowercase, Replace, Strip, ...). Added
-// tokens are matched in the text as given (HF's `normalized: false`, what Qwen's are).
+// subword prefixes/suffixes, byte_fallback, BPE dropout, other normalizers (Lowercase,
+// Replace, Strip, ...), other post-processors (Roberta, Bert, ...) and tokens after $A,
+// added tokens with lstrip, rstrip or single_word. Added tokens are matched in the text as
+// given (HF's `normalized: false`, what Qwen's and Llama 3's are).
 #pragma once
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <memory>
 #include <string>
@@ -35,10 +42,12 @@ class BpeTokenizer : public Tokenizer {
   std::optional<uint32_t> special_token(const std::string& content) const override;
   uint64_t vocab_size() const override { return vocab_size_; }
   uint32_t eos_id() const override { return eos_id_; }
+  std::vector<uint32_t> document_prefix() const override { return document_prefix_; }
   std::string description() const override { return "bpe:" + path_; }
 
  private:
   BpeTokenizer() = default;
+  void read_post_processor(const std::vector<nlohmann::json>& steps);
   // spans: null when the caller wants ids only.
   void encode_added_and_ordinary(std::string_view text, std::vector<uint32_t>& out,
                                  std::vector<ByteRange>* spans) const;
@@ -62,6 +71,7 @@ class BpeTokenizer : public Tokenizer {
   UnicodeNormalizer normalizer_;
   std::vector<std::unique_ptr<UnicodeRegex>> split_patterns_;
   bool ignore_merges_ = false;
+  std::vector<uint32_t> document_prefix_;
   uint64_t vocab_size_ = 0;
   uint32_t eos_id_ = 0;
 };

@@ -30,11 +30,14 @@ struct ChatMessage {
   std::string content;
   std::optional<std::string> reasoning_content;  // absent or null: none given
   std::vector<ChatToolCall> tool_calls;
+  bool tool_calls_key = false;  // "tool_calls" was given, even empty or null (Llama 3.1's template tests the key)
 };
 
 struct ChatConversation {
   std::vector<ChatMessage> messages;
-  std::vector<std::string> tools;  // tojson of each tool schema
+  std::vector<std::string> tools;           // tojson of each tool schema
+  std::vector<std::string> tools_indented;  // tojson(indent=4) of each (Llama 3.1's template)
+  bool tools_listed = false;                // "tools" was a list, even an empty one (not null or absent)
 };
 
 // `line` is the JSONL object; origin ("file:line") starts every error message.

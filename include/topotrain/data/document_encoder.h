@@ -1,6 +1,7 @@
 // Turns one document into tokens and a loss mask.
 //
-// Plain text: the text's tokens then eos, all with loss mask 1.
+// Plain text: the tokenizer's document prefix (tokenizer.h), the text's tokens, then eos, all
+// with loss mask 1.
 // Chat: the rendered conversation (chat_template.h) is tokenized as one string, special
 // tokens matched as HF matches them, so the ids are those of HF's tokenizer on the same text.
 // A token gets mask 1 when any of its bytes lies in an assistant range, as HF's

@@ -33,6 +33,10 @@ class Tokenizer {
   virtual std::optional<uint32_t> special_token(const std::string& content) const = 0;
   virtual uint64_t vocab_size() const = 0;  // 1 + the largest id encode() can produce
   virtual uint32_t eos_id() const = 0;      // appended to every plain-text document
+  // The ids HF's encode(add_special_tokens=True) puts before a text (Llama 3's BOS; none for
+  // Qwen and the byte tokenizer): every plain-text document starts with them. A rendered
+  // chat writes its own, as apply_chat_template tokenizes with add_special_tokens=False.
+  virtual std::vector<uint32_t> document_prefix() const { return {}; }
   virtual std::string description() const = 0;  // the dataset's `tokenizer` attribute
 };
 
