@@ -1,6 +1,7 @@
 #include "topotrain/model/dflash_hf.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -49,10 +50,13 @@ T required(const json& object, const std::string& key, const std::string& file) 
 std::string not_a_drafter(const json& doc, const std::string& file) {
   const std::string architectures = doc.contains("architectures") ? doc.at("architectures").dump() : "none";
   const std::string model_type = doc.value("model_type", std::string());
-  const bool qwen3 = model_type == "qwen3" || model_type == "qwen3_moe";
+  const std::map<std::string, std::string> families = {
+      {"qwen3", "Qwen3"}, {"qwen3_moe", "Qwen3"}, {"llama", "Llama"}, {"qwen2", "Qwen2"}};
+  const auto family = families.find(model_type);
   return cat(file, " is the config of ",
-             qwen3 ? cat("a Qwen3 model (architectures ", architectures, "): a target, not a drafter")
-                   : cat("architectures ", architectures, ", not a DFlash drafter"),
+             family != families.end()
+                 ? cat("a ", family->second, " model (architectures ", architectures, "): a target, not a drafter")
+                 : cat("architectures ", architectures, ", not a DFlash drafter"),
              "; a drafter is a folder whose config.json has architectures [\"", kDFlashArchitecture,
              "\"] (topotrain-export of a dflash_train run writes one), a drafter checkpoint or its run directory");
 }

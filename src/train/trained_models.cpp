@@ -23,7 +23,7 @@ constexpr const char* kResumeOnce =
     "resume its run for one step with this topotrain (--resume PATH) to write a checkpoint that does";
 
 ConfigError drafter_as_target(const std::string& what) {
-  return ConfigError(cat(what, " holds a DFlash drafter, not a model to train or serve as a target: name it where a drafter is asked for "
+  return ConfigError(cat(what, " holds a DFlash drafter, not a target model: name it where a drafter is asked for "
                                "(dflash_train's model.draft_weights, a decoder's drafter) and name the target it was "
                                "trained against here"));
 }

@@ -285,7 +285,7 @@ TEST_F(DFlashExportTest, RefusesEachPathNamedAsTheWrongKindOfModel) {
   // A model named as the drafter says it is a model.
   for (const std::string& model_run : {target_run, moe_run}) {
     const std::string message = config_error_of([&] { load_drafter_model(model_run, *target_); });
-    EXPECT_TRUE(contains(message, "', not a DFlash drafter: a Qwen3 or Qwen3-MoE model is a target")) << message;
+    EXPECT_TRUE(contains(message, "', not a DFlash drafter: a Qwen3, Llama or Qwen2 model is a target")) << message;
   }
   std::string message = config_error_of([&] { load_drafter_model(path("target-hf"), *target_); });
   EXPECT_TRUE(contains(message, "is the config of a Qwen3 model (architectures [\"Qwen3ForCausalLM\"]): a target, not a "
@@ -293,13 +293,13 @@ TEST_F(DFlashExportTest, RefusesEachPathNamedAsTheWrongKindOfModel) {
       << message;
   // A drafter named as the target says it is a drafter, and where drafters go.
   message = config_error_of([&] { load_target_model(drafter_run); });
-  EXPECT_TRUE(contains(message, "holds a DFlash drafter, not a Qwen3 model: name it where a drafter is asked for "
+  EXPECT_TRUE(contains(message, "holds a DFlash drafter, not a target model: name it where a drafter is asked for "
                                 "(dflash_train's model.draft_weights")) << message;
   message = config_error_of([&] { load_target_model(path("drafter-hf")); });
   EXPECT_TRUE(contains(message, "is the config of a DFlash drafter")) << message;
   EXPECT_TRUE(contains(message, "model.draft_weights")) << message;
   message = config_error_of([&] { load_target_weights(path("drafter-hf"), *target_); });  // model.weights
-  EXPECT_TRUE(contains(message, "(a DFlash folder) holds a DFlash drafter, not a Qwen3 model")) << message;
+  EXPECT_TRUE(contains(message, "(a DFlash folder) holds a DFlash drafter, not a target model")) << message;
   EXPECT_TRUE(contains(config_error_of([&] { load_target_model(path("nowhere")); }), "nowhere does not exist"));
   EXPECT_TRUE(contains(config_error_of([&] { load_drafter_model(path("nowhere"), *target_); }),
                        "nowhere does not exist; pass a DFlash drafter's folder"));

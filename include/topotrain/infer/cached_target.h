@@ -1,6 +1,6 @@
-// A Qwen3 / Qwen3-MoE target that decodes one sequence with a KV cache: each forward runs
-// only the new tokens, at the positions after those already cached, and returns their final
-// hidden states and the outputs of the tap layers a DFlash drafter reads.
+// A target of any family topotrain builds that decodes one sequence with a KV cache: each
+// forward runs only the new tokens, at the positions after those already cached, and returns
+// their final hidden states and the outputs of the tap layers a DFlash drafter reads.
 //
 // The forwards are the model's own (CausalLMImpl::forward_cached, the layer loop of
 // forward_backbone over this target's KvCache): a forward of the whole sequence at once and any

@@ -1,4 +1,5 @@
-// Qwen3 / Qwen3-MoE causal language model over packed micro-batches. Parameter names are
+// The causal language model of every family topotrain builds (Qwen3, Qwen3-MoE, Llama 3.x,
+// Qwen2: ModelConfig's switches) over packed micro-batches. Parameter names are
 // HF's (model.embed_tokens.weight, model.layers.N.self_attn.q_proj.weight, ...,
 // lm_head.weight) except the stacked experts, model.layers.N.mlp.experts.gate_up_proj
 // [E, 2I, H] and .down_proj [E, H, I]; hf_checkpoint.h maps those to HF's per-expert names.

@@ -1,6 +1,6 @@
 // A training run's checkpoint: model parameters ("model/<name>"), AdamW state
 // ("optim/exp_avg/<name>", "optim/exp_avg_sq/<name>"), and the TrainingState (step,
-// tokens, data position) plus the resolved settings and topology as text; a Qwen3 model's
+// tokens, data position) plus the resolved settings and topology as text; a model's
 // checkpoint also its config.json, so that its weights are usable without naming the model,
 // and a DFlash drafter's its target's config.json, its DFlash settings and its frozen final
 // norm, so that the drafter can be rebuilt and exported from the checkpoint alone.
