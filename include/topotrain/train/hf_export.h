@@ -1,14 +1,14 @@
 // topotrain-export: a training checkpoint as the Hugging Face folder the ecosystem loads. A
 // model's checkpoint (any family: config.json names its class) becomes a model directory
-// (config.json, model.safetensors or shards with model.safetensors.index.json, HF tensor
-// names with one set of weights per expert) that transformers' from_pretrained and
-// load_hf_checkpoint read; a DFlash drafter's becomes the folder of the public DFlash drafters
-// (model/dflash_hf.h) that serving stacks load beside the target. A model's folder also gets the tokenizer files its training data
-// stored (data/tokenizer_files.h) and generation_config.json with the eos, bos and pad ids of
-// its config and tokenizer. The shape comes from what the checkpoint stores; ones written
-// before checkpoints stored it, and a drafter that no serving stack could run as it was
-// trained (a mask token outside the target's vocabulary, a tap of the target's last layer),
-// are refused with ConfigError, as is every bad input.
+// (config.json, model.safetensors or shards with model.safetensors.index.json, HF tensor names
+// with one set of weights per expert) that transformers' from_pretrained and load_hf_checkpoint
+// read; a DFlash drafter's becomes the folder of the public DFlash drafters (model/dflash_hf.h)
+// that serving stacks load beside the target. A model's folder also gets the tokenizer files
+// its training data stored (data/tokenizer_files.h) and generation_config.json with the eos,
+// bos and pad ids of its config and tokenizer. The shape comes from what the checkpoint stores;
+// ones written before checkpoints stored it, and a drafter that no serving stack could run as
+// it was trained (a mask token outside the target's vocabulary, a tap of the target's last
+// layer), are refused with ConfigError, as is every bad input.
 #pragma once
 
 #include <torch/torch.h>
