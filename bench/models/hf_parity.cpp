@@ -1,6 +1,7 @@
-// Compares topotrain's Qwen3 with HF transformers on the reference written by
-// tests/hf/hf_parity.py (tests/hf/model_logits.sh runs both, ctest hf_logits): logits (max |a - b| / max |b|) and the gradients of one backward
-// (||a - b|| / ||b|| per tensor), in fp32 and in the bf16 training configuration.
+// Compares topotrain's model (any family of tests/hf/hf_parity.py's cases) with HF transformers
+// on the reference hf_parity.py writes (tests/hf/model_logits.sh runs both, ctest hf_logits):
+// logits (max |a - b| / max |b|) and the gradients of one backward (||a - b|| / ||b|| per
+// tensor), in fp32 and in the bf16 training configuration.
 //
 //   hf_parity CASE_DIR                        (CASE_DIR holds model/ and reference.safetensors)
 //   hf_parity CASE_DIR --weights CHECKPOINT   (the export check: topotrain's model is the
@@ -17,9 +18,9 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 #include "topotrain/store/checkpoint_reader.h"
 #include "topotrain/train/run_setup.h"

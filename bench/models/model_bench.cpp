@@ -26,10 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/model_cost.h"
-#include "topotrain/model/causal_lm.h"
 #include "topotrain/train/step_profile.h"
 
 namespace mdl = topotrain::model;

@@ -12,8 +12,8 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/model/config.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/config.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/adamw.h"
 

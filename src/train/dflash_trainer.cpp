@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "topotrain/core/error.h"
-#include "topotrain/model/dflash_config.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/dflash_config.h"
 #include "topotrain/train/dflash_drafting.h"
 #include "topotrain/train/dflash_target.h"
 #include "topotrain/train/job_exit.h"

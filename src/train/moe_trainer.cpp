@@ -8,10 +8,10 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/log.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/lm_loss.h"
 #include "topotrain/model/model_cost.h"
-#include "topotrain/model/causal_lm.h"
 #include "topotrain/torch_compat.h"
 #include "topotrain/train/budget_probe.h"
 #include "topotrain/train/held_out_eval.h"

@@ -7,8 +7,8 @@
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
-#include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/hf_checkpoint.h"
 #include "topotrain/model/safetensors.h"
 
 namespace mdl = topotrain::model;

@@ -6,9 +6,9 @@
 #include <torch/torch.h>
 
 #include "topotrain/model/accumulate_into_grad.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/compute_weight.h"
 #include "topotrain/model/lm_loss.h"
-#include "topotrain/model/causal_lm.h"
 
 namespace mdl = topotrain::model;
 using topotrain::PackedBatch;

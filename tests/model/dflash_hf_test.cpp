@@ -18,9 +18,9 @@
 #include "../tiny_dflash_config.h"
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/dflash_hf.h"
 #include "topotrain/model/hf_checkpoint.h"
-#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/safetensors.h"
 
 namespace mdl = topotrain::model;

@@ -14,8 +14,8 @@
 
 #include "topotrain/batch/packed_batch.h"
 #include "topotrain/model/accumulate_into_grad.h"
-#include "topotrain/model/lm_loss.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/lm_loss.h"
 
 namespace topotrain::model::test_support {
 

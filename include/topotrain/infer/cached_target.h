@@ -14,8 +14,8 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/model/kv_cache.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/kv_cache.h"
 
 namespace topotrain::infer {
 

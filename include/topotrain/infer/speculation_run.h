@@ -17,8 +17,8 @@
 
 #include "topotrain/infer/prompt_set.h"
 #include "topotrain/infer/speculation_report.h"
-#include "topotrain/model/dflash_drafter.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/dflash_drafter.h"
 
 namespace topotrain::infer {
 

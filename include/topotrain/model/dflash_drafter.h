@@ -20,11 +20,11 @@
 #include <torch/torch.h>
 
 #include "topotrain/batch/packed_batch.h"
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/dflash_anchors.h"
 #include "topotrain/model/dflash_attention.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/model/layers.h"
-#include "topotrain/model/causal_lm.h"
 
 namespace topotrain::model {
 

@@ -16,8 +16,8 @@
 
 #include <torch/torch.h>
 
-#include "topotrain/model/dflash_config.h"
 #include "topotrain/model/causal_lm.h"
+#include "topotrain/model/dflash_config.h"
 #include "topotrain/train/job.h"
 
 namespace topotrain {

@@ -12,10 +12,10 @@
 
 #include <string>
 
+#include "topotrain/model/causal_lm.h"
 #include "topotrain/model/config.h"
 #include "topotrain/model/dflash_config.h"
 #include "topotrain/model/dflash_drafter.h"
-#include "topotrain/model/causal_lm.h"
 
 namespace topotrain {
 
