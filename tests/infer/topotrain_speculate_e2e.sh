@@ -87,7 +87,7 @@ printf '{"tokens": [1, 512]}\n' > "$work/vocab.jsonl"
 fails "prompt vocab.jsonl line 1 holds token id 512 but the target '$work/target' has a vocabulary of 512" \
   --prompts "$work/vocab.jsonl"
 fails "prompt file '$work/missing.jsonl' does not exist" --prompts "$work/missing.jsonl"
-target="$work/drafter" fails "holds a DFlash drafter, not a Qwen3 model" --prompts "$work/prompts.jsonl"
+target="$work/drafter" fails "holds a DFlash drafter, not a target model" --prompts "$work/prompts.jsonl"
 drafter="$work/target" fails "not a DFlash drafter" --prompts "$work/prompts.jsonl"
 target="$work/narrow" fails "is a drafter for a target of hidden_size 64, but .* has hidden_size 32" \
   --prompts "$work/prompts.jsonl"

@@ -245,7 +245,10 @@ TEST_F(DFlashHfTest, RefusesWhatIsNotThisDrafterNamingTheFileAndTheFix) {
   EXPECT_NE(refusal([](json& d) { d["num_target_layers"] = "eight"; }).find("'num_target_layers' has the wrong type"),
             std::string::npos);
   EXPECT_NE(refusal([](json& d) { d["architectures"] = json::array({"LlamaForCausalLM"}); d["model_type"] = "llama"; })
-                .find("architectures [\"LlamaForCausalLM\"], not a DFlash drafter"),
+                .find("a Llama model (architectures [\"LlamaForCausalLM\"]): a target, not a drafter"),
+            std::string::npos);
+  EXPECT_NE(refusal([](json& d) { d["architectures"] = json::array({"MistralForCausalLM"}); d["model_type"] = "mistral"; })
+                .find("architectures [\"MistralForCausalLM\"], not a DFlash drafter"),
             std::string::npos);
   // Without target_layer_ids the public code's default taps apply, as here.
   write_text(path("d/config.json"), [&] {

@@ -124,7 +124,7 @@ drafter)
   if dflash wrong --set train.max_steps=1 --set model.weights="$work/hf"; then
     echo "a drafter folder was accepted as the target's weights"; exit 1
   fi
-  grep -q "^dflash_train: model.weights: $work/hf (a DFlash folder) holds a DFlash drafter, not a Qwen3 model: .*model.draft_weights" \
+  grep -q "^dflash_train: model.weights: $work/hf (a DFlash folder) holds a DFlash drafter, not a target model: .*model.draft_weights" \
     "$work/wrong.log" || { cat "$work/wrong.log"; exit 1; }
   grep -q "MPI_ABORT" "$work/wrong.log" && { cat "$work/wrong.log"; exit 1; }
   ;;
