@@ -45,9 +45,8 @@ void refuse_if(bool unsupported, const std::string& source, const std::string& w
 }
 
 ModelFamily family_of(const std::string& model_type, const std::string& source) {
-  if (model_type.empty() || model_type == "qwen3" || model_type == "qwen3_moe") return ModelFamily::qwen3;
-  if (model_type == "llama") return ModelFamily::llama;
-  if (model_type == "qwen2") return ModelFamily::qwen2;
+  if (model_type.empty()) return ModelFamily::qwen3;
+  if (const auto family = family_of_model_type(model_type)) return *family;
   throw ConfigError(cat(source, ": model_type '", model_type,
                         "' is not a family topotrain builds (qwen3, qwen3_moe, llama, qwen2)"));
 }
@@ -78,38 +77,50 @@ void read_rope(const json& doc, const char* key, ModelConfig& c, const std::stri
   c.rope_scaling = scaling;
 }
 
-}  // namespace
-
-bool Llama3RopeScaling::operator==(const Llama3RopeScaling& o) const {
-  return factor == o.factor && low_freq_factor == o.low_freq_factor && high_freq_factor == o.high_freq_factor &&
-         original_max_position_embeddings == o.original_max_position_embeddings;
-}
-
-namespace {
-
-// What config.json and people call a family's models.
+// What config.json calls a family's models.
 struct FamilyNames {
-  const char *model_type, *architecture, *name;
+  const char *model_type, *architecture;
 };
 
 FamilyNames names_of(ModelFamily family, bool moe) {
   switch (family) {
     case ModelFamily::llama:
-      return {"llama", "LlamaForCausalLM", "Llama"};
+      return {"llama", "LlamaForCausalLM"};
     case ModelFamily::qwen2:
-      return {"qwen2", "Qwen2ForCausalLM", "Qwen2"};
+      return {"qwen2", "Qwen2ForCausalLM"};
     case ModelFamily::qwen3:
       break;
   }
-  return moe ? FamilyNames{"qwen3_moe", "Qwen3MoeForCausalLM", "Qwen3-MoE"}
-             : FamilyNames{"qwen3", "Qwen3ForCausalLM", "Qwen3 dense"};
+  return moe ? FamilyNames{"qwen3_moe", "Qwen3MoeForCausalLM"} : FamilyNames{"qwen3", "Qwen3ForCausalLM"};
 }
 
 }  // namespace
 
+std::optional<ModelFamily> family_of_model_type(const std::string& model_type) {
+  if (model_type == "qwen3" || model_type == "qwen3_moe") return ModelFamily::qwen3;
+  if (model_type == "llama") return ModelFamily::llama;
+  if (model_type == "qwen2") return ModelFamily::qwen2;
+  return std::nullopt;
+}
+
 std::string ModelConfig::model_type() const { return names_of(family, is_moe()).model_type; }
 std::string ModelConfig::architecture() const { return names_of(family, is_moe()).architecture; }
-std::string ModelConfig::family_name() const { return names_of(family, is_moe()).name; }
+std::string ModelConfig::family_name() const {
+  if (family != ModelFamily::qwen3) return to_string(family);
+  return is_moe() ? "Qwen3-MoE" : "Qwen3 dense";
+}
+
+std::string to_string(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::llama:
+      return "Llama";
+    case ModelFamily::qwen2:
+      return "Qwen2";
+    case ModelFamily::qwen3:
+      break;
+  }
+  return "Qwen3";
+}
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
   if (!is_moe()) return false;

@@ -1,13 +1,13 @@
 #include "topotrain/model/dflash_hf.h"
 
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "topotrain/core/error.h"
 #include "topotrain/core/files.h"
+#include "topotrain/model/config.h"
 #include "topotrain/model/hf_checkpoint.h"
 
 namespace topotrain::model {
@@ -50,13 +50,10 @@ T required(const json& object, const std::string& key, const std::string& file) 
 std::string not_a_drafter(const json& doc, const std::string& file) {
   const std::string architectures = doc.contains("architectures") ? doc.at("architectures").dump() : "none";
   const std::string model_type = doc.value("model_type", std::string());
-  const std::map<std::string, std::string> families = {
-      {"qwen3", "Qwen3"}, {"qwen3_moe", "Qwen3"}, {"llama", "Llama"}, {"qwen2", "Qwen2"}};
-  const auto family = families.find(model_type);
+  const auto family = family_of_model_type(model_type);
   return cat(file, " is the config of ",
-             family != families.end()
-                 ? cat("a ", family->second, " model (architectures ", architectures, "): a target, not a drafter")
-                 : cat("architectures ", architectures, ", not a DFlash drafter"),
+             family ? cat("a ", to_string(*family), " model (architectures ", architectures, "): a target, not a drafter")
+                    : cat("architectures ", architectures, ", not a DFlash drafter"),
              "; a drafter is a folder whose config.json has architectures [\"", kDFlashArchitecture,
              "\"] (topotrain-export of a dflash_train run writes one), a drafter checkpoint or its run directory");
 }

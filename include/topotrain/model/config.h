@@ -18,6 +18,12 @@ namespace topotrain::model {
 // (Llama 3.x) and "qwen2" (Qwen2 and Qwen2.5).
 enum class ModelFamily { qwen3, llama, qwen2 };
 
+// The family a config.json's model_type names; none for a model_type topotrain does not build
+// (and for none given: ModelConfig reads that as qwen3, what a drafter's check does not).
+std::optional<ModelFamily> family_of_model_type(const std::string& model_type);
+// "Qwen3", "Llama", "Qwen2".
+std::string to_string(ModelFamily family);
+
 // Llama 3's RoPE frequency scaling (rope_type "llama3"): wavelengths longer than
 // original_max_position_embeddings / low_freq_factor are stretched by `factor`, those shorter
 // than original_max_position_embeddings / high_freq_factor are kept, and those between are
@@ -27,7 +33,6 @@ struct Llama3RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
-  bool operator==(const Llama3RopeScaling& other) const;
 };
 
 struct ModelConfig {
