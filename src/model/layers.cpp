@@ -7,6 +7,12 @@
 #include "topotrain/torch_compat.h"
 
 namespace topotrain::model {
+namespace {
+
+// A q/k norm's weight; undefined in a family without q/k norms, where norm_rotary only rotates.
+torch::Tensor weight_of(const RMSNorm& norm) { return norm ? norm->weight : torch::Tensor(); }
+
+}  // namespace
 
 ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, double init_std, bool with_bias) {
   weight = register_parameter("weight", torch::randn({out_features, in_features}) * init_std);
@@ -52,8 +58,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
 
 torch::Tensor AttentionImpl::normed_rotated(const torch::Tensor& projected, int64_t heads, const RMSNorm& norm,
                                             const RotaryTables& rotary) const {
-  const auto x = projected.view({projected.size(0), heads, head_dim_});
-  return norm ? norm_rotary(x, norm->weight, norm->eps(), rotary) : apply_rotary(x, rotary);
+  return norm_rotary(projected.view({projected.size(0), heads, head_dim_}), weight_of(norm), norm ? norm->eps() : 0.0,
+                     rotary);
 }
 
 torch::Tensor AttentionImpl::project_queries(const torch::Tensor& x, const RotaryTables& rotary) {
@@ -73,9 +79,8 @@ torch::Tensor AttentionImpl::project_output(const torch::Tensor& attended) {
 double AttentionImpl::scale() const { return 1.0 / std::sqrt(static_cast<double>(head_dim_)); }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerContext& context, int64_t layer) {
-  auto heads = q_norm ? rotated_heads(qkv_(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, q_norm->weight,
-                                      k_norm->weight, q_norm->eps(), context.rotary)
-                      : rotated_heads(qkv_(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_, context.rotary);
+  auto heads = rotated_heads(qkv_(x, {q_proj, k_proj, v_proj}), heads_, kv_heads_,
+                             weight_of(q_norm), weight_of(k_norm), q_norm ? q_norm->eps() : 0.0, context.rotary);
   if (context.cache != nullptr) {
     const bool continues = context.cache->length() > 0;
     const auto rows = context.cache->extend(layer, heads.k, heads.v);

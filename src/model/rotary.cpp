@@ -175,6 +175,7 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables) {
 
 torch::Tensor norm_rotary(const torch::Tensor& x, const torch::Tensor& norm_weight, double eps,
                           const RotaryTables& tables) {
+  if (!norm_weight.defined()) return apply_rotary(x, tables);
 #ifdef TOPOTRAIN_CUDA
   if (norm_rotary_kernel_applies(x, norm_weight, tables)) {
     return NormRotaryFunction::apply(x, norm_weight, tables.cos, tables.sin, eps);
@@ -191,7 +192,7 @@ RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t 
 #ifdef TOPOTRAIN_CUDA
   // q's and k's views serve the check only: taken on a detached alias, they add no autograd node.
   const auto alias = fused.detach();
-  if (alias.is_contiguous() &&
+  if (alias.is_contiguous() && q_norm_weight.defined() && k_norm_weight.defined() &&
       norm_rotary_kernel_applies(heads_at(alias.narrow(1, 0, q_heads * dim), q_heads), q_norm_weight, tables) &&
       norm_rotary_kernel_applies(heads_at(alias.narrow(1, q_heads * dim, kv_heads * dim), kv_heads), k_norm_weight,
                                  tables)) {
@@ -203,13 +204,6 @@ RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t 
   auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
   return {norm_rotary(heads_at(parts[0], q_heads), q_norm_weight, eps, tables),
           norm_rotary(heads_at(parts[1], kv_heads), k_norm_weight, eps, tables), heads_at(parts[2], kv_heads)};
-}
-
-RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads, const RotaryTables& tables) {
-  const int64_t tokens = fused.size(0), dim = fused.size(1) / (q_heads + 2 * kv_heads);
-  auto parts = fused.split_with_sizes({q_heads * dim, kv_heads * dim, kv_heads * dim}, 1);
-  return {apply_rotary(parts[0].view({tokens, q_heads, dim}), tables),
-          apply_rotary(parts[1].view({tokens, kv_heads, dim}), tables), parts[2].view({tokens, kv_heads, dim})};
 }
 
 }  // namespace topotrain::model

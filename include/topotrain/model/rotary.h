@@ -27,7 +27,8 @@ RotaryTables rotary_tables(const torch::Tensor& positions, const torch::Tensor& 
 RotaryTables rotary_tables(const torch::Tensor& positions, const ModelConfig& config, torch::ScalarType dtype);
 torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryTables& tables);  // x [T, heads, head_dim]
 
-// apply_rotary(rms_norm(x, norm_weight, eps), tables): Qwen3's q_norm/k_norm then RoPE.
+// apply_rotary(rms_norm(x, norm_weight, eps), tables): Qwen3's q_norm/k_norm then RoPE; with
+// norm_weight undefined (a family without q/k norms: Llama, Qwen2) apply_rotary(x, tables).
 // x [T, heads, head_dim] may be a column slice of a fused projection (heads and head_dim
 // packed, any token stride). For bf16 on CUDA with head_dim in {64, 128, 192, 256} one kernel
 // each way (a warp per row, fp32 throughout, one rounding) replaces the norm's kernels and
@@ -37,7 +38,7 @@ torch::Tensor norm_rotary(const torch::Tensor& x, const torch::Tensor& norm_weig
 
 // The attention heads of a fused q/k/v projection's output [T, (Hq + 2 Hkv) * head_dim], laid
 // out q | k | v: q and k through norm_rotary with their norms' weights (Qwen3 gives both norms
-// one eps), v as it is (a view). Where norm_rotary's kernel applies, one autograd function
+// one eps; both undefined without q/k norms), v as it is (a view). Where norm_rotary's kernel applies, one autograd function
 // covers all three, and its backward writes dq, dk and dv straight into one gradient of the
 // projection output instead of split's backward concatenating them in a further pass.
 struct RotatedHeads {
@@ -46,7 +47,5 @@ struct RotatedHeads {
 RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads,
                            const torch::Tensor& q_norm_weight, const torch::Tensor& k_norm_weight, double eps,
                            const RotaryTables& tables);
-// The same for a family without q/k norms (Llama, Qwen2): q and k rotated (torch ops), v a view.
-RotatedHeads rotated_heads(const torch::Tensor& fused, int64_t q_heads, int64_t kv_heads, const RotaryTables& tables);
 
 }  // namespace topotrain::model
