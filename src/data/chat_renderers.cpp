@@ -1,6 +1,9 @@
 #include "chat_renderers.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
+#include <utf8proc.h>
 
 #include "topotrain/core/error.h"
 #include "topotrain/data/python_json.h"
@@ -89,33 +92,29 @@ void add_tool_response(ChatWriter& out, const std::vector<ChatMessage>& messages
   if (i + 1 == messages.size() || messages[i + 1].role != "tool") out.add("<|im_end|>\n");
 }
 
-// Python's str.strip(), which Jinja's trim filter is: Unicode white space off both ends.
-bool python_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+// Python's str.isspace(), by its definition: general category Zs, or bidirectional class WS,
+// B or S (utf8proc's tables).
+bool python_space(utf8proc_int32_t c) {
+  const utf8proc_property_t* p = utf8proc_get_property(c);
+  return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+         p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
 }
-// The code point starting at s[at] and its UTF-8 length (the text was read as valid UTF-8 JSON).
-std::pair<uint32_t, size_t> code_point_at(const std::string& s, size_t at) {
-  const auto b = static_cast<unsigned char>(s[at]);
-  const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-  uint32_t c = n == 1 ? b : b & (0xFF >> (n + 1));
-  for (size_t i = 1; i < n && at + i < s.size(); ++i) c = (c << 6) | (static_cast<unsigned char>(s[at + i]) & 0x3F);
-  return {c, n};
-}
+
+// Python's str.strip(), which Jinja's trim filter is: white space off both ends.
 std::string trim(const std::string& s) {
-  size_t begin = 0, end = s.size();
-  while (begin < end) {
-    const auto [c, n] = code_point_at(s, begin);
-    if (!python_space(c)) break;
-    begin += n;
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  size_t begin = s.size(), end = 0;  // the first and past the last code point that is not space
+  for (size_t at = 0; at < s.size();) {
+    utf8proc_int32_t c = -1;
+    const utf8proc_ssize_t n = utf8proc_iterate(bytes + at, static_cast<utf8proc_ssize_t>(s.size() - at), &c);
+    const size_t length = n > 0 ? static_cast<size_t>(n) : 1;
+    if (!python_space(c)) {
+      begin = std::min(begin, at);
+      end = at + length;
+    }
+    at += length;
   }
-  while (end > begin) {
-    size_t start = end - 1;
-    while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-    if (!python_space(code_point_at(s, start).first)) break;
-    end = start;
-  }
-  return s.substr(begin, end - begin);
+  return begin < end ? s.substr(begin, end - begin) : std::string();
 }
 
 void add_turn(ChatWriter& out, const ChatMessage& m) {
